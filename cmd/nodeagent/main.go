@@ -56,7 +56,7 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("load kubeconfig: %w", err)
 			}
-			rc.QPS, rc.Burst = 200, 400 // a shutdown marks up to 110 pods at once, with two writes each
+			rc.QPS, rc.Burst = 200, 400 // a shutdown marks up to 110 pods at once, one write each
 			if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 				return err
 			}

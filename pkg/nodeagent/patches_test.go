@@ -44,29 +44,41 @@ func applyStrategic[T any](t *testing.T, obj *T, patch []byte) *T {
 	return out
 }
 
-func TestPodConditionPatch(t *testing.T) {
+func TestPodMarkPatch(t *testing.T) {
 	ev := xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault)
 	ev.Detail = "XID 79: GPU has fallen off the bus"
-	data, err := podConditionPatch("uid-1", ev, t0)
+	annotations, err := evidenceAnnotations(ev, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsonEqual(t, `{
-		"metadata": {"uid": "uid-1"},
-		"status": {"conditions": [{
-			"type": "faultline.dev/InfrastructureFault",
-			"status": "True",
-			"reason": "GPUFault",
-			"message": "GPUFault on node gpu-7, GPU 3 (GPU-a): XID 79: GPU has fallen off the bus [nvml-event, detected 2026-03-01T12:00:00.123456789Z]",
-			"lastTransitionTime": "2026-03-01T12:00:00Z"
-		}]}
-	}`, data)
+	data, err := podMarkPatch("uid-1", infraCondition(ev, t0), annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(ev)
+	want, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": "uid-1", "annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)}},
+		"status": map[string]any{"conditions": []map[string]any{{
+			"type":               "faultline.dev/InfrastructureFault",
+			"status":             "True",
+			"reason":             "GPUFault",
+			"message":            "GPUFault on node gpu-7, GPU 3 (GPU-a): XID 79: GPU has fallen off the bus [nvml-event, detected 2026-03-01T12:00:00.123456789Z]",
+			"lastTransitionTime": "2026-03-01T12:00:00Z",
+		}}},
+	})
+	jsonEqual(t, string(want), data)
+	if diff := cmp.Diff(&ev, parseEvidence(map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)})); diff != "" {
+		t.Errorf("annotation does not round-trip (-want +got):\n%s", diff)
+	}
 
 	// Conditions merge by type: the kubelet's stay, ours is added, and deleting ours leaves
-	// the kubelet's alone.
-	pod := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
-		{Type: corev1.PodReady, Status: corev1.ConditionTrue},
-	}}}
+	// the kubelet's alone. Annotations merge by key: others' stay.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{UID: "uid-1", Annotations: map[string]string{"other": "x"}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		}},
+	}
 	marked := applyStrategic(t, pod, data)
 	types := map[corev1.PodConditionType]bool{}
 	for _, c := range marked.Status.Conditions {
@@ -75,20 +87,30 @@ func TestPodConditionPatch(t *testing.T) {
 	if len(marked.Status.Conditions) != 2 || !types[corev1.PodReady] || !hasInfraCondition(marked, v1alpha1.CauseGPUFault) {
 		t.Fatalf("conditions after patch: %+v", marked.Status.Conditions)
 	}
-	del, err := podConditionDeletePatch("uid-1")
+	if got := parseEvidence(marked.Annotations); got == nil || !cmp.Equal(*got, ev) || marked.Annotations["other"] != "x" {
+		t.Fatalf("annotations after patch: %v", marked.Annotations)
+	}
+	del, err := podMarkPatch("uid-1", infraConditionDelete(), evidenceRemoval())
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsonEqual(t, `{"metadata": {"uid": "uid-1"}, "status": {"conditions": [{"type": "faultline.dev/InfrastructureFault", "$patch": "delete"}]}}`, del)
+	jsonEqual(t, `{
+		"metadata": {"uid": "uid-1", "annotations": {"faultline.dev/fault-evidence": null}},
+		"status": {"conditions": [{"type": "faultline.dev/InfrastructureFault", "$patch": "delete"}]}
+	}`, del)
 	withdrawn := applyStrategic(t, marked, del)
-	if diff := cmp.Diff(pod.Status.Conditions, withdrawn.Status.Conditions); diff != "" {
-		t.Errorf("conditions after delete (-want +got):\n%s", diff)
+	if diff := cmp.Diff(pod, withdrawn); diff != "" {
+		t.Errorf("pod after withdrawal (-want +got):\n%s", diff)
 	}
 }
 
-func TestPodEvidencePatch(t *testing.T) {
+func TestPodMarkPatchLeavesWhatItDoesNotCarry(t *testing.T) {
 	ev := ShutdownEvidence("gpu-7", t0)
-	data, err := podEvidencePatch("uid-1", &ev, "")
+	annotations, err := evidenceAnnotations(ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := podMarkPatch("uid-1", nil, annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,15 +119,18 @@ func TestPodEvidencePatch(t *testing.T) {
 		"uid": "uid-1", "annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)},
 	}})
 	jsonEqual(t, string(want), data)
-	if got := parseEvidence(map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)}); got == nil || *got != ev {
-		t.Errorf("annotation does not round-trip: %+v", got)
-	}
 
-	data, err = podEvidencePatch("uid-1", nil, "")
+	data, err = podMarkPatch("uid-1", infraCondition(ev, t0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsonEqual(t, `{"metadata": {"uid": "uid-1", "annotations": {"faultline.dev/fault-evidence": null}}}`, data)
+	var got map[string]map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["metadata"]["annotations"]; ok {
+		t.Errorf("condition-only patch touches annotations: %s", data)
+	}
 }
 
 func TestNodePatches(t *testing.T) {

@@ -162,10 +162,14 @@ func TestNoTracingNoTraceparent(t *testing.T) {
 	}
 }
 
-func TestPodEvidencePatchCarriesTheTraceparent(t *testing.T) {
+func TestPodMarkPatchCarriesTheTraceparent(t *testing.T) {
 	ev := ShutdownEvidence("gpu-7", t0)
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	data, err := podEvidencePatch("uid-1", &ev, tp)
+	annotations, err := evidenceAnnotations(ev, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := podMarkPatch("uid-1", nil, annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +179,7 @@ func TestPodEvidencePatchCarriesTheTraceparent(t *testing.T) {
 	}})
 	jsonEqual(t, string(want), data)
 	// A withdrawal leaves the traceparent: without evidence next to it, it starts nothing.
-	data, err = podEvidencePatch("uid-1", nil, tp)
+	data, err = podMarkPatch("uid-1", nil, evidenceRemoval())
 	if err != nil {
 		t.Fatal(err)
 	}

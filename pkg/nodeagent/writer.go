@@ -134,28 +134,27 @@ func (w *Writer) MarkPod(ctx context.Context, ref types.NamespacedName, ev v1alp
 		since = t
 	}
 
-	wrote := false
 	// The cache may not show a condition this agent wrote a moment ago.
 	condOn := (!withdrawn && hasInfraCondition(pod, effective.Cause)) || (remembered && prev.Cause == effective.Cause)
+	var m podMark
 	if isInfrastructure(effective.Cause) && !condOn {
-		if err := w.patchPod(ctx, pod, targetPodCondition, effective.Cause, func() ([]byte, error) {
-			return podConditionPatch(pod.UID, effective, since)
-		}, types.StrategicMergePatchType, "status"); err != nil {
-			return false, err
-		}
-		wrote = true
+		m.cond = infraCondition(effective, since)
 	}
+	var traceparent string
+	eps := episodesFrom(ctx)
 	if !known || !sameEvidence(effective, prev) {
 		// The evidence starts a fault episode: its traceparent goes in the same patch, so
 		// that the controller never sees one without the other.
-		eps := episodesFrom(ctx)
-		traceparent := tracing.Traceparent(eps.root(pod))
-		if err := w.patchPod(ctx, pod, targetPodAnnotation, effective.Cause, func() ([]byte, error) {
-			return podEvidencePatch(pod.UID, &effective, traceparent)
-		}, types.MergePatchType); err != nil {
-			return wrote, err
+		traceparent = tracing.Traceparent(eps.root(pod))
+		if m.annotations, err = evidenceAnnotations(effective, traceparent); err != nil {
+			return false, fmt.Errorf("evidence for pod %s: %w", ref, err)
 		}
-		wrote = true
+	}
+	wrote := m.cond != nil || m.annotations != nil
+	if wrote {
+		if err := w.patchPod(ctx, pod, m, effective.Cause); err != nil {
+			return false, err
+		}
 		if traceparent != "" {
 			eps.written(pod, w.cfg.Clock.Now())
 		}
@@ -198,21 +197,14 @@ func (w *Writer) WithdrawPod(ctx context.Context, ref types.NamespacedName) (boo
 	if err != nil {
 		return false, err
 	}
-	ev, known, remembered, _ := w.previous(pod)
+	ev, known, _, _ := w.previous(pod)
 	if !known || ev.Source != v1alpha1.EvidenceSourceLogind || !stillRunning(pod) {
 		return false, nil
 	}
-	// Deleting a condition that is not there is a no-op, so a lagging cache costs nothing.
-	if remembered || hasInfraCondition(pod, ev.Cause) {
-		if err := w.patchPod(ctx, pod, targetPodCondition, "withdrawn", func() ([]byte, error) {
-			return podConditionDeletePatch(pod.UID)
-		}, types.StrategicMergePatchType, "status"); err != nil {
-			return false, err
-		}
-	}
-	if err := w.patchPod(ctx, pod, targetPodAnnotation, "withdrawn", func() ([]byte, error) {
-		return podEvidencePatch(pod.UID, nil, "")
-	}, types.MergePatchType); err != nil {
+	// The condition goes in the same write as the evidence, whether or not the cache shows
+	// it: deleting a condition that is not there is a no-op, so a lagging cache costs nothing.
+	m := podMark{cond: infraConditionDelete(), annotations: evidenceRemoval()}
+	if err := w.patchPod(ctx, pod, m, "withdrawn"); err != nil {
 		return false, err
 	}
 	w.mu.Lock()
@@ -302,22 +294,45 @@ func (w *Writer) getPod(ctx context.Context, ref types.NamespacedName) (*corev1.
 	return pod, nil
 }
 
-func (w *Writer) patchPod(ctx context.Context, pod *corev1.Pod, target string, cause v1alpha1.Cause, build func() ([]byte, error), pt types.PatchType, subresources ...string) error {
-	data, err := build()
+// podMark is what one write to a pod carries: the condition, the evidence, or both.
+type podMark struct {
+	cond, annotations obj
+}
+
+// targets are the metric targets the mark writes.
+func (m podMark) targets() []string {
+	var t []string
+	if m.cond != nil {
+		t = append(t, targetPodCondition)
+	}
+	if m.annotations != nil {
+		t = append(t, targetPodAnnotation)
+	}
+	return t
+}
+
+// patchPod writes m in one request (podMarkPatch). It reads nothing first: the patch carries
+// the pod's UID as its precondition, and the reply is all the agent learns of the pod.
+func (w *Writer) patchPod(ctx context.Context, pod *corev1.Pod, m podMark, reason v1alpha1.Cause) error {
+	data, err := podMarkPatch(pod.UID, m.cond, m.annotations)
 	if err != nil {
-		return fmt.Errorf("%s patch for pod %s/%s: %w", target, pod.Namespace, pod.Name, err)
+		return fmt.Errorf("patch for pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	err = withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
-		_, perr := w.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, pt, data, metav1.PatchOptions{}, subresources...)
+		_, perr := w.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
 		return perr
 	})
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
-			w.cfg.Metrics.markFailed(target)
+			for _, t := range m.targets() {
+				w.cfg.Metrics.markFailed(t)
+			}
 		}
-		return fmt.Errorf("write %s to pod %s/%s: %w", target, pod.Namespace, pod.Name, err)
+		return fmt.Errorf("write evidence to pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	w.cfg.Metrics.markWritten(target, string(cause))
+	for _, t := range m.targets() {
+		w.cfg.Metrics.markWritten(t, string(reason))
+	}
 	return nil
 }
 

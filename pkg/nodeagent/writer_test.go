@@ -134,15 +134,14 @@ func TestMarkPodWritesConditionAndAnnotation(t *testing.T) {
 	if err != nil || !wrote {
 		t.Fatalf("MarkPod = %v, %v", wrote, err)
 	}
+	// One write carries both: pods/status keeps metadata changes, so the condition and its
+	// evidence land together.
 	ps := patches(client)
-	if len(ps) != 2 {
-		t.Fatalf("%d patches, want 2", len(ps))
+	if len(ps) != 1 {
+		t.Fatalf("%d patches, want 1", len(ps))
 	}
 	if ps[0].GetSubresource() != "status" || ps[0].GetPatchType() != types.StrategicMergePatchType {
-		t.Errorf("condition written as %s %q, want a strategic merge patch on status", ps[0].GetPatchType(), ps[0].GetSubresource())
-	}
-	if ps[1].GetSubresource() != "" || ps[1].GetPatchType() != types.MergePatchType {
-		t.Errorf("annotation written as %s %q, want a merge patch on the pod", ps[1].GetPatchType(), ps[1].GetSubresource())
+		t.Errorf("mark written as %s %q, want a strategic merge patch on status", ps[0].GetPatchType(), ps[0].GetSubresource())
 	}
 	pod := getPod(t, client, "r-0")
 	if !hasInfraCondition(pod, v1alpha1.CauseGPUFault) {
@@ -158,8 +157,8 @@ func TestMarkPodWritesConditionAndAnnotation(t *testing.T) {
 			t.Errorf("repeat MarkPod = %v, %v; want nothing written", wrote, err)
 		}
 	}
-	if n := len(patches(client)); n != 2 {
-		t.Errorf("%d patches after repeats, want 2", n)
+	if n := len(patches(client)); n != 1 {
+		t.Errorf("%d patches after repeats, want 1", n)
 	}
 }
 
@@ -189,7 +188,7 @@ func TestMarkPodDecisions(t *testing.T) {
 		},
 		"pod that failed with the fault: marked": {
 			pod: makePod("p").run("r").failedAt(t0).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
-			wantPatches: 2, wantCondition: v1alpha1.CauseGPUFault,
+			wantPatches: 1, wantCondition: v1alpha1.CauseGPUFault,
 		},
 		"earlier evidence stays (written by a previous agent)": {
 			pod: makePod("p").run("r").evidence(ShutdownEvidence(node, t0)).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
@@ -197,7 +196,7 @@ func TestMarkPodDecisions(t *testing.T) {
 		},
 		"secondary XID superseded: condition added, annotation rewritten": {
 			pod: makePod("p").run("r").evidence(xidEvidence("GPU-a", 45, v1alpha1.CauseAppGPUError)).obj(), ev: xidEvidence("GPU-a", 48, v1alpha1.CauseGPUFault),
-			wantPatches: 2, wantCondition: v1alpha1.CauseGPUFault,
+			wantPatches: 1, wantCondition: v1alpha1.CauseGPUFault,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -232,10 +231,10 @@ func TestMarkPodRetries(t *testing.T) {
 		wantCalls int
 		wantErr   func(error) bool
 	}{
-		"conflicts are retried": {err: apierrors.NewConflict(gr, "p", errors.New("busy")), failures: 2, wantCalls: 4},
-		"5xx is retried":        {err: apierrors.NewServiceUnavailable("etcd leader election"), failures: 3, wantCalls: 5},
-		"throttling is retried": {err: apierrors.NewTooManyRequests("slow down", 1), failures: 1, wantCalls: 3},
-		"a lost connection too": {err: errors.New("connection refused"), failures: 1, wantCalls: 3},
+		"conflicts are retried": {err: apierrors.NewConflict(gr, "p", errors.New("busy")), failures: 2, wantCalls: 3},
+		"5xx is retried":        {err: apierrors.NewServiceUnavailable("etcd leader election"), failures: 3, wantCalls: 4},
+		"throttling is retried": {err: apierrors.NewTooManyRequests("slow down", 1), failures: 1, wantCalls: 2},
+		"a lost connection too": {err: errors.New("connection refused"), failures: 1, wantCalls: 2},
 		"404 gives up at once":  {err: apierrors.NewNotFound(gr, "p"), failures: 100, wantCalls: 1, wantErr: apierrors.IsNotFound},
 		"403 gives up at once":  {err: apierrors.NewForbidden(gr, "p", errors.New("rbac")), failures: 100, wantCalls: 1, wantErr: apierrors.IsForbidden},
 		"retries are bounded":   {err: apierrors.NewInternalError(errors.New("boom")), failures: 100, wantCalls: 4, wantErr: apierrors.IsInternalError},
@@ -257,7 +256,7 @@ func TestMarkPodRetries(t *testing.T) {
 			if tc.wantErr != nil && !tc.wantErr(err) {
 				t.Fatalf("MarkPod error %v, want %T", err, tc.err)
 			}
-			// Two patches (condition, annotation); failures hit the first.
+			// One patch (condition and annotation) after the failures.
 			if calls != tc.wantCalls {
 				t.Errorf("%d patch calls, want %d", calls, tc.wantCalls)
 			}
@@ -426,10 +425,10 @@ func TestMarkAndWithdrawWithALaggingCache(t *testing.T) {
 		}
 	}
 	first, second := ShutdownEvidence(node, t0), ShutdownEvidence(node, t0.Add(time.Minute))
-	step("mark", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), first) }, true, 2)
+	step("mark", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), first) }, true, 1)
 	step("mark again", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), first) }, false, 0)
-	step("withdraw", func() (bool, error) { return w.WithdrawPod(ctx, ref("r-0")) }, true, 2)
-	step("mark after withdrawal", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), second) }, true, 2)
+	step("withdraw", func() (bool, error) { return w.WithdrawPod(ctx, ref("r-0")) }, true, 1)
+	step("mark after withdrawal", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), second) }, true, 1)
 	got := getPod(t, client, "r-0")
 	if ev := parseEvidence(got.Annotations); ev == nil || *ev != second || !hasInfraCondition(got, v1alpha1.CauseNodeShutdown) {
 		t.Errorf("after re-mark: evidence %+v, conditions %+v", ev, got.Status.Conditions)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -200,7 +199,7 @@ func TestE2EGPUXidProgramCausedIsNotInfrastructure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("evidence after XID 13: %v", err)
 	}
-	// The agent writes the condition before the annotation: had it written one, it would show.
+	// The condition and the evidence go in one write: had the agent written one, it would show.
 	if cond := infraCondition(pods[0]); cond != nil {
 		t.Errorf("XID 13 put the InfrastructureFault condition on the pod (reason %s): a program error must not look like infrastructure", cond.Reason)
 	}
@@ -239,28 +238,32 @@ func TestE2EAgentCannotTouchOtherNodes(t *testing.T) {
 	podA := createPods(ctx, t, c, ns, nodeA, "own", 1, 0)[0]
 	podB := createPods(ctx, t, c, ns, nodeB, "foreign", 1, 0)[0]
 
-	condPatch := func(p *corev1.Pod) []byte {
-		b, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-			Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue,
-			Reason: string(v1alpha1.CauseNodeShutdown), LastTransitionTime: metav1.Now(),
-		}}}})
-		return b
-	}
 	annPatch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationFaultEvidence + `":"{}"}}}`)
 	nodePatch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationShutdownDetectedAt + `":"2026-11-21T00:00:00Z"}}}`)
 
-	// Own node: allowed.
-	if _, err := asAgent.CoreV1().Pods(ns).Patch(ctx, podA.Name, types.StrategicMergePatchType, condPatch(podA), metav1.PatchOptions{}, "status"); err != nil {
+	// Own node: allowed, and both halves of the mark land.
+	if _, err := asAgent.CoreV1().Pods(ns).Patch(ctx, podA.Name, types.StrategicMergePatchType, markPatch(v1alpha1.CauseNodeShutdown, "{}"), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("agent of %s marking pod %s on its own node: %v", nodeA, podA.Name, err)
+	}
+	if got, err := c.Client.CoreV1().Pods(ns).Get(ctx, podA.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if infraCondition(got) == nil || got.Annotations[v1alpha1.AnnotationFaultEvidence] != "{}" {
+		t.Errorf("pod %s after the mark: conditions %+v, annotations %v; want both the condition and the evidence", podA.Name, got.Status.Conditions, got.Annotations)
 	}
 	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, nodeA, types.MergePatchType, nodePatch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("agent of %s annotating its own node: %v", nodeA, err)
 	}
+	// The agent never writes a pod itself (only its status): RBAC refuses it, on any node.
+	for _, p := range []*corev1.Pod{podA, podB} {
+		_, err := asAgent.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, annPatch, metav1.PatchOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `cannot patch resource "pods"`) {
+			t.Errorf("agent patching pod %s on %s directly: got %v, want RBAC's 403 (no patch on pods)", p.Name, p.Spec.NodeName, err)
+		}
+	}
 
 	// Another node: refused, with a message that says why.
 	refusals := map[string]error{}
-	_, refusals["pod status on "+nodeB] = asAgent.CoreV1().Pods(ns).Patch(ctx, podB.Name, types.StrategicMergePatchType, condPatch(podB), metav1.PatchOptions{}, "status")
-	_, refusals["pod annotation on "+nodeB] = asAgent.CoreV1().Pods(ns).Patch(ctx, podB.Name, types.MergePatchType, annPatch, metav1.PatchOptions{})
+	_, refusals["pod status on "+nodeB] = asAgent.CoreV1().Pods(ns).Patch(ctx, podB.Name, types.StrategicMergePatchType, markPatch(v1alpha1.CauseNodeShutdown, "{}"), metav1.PatchOptions{}, "status")
 	_, refusals["node "+nodeB] = asAgent.CoreV1().Nodes().Patch(ctx, nodeB, types.MergePatchType, nodePatch, metav1.PatchOptions{})
 	for what, err := range refusals {
 		if !apierrors.IsForbidden(err) {

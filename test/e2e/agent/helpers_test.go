@@ -149,3 +149,17 @@ func gpuHealthy(n *corev1.Node) *corev1.NodeCondition {
 	}
 	return nil
 }
+
+// markPatch is the agent's mark as it writes it (pkg/nodeagent podMarkPatch): the
+// InfrastructureFault condition and the evidence annotation in one strategic merge patch of
+// pods/status.
+func markPatch(cause v1alpha1.Cause, evidence string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: evidence}},
+		"status": map[string]any{"conditions": []corev1.PodCondition{{
+			Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue,
+			Reason: string(cause), LastTransitionTime: metav1.Now(),
+		}}},
+	})
+	return b
+}

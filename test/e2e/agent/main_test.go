@@ -24,7 +24,16 @@ import (
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
-const nodes = 4
+// nodes: 0–3 for the tests, 4–6 for the benchmarks alone (a test's pods may still hold a
+// node's simulated GPUs when a benchmark starts).
+const nodes = 7
+
+// Nodes of the benchmarks.
+var (
+	xidBenchNode      = cluster.NodeName(4)
+	shutdownBenchNode = cluster.NodeName(5)
+	floorBenchNode    = cluster.NodeName(6)
+)
 
 var (
 	agentBin string
