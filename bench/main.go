@@ -1,11 +1,18 @@
-// Command bench measures faultline on the local control plane (make bench): time-to-fail on
-// an application error, time-to-restart after a node shutdown (through the node agent, with
-// the restart's phases from status.trace), and the floor — the time the same control plane
-// takes to create and schedule the same pods from scratch as a bare Indexed Job. It prints
-// ratios as well as absolute times and writes bench/results/<date>.md.
+// Command bench measures faultline on the local control plane (make bench), side by side with
+// what a user would run instead — a bare Indexed Job configured as the Kubernetes docs
+// suggest, and JobSet v0.12.0 (built from hack/tools, run as a local process) — and against
+// the floor: the time the same control plane takes to create and schedule the same pods
+// from scratch. Scenarios:
 //
-// This first version measures faultline and the floor; the side-by-side runs of a bare
-// Indexed Job with podFailurePolicy and of JobSet (pinned in hack/tools) come next.
+//	a. application error → the gang failed: time, last pod gone, restarts wasted;
+//	b. node shutdown on one node (through the node agent) → every worker Running again;
+//	c. fatal GPU XID 79 on one GPU → the same;
+//	d. steady state, runs × workers: the controller's CPU, RSS, API rate and decision
+//	   latency; the agents' XID-to-mark latency and RSS.
+//
+// Every result states the kube-controller-manager's client rate limit; each rate limit gets
+// its own control plane. The report (tables, ratios and PNG plots) goes to
+// bench/results/<date>.md.
 package main
 
 import (
@@ -19,42 +26,124 @@ import (
 	"time"
 )
 
+// Scenarios by flag name.
+const (
+	scenarioFailFlag     = "fail"
+	scenarioShutdownFlag = "shutdown"
+	scenarioXIDFlag      = "xid"
+	scenarioSteadyFlag   = "steady"
+)
+
 func main() {
-	workers := flag.String("workers", "8,256", "comma-separated gang sizes")
-	qps := flag.Int("controller-manager-qps", 0, "kube-controller-manager client QPS (0: the upstream default, 20/30)")
-	rounds := flag.Int("rounds", 3, "measurements per scenario and size")
+	workers := flag.String("workers", "8,256,2048", "comma-separated gang sizes")
+	qps := flag.String("controller-manager-qps", "0,200", "comma-separated kube-controller-manager client QPS settings, one control plane each (0: the upstream default, 20/30)")
+	rounds := flag.Int("rounds", 2, "measurements per scenario, system and size")
+	systems := flag.String("systems", strings.Join([]string{flagFaultline, flagJob, flagJobSet, flagJobSetDefault}, ","), "systems to compare")
+	scenarios := flag.String("scenarios", strings.Join([]string{scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioSteadyFlag}, ","), "scenarios to run")
+	failMax := flag.Int("fail-max-workers", 256, "run scenario a (application error) only up to this gang size")
+	steadyRuns := flag.Int("steady-runs", 100, "scenario d: runs")
+	steadyWorkers := flag.Int("steady-workers", 100, "scenario d: workers per run")
+	steadyQPS := flag.Int("steady-qps", 200, "scenario d: kube-controller-manager QPS (creating 10k pods at the default takes ~10 min)")
+	steadyFaults := flag.Int("steady-faults", 20, "scenario d: GPU faults injected during the window")
+	steadyWindow := flag.Duration("steady-window", 60*time.Second, "scenario d: measurement window")
+	profileWorkers := flag.Int("profile-workers", 256, "profile the controller during faultline's first node-shutdown restart of this gang size (0: never)")
+	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
 	out := flag.String("out", "", "results file (default bench/results/<date>.md)")
-	timeout := flag.Duration("timeout", 30*time.Minute, "give up after this long")
+	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	flag.Parse()
-	var sizes []int
-	for _, w := range strings.Split(*workers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(w))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bench: -workers: %q is not a gang size\n", w)
-			os.Exit(2)
-		}
-		sizes = append(sizes, n)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	res, err := run(ctx, config{sizes: sizes, qps: *qps, rounds: *rounds})
+	sizes, err := ints(*workers, 1)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		fail(2, fmt.Errorf("-workers: %w", err))
 	}
-	report := res.markdown()
-	fmt.Print(report)
+	qpss, err := ints(*qps, 0)
+	if err != nil {
+		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
+	}
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers,
+		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
+		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
+	for _, s := range cfg.systems {
+		if s != flagFaultline && s != flagJob && s != flagJobSet && s != flagJobSetDefault {
+			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s or %s)", s, flagFaultline, flagJob, flagJobSet, flagJobSetDefault))
+		}
+	}
+	for _, s := range cfg.scenarios {
+		if s != scenarioFailFlag && s != scenarioShutdownFlag && s != scenarioXIDFlag && s != scenarioSteadyFlag {
+			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (want %s, %s, %s or %s)", s, scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioSteadyFlag))
+		}
+	}
 	path := *out
 	if path == "" {
 		path = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+".md")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		fail(1, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	started := time.Now()
+	sessions, runErr := run(ctx, cfg)
+	// What was measured is reported even when a later scenario failed.
+	report, err := render(sessions, cfg, path, time.Since(started))
+	if err != nil {
+		fail(1, err)
+	}
+	fmt.Print(report)
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		fail(1, err)
 	}
 	fmt.Fprintln(os.Stderr, "results written to", path)
+	if runErr != nil {
+		fail(1, runErr)
+	}
+}
+
+func ints(list string, least int) ([]int, error) {
+	var out []int
+	for _, w := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%q is not a whole number ≥ %d", w, least)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func fail(code int, err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(code)
+}
+
+// render writes the plots next to the report and returns the report.
+func render(sessions []*session, cfg config, path string, took time.Duration) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# faultline benchmarks, %s\n\n", time.Now().Format("2006-01-02"))
+	fmt.Fprintf(&b, "`go run ./bench %s` — %d round(s) per scenario, system and size, on this 2-core machine; took %s.\n",
+		strings.Join(os.Args[1:], " "), cfg.rounds, took.Round(time.Second))
+	b.WriteString("Systems: faultline (TrainingRun, default failure policy, node agent with simulated hardware); " +
+		"a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1); " +
+		"JobSet v0.12.0 with maxRestarts 3 and backoffLimit 0, with its default policy and at its best for application errors " +
+		"(a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy). The floor: a bare Indexed Job of the same pods, from create to all Running.\n\n")
+	stem := strings.TrimSuffix(path, filepath.Ext(path))
+	for _, s := range sessions {
+		plots := map[string]string{}
+		for _, sc := range []string{scenarioShutdown, scenarioXID} {
+			slug := map[string]string{scenarioShutdown: "shutdown", scenarioXID: "xid"}[sc]
+			file := fmt.Sprintf("%s-%s-qps%d.png", stem, slug, s.qps)
+			if ok, err := s.plotRestarts(sc, file); err != nil {
+				return "", err
+			} else if ok {
+				plots[sc] = filepath.Base(file)
+			}
+			file = fmt.Sprintf("%s-%s-phases-qps%d.png", stem, slug, s.qps)
+			if ok, err := s.plotPhases(sc, file); err != nil {
+				return "", err
+			} else if ok {
+				plots[sc+" phases"] = filepath.Base(file)
+			}
+		}
+		s.markdown(&b, plots)
+	}
+	return b.String(), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,32 +14,50 @@ import (
 
 // Scenarios.
 const (
-	scenarioFloor   = "floor"
-	scenarioFail    = "time-to-fail"
-	scenarioRestart = "time-to-restart"
+	scenarioFloor    = "floor"
+	scenarioFail     = "time-to-fail"
+	scenarioShutdown = "node shutdown"
+	scenarioXID      = "GPU XID 79"
 )
 
 // restartPhases are the spans of a restart, in order (pkg/tracing).
 var restartPhases = []string{"detect", "settle", "classify", "teardown", "backoff", "create", "schedule", "running"}
 
 type sample struct {
+	system   string
 	workers  int
 	scenario string
 	d        time.Duration
-	// extra: for time-to-fail, until the last pod of the run was gone.
-	extra  time.Duration
-	wasted int32
+	// extra: for time-to-fail, until the last pod of the gang was gone.
+	extra time.Duration
+	// wasted: generations started in vain; crashes: how often the bug crashed a worker.
+	wasted, crashes int
+	// gaveUp: the system failed the gang instead of restarting it.
+	gaveUp bool
 	phases map[string]time.Duration
 }
 
-type results struct {
+// session is one control plane at one controller-manager rate limit.
+type session struct {
 	k8s     string
 	qps     int
 	nodes   int
 	samples []sample
+	steady  *steadyResult
+	profile string // what the profile of the controller showed, if taken
+	// metricsAddr serves the session's controller's metrics.
+	metricsAddr string
 }
 
-func (r *results) add(s sample) { r.samples = append(r.samples, s) }
+func (r *session) add(s sample) { r.samples = append(r.samples, s) }
+
+// qpsLabel states the controller-manager's client rate limit, as every result must.
+func qpsLabel(qps int) string {
+	if qps > 0 {
+		return fmt.Sprintf("QPS %d, burst %d", qps, 2*qps)
+	}
+	return "upstream default (QPS 20, burst 30)"
+}
 
 // phasesOf turns status.trace's phase boundaries into the restart's phase durations
 // (nil when a boundary is missing, e.g. tracing state from an older controller).
@@ -67,16 +86,55 @@ func summarize(ds []time.Duration) stats {
 	if len(ds) == 0 {
 		return stats{}
 	}
-	sorted := append([]time.Duration(nil), ds...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
 	return stats{n: len(sorted), median: sorted[len(sorted)/2], min: sorted[0], max: sorted[len(sorted)-1]}
 }
 
-func (r *results) pick(workers int, scenario string, f func(sample) time.Duration) []time.Duration {
-	var out []time.Duration
+func (s stats) String() string {
+	if s.n == 0 {
+		return "–"
+	}
+	if s.n == 1 {
+		return secs(s.median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", secs(s.median), secs(s.min), secs(s.max))
+}
+
+func (r *session) pick(system, scenario string, workers int) []sample {
+	var out []sample
 	for _, s := range r.samples {
-		if s.workers == workers && s.scenario == scenario {
-			out = append(out, f(s))
+		if s.system == system && s.scenario == scenario && s.workers == workers {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func durations(ss []sample, f func(sample) time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, f(s))
+	}
+	return out
+}
+
+func (r *session) sizes() []int {
+	var out []int
+	for _, s := range r.samples {
+		if !slices.Contains(out, s.workers) {
+			out = append(out, s.workers)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func (r *session) systems(scenario string) []string {
+	var out []string
+	for _, name := range []string{sysFaultline, sysJob, sysJobSet, sysJobSetDefault} {
+		if slices.ContainsFunc(r.samples, func(s sample) bool { return s.system == name && s.scenario == scenario }) {
+			out = append(out, name)
 		}
 	}
 	return out
@@ -84,69 +142,116 @@ func (r *results) pick(workers int, scenario string, f func(sample) time.Duratio
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
-// markdown renders the results as the report in bench/results.
-func (r *results) markdown() string {
-	var b strings.Builder
-	qps := "upstream default (QPS 20, burst 30)"
-	if r.qps > 0 {
-		qps = fmt.Sprintf("QPS %d, burst %d", r.qps, 2*r.qps)
+// ratio is ours / theirs, of medians.
+func ratio(ours, theirs time.Duration) string {
+	if ours <= 0 || theirs <= 0 {
+		return "–"
 	}
-	fmt.Fprintf(&b, "# faultline benchmarks, %s\n\n", time.Now().Format("2006-01-02"))
-	fmt.Fprintf(&b, "Local control plane: Kubernetes %s, %d kwok nodes with 8 GPUs, one GPU per worker;\n", r.k8s, r.nodes)
-	fmt.Fprintf(&b, "kube-controller-manager client rate limit: %s. Medians (min–max) of the rounds.\n\n", qps)
-	var sizes []int
-	seen := map[int]bool{}
-	for _, s := range r.samples {
-		if !seen[s.workers] {
-			seen[s.workers] = true
-			sizes = append(sizes, s.workers)
-		}
-	}
-	b.WriteString("| workers | floor: create+schedule | time-to-fail | last pod gone | restarts wasted | time-to-restart | restart / floor |\n")
-	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, n := range sizes {
-		d := func(s sample) time.Duration { return s.d }
-		floor := summarize(r.pick(n, scenarioFloor, d))
-		fail := summarize(r.pick(n, scenarioFail, d))
-		gone := summarize(r.pick(n, scenarioFail, func(s sample) time.Duration { return s.extra }))
-		restart := summarize(r.pick(n, scenarioRestart, d))
-		wasted := int32(0)
-		for _, s := range r.samples {
-			if s.workers == n && s.scenario == scenarioFail {
-				wasted += s.wasted
-			}
-		}
-		ratio := "–"
-		if floor.median > 0 {
-			ratio = fmt.Sprintf("%.2f×", restart.median.Seconds()/floor.median.Seconds())
-		}
-		fmt.Fprintf(&b, "| %d | %s (%s–%s) | %s (%s–%s) | %s | %d | %s (%s–%s) | %s |\n", n,
-			secs(floor.median), secs(floor.min), secs(floor.max),
-			secs(fail.median), secs(fail.min), secs(fail.max), secs(gone.median), wasted,
-			secs(restart.median), secs(restart.min), secs(restart.max), ratio)
-	}
-	b.WriteString("\n## Where a restart's time goes (median of each phase, from status.trace)\n\n| workers |")
-	for _, p := range restartPhases {
-		fmt.Fprintf(&b, " %s |", p)
-	}
-	b.WriteString("\n| ---: |" + strings.Repeat(" ---: |", len(restartPhases)) + "\n")
-	for _, n := range sizes {
-		fmt.Fprintf(&b, "| %d |", n)
-		for _, p := range restartPhases {
-			var ds []time.Duration
-			for _, s := range r.samples {
-				if d, ok := s.phases[p]; ok && s.workers == n && s.scenario == scenarioRestart {
-					ds = append(ds, d)
+	return fmt.Sprintf("%.2f×", ours.Seconds()/theirs.Seconds())
+}
+
+func median(ss []sample, f func(sample) time.Duration) time.Duration {
+	return summarize(durations(ss, f)).median
+}
+
+// markdown renders one session's tables.
+func (r *session) markdown(b *strings.Builder, plots map[string]string) {
+	fmt.Fprintf(b, "## kube-controller-manager rate limit: %s\n\n", qpsLabel(r.qps))
+	fmt.Fprintf(b, "Kubernetes %s, %d kwok nodes with 8 GPUs each, one GPU per worker. Median (min–max) of the rounds.\n\n", r.k8s, r.nodes)
+	d := func(s sample) time.Duration { return s.d }
+	gone := func(s sample) time.Duration { return s.extra }
+
+	if systems := r.systems(scenarioFail); len(systems) > 0 {
+		b.WriteString("### a. Application error → gang failed\n\n")
+		b.WriteString("Index 2 crashes with exit code 1 each time it runs. *Last pod gone*: when a queue (Kueue) could admit the next workload.\n\n")
+		b.WriteString("| workers | system | time-to-fail | last pod gone | restarts wasted | faultline ÷ this (fail) |\n| ---: | --- | ---: | ---: | ---: | ---: |\n")
+		for _, n := range r.sizes() {
+			ours := median(r.pick(sysFaultline, scenarioFail, n), d)
+			for _, sys := range systems {
+				ss := r.pick(sys, scenarioFail, n)
+				if len(ss) == 0 {
+					continue
 				}
+				wasted := 0
+				for _, s := range ss {
+					wasted = max(wasted, s.wasted)
+				}
+				fmt.Fprintf(b, "| %d | %s | %s | %s | %d | %s |\n", n, sys, summarize(durations(ss, d)), summarize(durations(ss, gone)), wasted, ratio(ours, median(ss, d)))
 			}
-			if len(ds) == 0 {
-				b.WriteString(" n/a |") // status.trace is kept only with tracing on
-				continue
-			}
-			fmt.Fprintf(&b, " %.0f ms |", float64(summarize(ds).median.Microseconds())/1000)
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nNot yet measured here: the bare Indexed Job and JobSet v0.12.0 side by side, GPU XID\nrestarts, 2048 workers, and the steady state of 100 runs.\n")
-	return b.String()
+	for _, sc := range []string{scenarioShutdown, scenarioXID} {
+		systems := r.systems(sc)
+		if len(systems) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "### %s → every worker Running again\n\n", map[string]string{scenarioShutdown: "b. Node shutdown on one node", scenarioXID: "c. Fatal GPU XID 79 on one GPU"}[sc])
+		b.WriteString("| workers | floor | system | time-to-restart | ÷ floor | faultline ÷ this |\n| ---: | ---: | --- | ---: | ---: | ---: |\n")
+		for _, n := range r.sizes() {
+			floor := median(r.pick(scenarioFloor, scenarioFloor, n), d)
+			ours := median(r.pick(sysFaultline, sc, n), d)
+			for _, sys := range systems {
+				ss := r.pick(sys, sc, n)
+				if len(ss) == 0 {
+					continue
+				}
+				if slices.ContainsFunc(ss, func(s sample) bool { return s.gaveUp }) {
+					fmt.Fprintf(b, "| %d | %s | %s | no restart: failed the gang after %s | – | – |\n", n, secs(floor), sys, summarize(durations(ss, d)))
+					continue
+				}
+				fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s |\n", n, secs(floor), sys, summarize(durations(ss, d)), ratio(median(ss, d), floor), ratio(ours, median(ss, d)))
+			}
+		}
+		b.WriteString("\n")
+		r.phaseTable(b, sc)
+		if p := plots[sc]; p != "" {
+			fmt.Fprintf(b, "![time-to-restart, %s](%s)\n\n", sc, p)
+		}
+		if p := plots[sc+" phases"]; p != "" {
+			fmt.Fprintf(b, "![faultline's restart phases, %s](%s)\n\n", sc, p)
+		}
+	}
+	if r.steady != nil {
+		r.steady.markdown(b)
+	}
+	if r.profile != "" {
+		b.WriteString(r.profile + "\n\n")
+	}
+}
+
+// phaseTable: where faultline's restart time goes, from its runs' status.trace.
+func (r *session) phaseTable(b *strings.Builder, scenario string) {
+	b.WriteString("faultline's restart, phase by phase (median, from status.trace):\n\n| workers |")
+	for _, p := range restartPhases {
+		fmt.Fprintf(b, " %s |", p)
+	}
+	b.WriteString("\n| ---: |" + strings.Repeat(" ---: |", len(restartPhases)) + "\n")
+	for _, n := range r.sizes() {
+		ss := r.pick(sysFaultline, scenario, n)
+		if len(ss) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "| %d |", n)
+		for _, p := range restartPhases {
+			ds := phaseDurations(ss, p)
+			if len(ds) == 0 {
+				b.WriteString(" n/a |")
+				continue
+			}
+			fmt.Fprintf(b, " %.0f ms |", float64(summarize(ds).median.Microseconds())/1000)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func phaseDurations(ss []sample, phase string) []time.Duration {
+	var ds []time.Duration
+	for _, s := range ss {
+		if d, ok := s.phases[phase]; ok {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }

@@ -3,21 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"time"
+	"slices"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -27,46 +23,96 @@ import (
 
 const namespace = "bench"
 
+// Systems by flag name.
+const (
+	flagFaultline     = "faultline"
+	flagJob           = "job"
+	flagJobSet        = "jobset"
+	flagJobSetDefault = "jobset-default"
+)
+
 type config struct {
-	sizes  []int
-	qps    int
-	rounds int
+	sizes     []int
+	qps       []int
+	rounds    int
+	systems   []string
+	scenarios []string
+	// failMax: scenario a runs up to this gang size (the targets name 8 and 256).
+	failMax int
+	steady  steadyConfig
+	// profileWorkers: profile the controller's CPU during faultline's node-shutdown restart
+	// of this gang size (0: no profile).
+	profileWorkers int
 }
 
-// bench is one benchmark session: a control plane, the controller, agents as needed.
+// binaries are built once for every session.
+type binaries struct {
+	dir, launcher, agent string
+}
+
+// bench is one session: a control plane at one rate limit, faultline's controller (with
+// tracing on, so that every restart records its phases), agents as needed, and JobSet.
 type bench struct {
 	cfg     config
+	bin     binaries
 	c       *cluster.Cluster
 	runs    client.WithWatch
-	dir     string
-	agent   string
+	dyn     dynamic.Interface
 	dsPods  map[string]*corev1.Pod
 	agents  map[string]*cluster.Agent
-	results *results
+	ctrl    *exec.Cmd
+	pprof   string
+	results *session
 }
 
-func run(ctx context.Context, cfg config) (*results, error) {
+func run(ctx context.Context, cfg config) ([]*session, error) {
 	dir, err := os.MkdirTemp("", "faultline-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	launcher, err := cluster.BuildLauncher(dir)
+	bin := binaries{dir: dir}
+	if bin.launcher, err = cluster.BuildLauncher(dir); err != nil {
+		return nil, err
+	}
+	if bin.agent, err = cluster.BuildBinary(dir, "./cmd/nodeagent", ""); err != nil {
+		return nil, err
+	}
+	// Tracing on, exported to a sink: status.trace (the phases) is kept only with tracing.
+	stopSink, err := startTraceSink()
 	if err != nil {
 		return nil, err
 	}
-	agent, err := cluster.BuildBinary(dir, "./cmd/nodeagent", "")
-	if err != nil {
-		return nil, err
+	defer stopSink()
+	var out []*session
+	largest := slices.Max(cfg.sizes)
+	if slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != scenarioSteadyFlag }) {
+		for _, qps := range cfg.qps {
+			// One GPU per worker on 8-GPU nodes, and a spare node for the gang that loses one.
+			s, err := session1(ctx, cfg, bin, qps, (largest+7)/8+1, func(ctx context.Context, b *bench) error { return b.scenarios(ctx) })
+			if err != nil {
+				return out, err
+			}
+			out = append(out, s)
+		}
 	}
-	largest := 0
-	for _, n := range cfg.sizes {
-		largest = max(largest, n)
+	if slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
+		st := cfg.steady
+		s, err := session1(ctx, cfg, bin, st.qps, (st.runs*st.workers+7)/8+1, func(ctx context.Context, b *bench) error { return b.steadyState(ctx) })
+		if err != nil {
+			return out, err
+		}
+		out = append(out, s)
 	}
-	// One GPU per worker on 8-GPU nodes, and a spare node for the gang that loses one.
-	nodes := (largest+7)/8 + 1
+	return out, nil
+}
+
+// session1 starts a control plane with nodes nodes and the controller-manager at qps, runs
+// body, and tears everything down.
+func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, body func(context.Context, *bench) error) (*session, error) {
+	fmt.Fprintf(os.Stderr, "session: %d nodes, kube-controller-manager %s\n", nodes, qpsLabel(qps))
 	c, err := cluster.Start(ctx, cluster.Options{
-		Name: "bench", Nodes: nodes, ControllerManagerQPS: cfg.qps,
+		Name: "bench", Nodes: nodes, ControllerManagerQPS: qps,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
@@ -76,13 +122,8 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		return nil, err
 	}
 	defer func() { _ = c.Stop() }()
-	b := &bench{cfg: cfg, c: c, dir: dir, agent: agent, agents: map[string]*cluster.Agent{},
-		results: &results{qps: cfg.qps, nodes: nodes}}
-	defer func() {
-		for _, a := range b.agents {
-			a.Stop()
-		}
-	}()
+	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes}}
+	defer b.stopAgents()
 	if v, err := c.Client.Discovery().ServerVersion(); err == nil {
 		b.results.k8s = v.GitVersion
 	}
@@ -95,33 +136,93 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	if b.runs, err = client.NewWithWatch(c.Config, client.Options{Scheme: controller.Scheme()}); err != nil {
 		return nil, err
 	}
-	ctrl := exec.CommandContext(ctx, launcher, "controller", "--kubeconfig", c.Kubeconfig, "--namespace", namespace,
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
-	logFile, err := os.Create(filepath.Join(dir, "controller.log"))
-	if err != nil {
+	if b.dyn, err = dynamic.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
-	ctrl.Stdout, ctrl.Stderr = logFile, logFile
-	if err := ctrl.Start(); err != nil {
+	if err := b.startController(ctx); err != nil {
 		return nil, err
 	}
-	defer func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait() }()
+	defer func() { _ = b.ctrl.Process.Kill(); _ = b.ctrl.Wait() }()
+	if slices.ContainsFunc(cfg.systems, func(s string) bool { return s == flagJobSet || s == flagJobSetDefault }) {
+		js, err := c.StartJobSet(ctx, b.bin.dir)
+		if err != nil {
+			return nil, err
+		}
+		defer js.Stop()
+	}
+	return b.results, body(ctx, b)
+}
 
-	for _, n := range cfg.sizes {
-		for r := range cfg.rounds {
-			fmt.Fprintf(os.Stderr, "workers %d, round %d\n", n, r+1)
-			if err := b.floor(ctx, n); err != nil {
-				return nil, fmt.Errorf("floor, %d workers: %w", n, err)
+// startController runs `launcher controller` for the bench namespace, with its metrics and
+// pprof served on free local ports.
+func (b *bench) startController(ctx context.Context) error {
+	metrics, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if b.pprof, err = freeAddr(); err != nil {
+		return err
+	}
+	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
+		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof)
+	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
+	if err != nil {
+		return err
+	}
+	b.ctrl.Stdout, b.ctrl.Stderr = logFile, logFile
+	b.results.metricsAddr = metrics
+	return b.ctrl.Start()
+}
+
+// systems are the systems under test, in report order.
+func (b *bench) systems() []system {
+	var out []system
+	for _, s := range b.cfg.systems {
+		switch s {
+		case flagFaultline:
+			out = append(out, faultline{runs: b.runs})
+		case flagJob:
+			out = append(out, bareJob{c: b.c})
+		case flagJobSet:
+			out = append(out, jobSet{dyn: b.dyn, best: true})
+		case flagJobSetDefault:
+			out = append(out, jobSet{dyn: b.dyn})
+		}
+	}
+	return out
+}
+
+// scenarios runs a, b and c for every size, round and system, interleaving the systems so
+// that a slow moment of the machine does not land on one of them only.
+func (b *bench) scenarios(ctx context.Context) error {
+	for _, n := range b.cfg.sizes {
+		for r := range b.cfg.rounds {
+			fmt.Fprintf(os.Stderr, "%s: %d workers, round %d\n", qpsLabel(b.results.qps), n, r+1)
+			if err := b.floor(ctx, n, r); err != nil {
+				return fmt.Errorf("floor, %d workers: %w", n, err)
 			}
-			if err := b.timeToFail(ctx, n, r); err != nil {
-				return nil, fmt.Errorf("time-to-fail, %d workers: %w", n, err)
-			}
-			if err := b.timeToRestart(ctx, n, r); err != nil {
-				return nil, fmt.Errorf("time-to-restart, %d workers: %w", n, err)
+			for _, sc := range b.cfg.scenarios {
+				for _, s := range b.systems() {
+					var err error
+					switch sc {
+					case scenarioFailFlag:
+						if n > b.cfg.failMax {
+							continue
+						}
+						err = b.timeToFail(ctx, s, n, r)
+					case scenarioShutdownFlag:
+						err = b.profiled(ctx, s, n, r == 0, func() error { return b.timeToRestart(ctx, s, scenarioShutdown, n, r) })
+					case scenarioXIDFlag:
+						err = b.timeToRestart(ctx, s, scenarioXID, n, r)
+					}
+					if err != nil {
+						return fmt.Errorf("%s, %s, %d workers: %w", sc, s.name(), n, err)
+					}
+				}
 			}
 		}
 	}
-	return b.results, nil
+	return nil
 }
 
 func gpuWorker() corev1.PodSpec {
@@ -133,209 +234,54 @@ func gpuWorker() corev1.PodSpec {
 	}
 }
 
-// floor: a bare Indexed Job of n pods, from create to every pod Running.
-func (b *bench) floor(ctx context.Context, n int) error {
-	name := "floor-" + strconv.Itoa(n)
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: batchv1.JobSpec{
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			Completions:    ptr.To(int32(n)), Parallelism: ptr.To(int32(n)),
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"bench": name}}, Spec: gpuWorker()},
-		},
-	}
-	start := time.Now()
-	if _, err := b.c.Client.BatchV1().Jobs(namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	sel := labels.SelectorFromSet(labels.Set{"bench": name})
-	if _, err := b.c.WaitPods(ctx, namespace, sel, allRunning(n)); err != nil {
-		return err
-	}
-	b.results.add(sample{workers: n, scenario: scenarioFloor, d: time.Since(start)})
-	if err := b.c.Client.BatchV1().Jobs(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
-		return err
-	}
-	_, err := b.c.WaitPods(ctx, namespace, sel, func(p []*corev1.Pod) (bool, error) { return len(p) == 0, nil })
-	return err
-}
-
-func allRunning(n int) func([]*corev1.Pod) (bool, error) {
-	return func(pods []*corev1.Pod) (bool, error) {
-		running := 0
-		for _, p := range pods {
-			if cluster.PodRunning(p) {
-				running++
-			}
-		}
-		return running == n, nil
-	}
-}
-
-// startRun creates a TrainingRun and waits until every worker of attempt 1 is Running.
-func (b *bench) startRun(ctx context.Context, name string, n int) (map[int]*corev1.Pod, error) {
-	run := &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()}},
-	}
-	if err := b.runs.Create(ctx, run); err != nil {
-		return nil, err
-	}
-	pods, err := b.c.WaitPods(ctx, namespace, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name, v1alpha1.LabelAttempt: "1"}), allRunning(n))
-	if err != nil {
-		return nil, err
-	}
-	byIndex := map[int]*corev1.Pod{}
-	for _, p := range pods {
-		i, _ := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-		byIndex[i] = p
-	}
-	return byIndex, nil
-}
-
-// deleteRun deletes a run and waits until none of its pods is left.
-func (b *bench) deleteRun(ctx context.Context, name string) error {
-	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-	if err := b.runs.Delete(ctx, run, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
-		return err
-	}
-	_, err := b.c.WaitPods(ctx, namespace, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name}), func(p []*corev1.Pod) (bool, error) { return len(p) == 0, nil })
-	return err
-}
-
-// waitRun watches the run until cond holds.
-func (b *bench) waitRun(ctx context.Context, name string, cond func(*v1alpha1.TrainingRun) bool) (*v1alpha1.TrainingRun, error) {
-	list := &v1alpha1.TrainingRunList{}
-	w, err := b.runsWatch(ctx, name, list)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	for _, r := range list.Items {
-		if cond(&r) {
-			return &r, nil
-		}
-	}
-	for e := range w.ResultChan() {
-		if r, ok := e.Object.(*v1alpha1.TrainingRun); ok && cond(r) {
-			return r, nil
-		}
-	}
-	return nil, fmt.Errorf("watch of run %s ended: %w", name, ctx.Err())
-}
-
-// timeToFail: index 2 exits 1 → the run is Failed; also when its last pod is gone (what a
-// queue such as Kueue waits for before admitting the next workload).
-func (b *bench) timeToFail(ctx context.Context, n, round int) error {
-	name := fmt.Sprintf("fail-%d-%d", n, round)
-	pods, err := b.startRun(ctx, name, n)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := b.c.FailPod(ctx, namespace, pods[min(2, n-1)].Name, cluster.Failure{ExitCode: 1, Message: "ValueError: loss is NaN"}); err != nil {
-		return err
-	}
-	run, err := b.waitRun(ctx, name, func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseFailed })
-	if err != nil {
-		return err
-	}
-	failed := time.Since(start)
-	if _, err := b.c.WaitPods(ctx, namespace, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name}), func(p []*corev1.Pod) (bool, error) {
-		for _, pod := range p {
-			if cluster.PodLive(pod) {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return err
-	}
-	b.results.add(sample{workers: n, scenario: scenarioFail, d: failed, extra: time.Since(start),
-		wasted: run.Status.Restarts.Infrastructure + run.Status.Restarts.Application + run.Status.Restarts.Unknown})
-	return b.deleteRun(ctx, name)
-}
-
-// timeToRestart: logind announces a shutdown on the node of index 0 (the coordinator); the
-// agent marks the node's workers; the kubelet's SIGTERM fails them (exit 143); the run is
-// measured until every worker of attempt 2 is Running.
-func (b *bench) timeToRestart(ctx context.Context, n, round int) error {
-	name := fmt.Sprintf("restart-%d-%d", n, round)
-	pods, err := b.startRun(ctx, name, n)
-	if err != nil {
-		return err
-	}
-	node := pods[0].Spec.NodeName
-	agent, err := b.agentOn(ctx, node)
-	if err != nil {
-		return err
-	}
-	var victims []*corev1.Pod
-	for _, p := range pods {
-		if p.Spec.NodeName == node {
-			victims = append(victims, p)
-		}
-	}
-	start := time.Now()
-	if err := agent.Logind.PrepareForShutdown(true); err != nil {
-		return err
-	}
-	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name, v1alpha1.LabelAttempt: "1"})
-	if _, err := b.c.WaitPods(ctx, namespace, sel, func(p []*corev1.Pod) (bool, error) {
-		marked := 0
-		for _, pod := range p {
-			for _, c := range pod.Status.Conditions {
-				if pod.Spec.NodeName == node && c.Type == v1alpha1.PodConditionInfrastructureFault && c.Status == corev1.ConditionTrue {
-					marked++
-				}
-			}
-		}
-		return marked == len(victims), nil
-	}); err != nil {
-		return err
-	}
-	for _, p := range victims {
-		if err := b.c.FailPod(ctx, namespace, p.Name, cluster.Failure{ExitCode: 143, Message: "terminated by SIGTERM"}); err != nil {
-			return err
-		}
-	}
-	run, err := b.waitRun(ctx, name, func(r *v1alpha1.TrainingRun) bool {
-		return r.Status.Attempt == 2 && r.Status.Phase == v1alpha1.PhaseRunning && r.Status.ReadyWorkers == int32(n)
-	})
-	if err != nil {
-		return err
-	}
-	b.results.add(sample{workers: n, scenario: scenarioRestart, d: time.Since(start), phases: phasesOf(run.Status.Trace)})
-	// The node comes back: the shutdown is called off and its announcement removed, so that
-	// later rounds on it are not judged by it.
-	agent.Stop()
-	delete(b.agents, node)
-	if _, err := b.c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationShutdownDetectedAt+`":null}}}`), metav1.PatchOptions{}); err != nil {
-		return err
-	}
-	return b.deleteRun(ctx, name)
-}
-
-// runsWatch lists the run (into list) and watches it from there.
-func (b *bench) runsWatch(ctx context.Context, name string, list *v1alpha1.TrainingRunList) (watch.Interface, error) {
-	byName := fields.OneTermEqualSelector("metadata.name", name)
-	if err := b.runs.List(ctx, list, &client.ListOptions{Namespace: namespace, FieldSelector: byName}); err != nil {
-		return nil, err
-	}
-	return b.runs.Watch(ctx, &v1alpha1.TrainingRunList{}, &client.ListOptions{
-		Namespace: namespace, FieldSelector: byName, Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion},
-	})
-}
-
 func (b *bench) agentOn(ctx context.Context, node string) (*cluster.Agent, error) {
 	if a, ok := b.agents[node]; ok {
 		return a, nil
 	}
-	a, err := b.c.StartAgent(ctx, cluster.AgentOptions{Bin: b.agent, Node: node, DaemonSetPod: b.dsPods[node], Dir: b.dir})
+	a, err := b.c.StartAgent(ctx, cluster.AgentOptions{Bin: b.bin.agent, Node: node, DaemonSetPod: b.dsPods[node], Dir: b.bin.dir})
 	if err != nil {
 		return nil, err
 	}
 	b.agents[node] = a
 	return a, nil
+}
+
+func (b *bench) stopAgents() {
+	for node, a := range b.agents {
+		a.Stop()
+		delete(b.agents, node)
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startTraceSink accepts OTLP/HTTP trace exports and drops them, and points this process's
+// children (the controller, the agents) at it.
+func startTraceSink() (stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An empty ExportTraceServiceResponse: everything accepted.
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	for k, v := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + l.Addr().String(),
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+	} {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, err
+		}
+	}
+	return func() { _ = srv.Close() }, nil
 }

@@ -87,7 +87,9 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 				live = append(live, p)
 			}
 		}
-		if err := r.removePods(ctx, live, false); err != nil {
+		// The Job is suspended (or gone): the stopped pods may leave without it, so that the
+		// run frees its nodes at once (when a queue such as Kueue admits the next workload).
+		if err := r.removePods(ctx, live, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

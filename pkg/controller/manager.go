@@ -36,6 +36,8 @@ type Options struct {
 	LeaderElectionNamespace string
 	MetricsAddr             string
 	ProbeAddr               string
+	// PprofAddr serves net/http/pprof ("" or "0": off): how the benchmarks profile a restart.
+	PprofAddr string
 	// Workers is the number of runs reconciled concurrently.
 	Workers int
 	// Frameworks, when set, replaces the framework plugin host (tests).
@@ -90,6 +92,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:        opts.ProbeAddr,
+		PprofBindAddress:              opts.PprofAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+type steadyConfig struct {
+	runs, workers int
+	qps           int
+	// faults: fatal GPU faults injected during the window, each on its own node and run.
+	faults int
+	window time.Duration
+}
+
+type steadyResult struct {
+	cfg steadyConfig
+	// up: from creating the runs to every worker Running.
+	up time.Duration
+	// Controller: CPU in cores over the window, RSS at rest with every pod Running and at
+	// the end of the window, API requests per second over the window.
+	cpu                float64
+	rssIdle, rssEnd    int64
+	apiRPS             float64
+	decisions, markeds []time.Duration
+	agentRSS           int64
+}
+
+// steadyState (scenario d): runs × workers Running at once; over a window, fatal GPU
+// faults hit runs one after another. Measured: the controller's CPU, RSS and API request
+// rate; its decision latency (from the failed pod's status reaching a watcher to the run's
+// status naming the decision, both seen by this process); the agents' XID-to-mark latency
+// and RSS.
+func (b *bench) steadyState(ctx context.Context) error {
+	st := b.cfg.steady
+	res := &steadyResult{cfg: st}
+	b.results.steady = res
+	fl := faultline{runs: b.runs}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, st.runs)
+	for i := range st.runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fl.create(ctx, steadyName(i), st.workers); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	total := st.runs * st.workers
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelAttempt: "1"})
+	pods, err := b.c.WaitPods(ctx, namespace, sel, func(p []*corev1.Pod) (bool, error) {
+		return countRunning(p) == total, nil
+	})
+	if err != nil {
+		return err
+	}
+	res.up = time.Since(start)
+	fmt.Fprintf(os.Stderr, "steady state: %d runs × %d workers Running after %s\n", st.runs, st.workers, res.up.Round(time.Second))
+	pid := b.ctrl.Process.Pid
+	if res.rssIdle, err = rss(pid); err != nil {
+		return err
+	}
+
+	// One victim per fault: a run not hit yet, on a node not hit yet; an agent on its node.
+	victims := pickVictims(pods, st.faults)
+	for _, v := range victims {
+		if _, err := b.agentOn(ctx, v.Spec.NodeName); err != nil {
+			return err
+		}
+	}
+	cpu0, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	req0, err := b.controllerRequests(ctx)
+	if err != nil {
+		return err
+	}
+	windowStart := time.Now()
+	every := st.window / time.Duration(max(1, len(victims)))
+	var mu sync.Mutex
+	errs = make(chan error, len(victims))
+	for i, v := range victims {
+		select {
+		case <-time.After(time.Until(windowStart.Add(time.Duration(i) * every))):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mark, decide, err := b.gpuFault(ctx, v)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			res.markeds = append(res.markeds, mark)
+			res.decisions = append(res.decisions, decide)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if rest := time.Until(windowStart.Add(st.window)); rest > 0 {
+		time.Sleep(rest) // the window is a fixed length, so that rates compare across runs
+	}
+	elapsed := time.Since(windowStart)
+	cpu1, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	req1, err := b.controllerRequests(ctx)
+	if err != nil {
+		return err
+	}
+	res.cpu = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	res.apiRPS = (req1 - req0) / elapsed.Seconds()
+	if res.rssEnd, err = rss(pid); err != nil {
+		return err
+	}
+	for _, a := range b.agents {
+		if r, err := rss(a.Pid()); err == nil {
+			res.agentRSS = max(res.agentRSS, r)
+		}
+	}
+	return nil
+}
+
+func steadyName(i int) string { return fmt.Sprintf("steady-%03d", i) }
+
+func countRunning(pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if cluster.PodRunning(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// pickVictims picks up to n Running pods, each of a different run and on a different node.
+func pickVictims(pods []*corev1.Pod, n int) []*corev1.Pod {
+	runs, nodes := map[string]bool{}, map[string]bool{}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		run, node := p.Labels[v1alpha1.LabelRun], p.Spec.NodeName
+		if len(out) == n || runs[run] || nodes[node] || !cluster.PodRunning(p) {
+			continue
+		}
+		runs[run], nodes[node] = true, true
+		out = append(out, p)
+	}
+	return out
+}
+
+// gpuFault: XID 79 on GPU 0 of the victim's node. It returns how long the agent took to
+// mark the GPU's worker (XID to condition visible here), and the controller's decision
+// latency (the worker's failure seen here to the run's status recording the restart).
+func (b *bench) gpuFault(ctx context.Context, v *corev1.Pod) (mark, decide time.Duration, err error) {
+	node := v.Spec.NodeName
+	a := b.agents[node]
+	onNode := labels.SelectorFromSet(labels.Set{v1alpha1.LabelAttempt: "1"})
+	t0 := time.Now()
+	if err := a.InjectXID(0, 79); err != nil {
+		return 0, 0, err
+	}
+	marked, err := b.c.WaitPods(ctx, namespace, onNode, func(p []*corev1.Pod) (bool, error) {
+		return slices.ContainsFunc(p, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }), nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	mark = time.Since(t0)
+	victim := marked[slices.IndexFunc(marked, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) })]
+	run := victim.Labels[v1alpha1.LabelRun]
+	if err := b.c.FailPod(ctx, namespace, victim.Name, cudaError); err != nil {
+		return 0, 0, err
+	}
+	seen := make(chan time.Time, 1)
+	go func() {
+		_, _ = b.c.WaitPods(ctx, namespace, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run, v1alpha1.LabelAttempt: "1"}), func(p []*corev1.Pod) (bool, error) {
+			if slices.ContainsFunc(p, func(p *corev1.Pod) bool { return p.UID == victim.UID && p.Status.Phase == corev1.PodFailed }) {
+				seen <- time.Now()
+				return true, nil
+			}
+			return false, nil
+		})
+	}()
+	if _, err := waitOwner(ctx, faultline{runs: b.runs}, run, func(o runtime.Object) bool {
+		r, ok := o.(*v1alpha1.TrainingRun)
+		return ok && r.Status.Attempt >= 2
+	}); err != nil {
+		return 0, 0, err
+	}
+	decided := time.Now()
+	select {
+	case failedSeen := <-seen:
+		return mark, decided.Sub(failedSeen), nil
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+}
+
+// rss is a process's resident set in bytes.
+func rss(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// cpuTime is a process's user+system CPU time (USER_HZ is 100 on Linux).
+func cpuTime(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; the fields after it are fixed.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// controllerRequests is the controller's count of API requests so far (client-go's
+// rest_client_requests_total, from its metrics endpoint).
+func (b *bench) controllerRequests(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.results.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "rest_client_requests_total{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return total, nil
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+func (r *steadyResult) markdown(b *strings.Builder) {
+	c := r.cfg
+	fmt.Fprintf(b, "### d. Steady state: %d runs × %d workers (%d pods)\n\n", c.runs, c.workers, c.runs*c.workers)
+	fmt.Fprintf(b, "Every worker Running %s after the runs were created. Then a %s window in which %d fatal GPU faults (XID 79, through the node agents) hit %d runs, one after another.\n\n",
+		secs(r.up), c.window, len(r.decisions), len(r.decisions))
+	b.WriteString("| measure | value | target |\n| --- | ---: | ---: |\n")
+	fmt.Fprintf(b, "| controller decision latency p50 / p99 | %s / %s | p99 ≤ 100 ms |\n", ms(quantile(r.decisions, 0.5)), ms(quantile(r.decisions, 0.99)))
+	fmt.Fprintf(b, "| controller RSS at rest / end of window | %s / %s | ≤ 300 MiB |\n", mib(r.rssIdle), mib(r.rssEnd))
+	fmt.Fprintf(b, "| controller CPU over the window | %.2f cores | |\n", r.cpu)
+	fmt.Fprintf(b, "| controller API requests | %.1f /s | |\n", r.apiRPS)
+	fmt.Fprintf(b, "| agent XID → condition visible p50 / p99 | %s / %s | |\n", ms(quantile(r.markeds, 0.5)), ms(quantile(r.markeds, 0.99)))
+	fmt.Fprintf(b, "| agent RSS (largest of %d) | %s | ≤ 30 MiB |\n\n", len(r.markeds), mib(r.agentRSS))
+	b.WriteString("Decision latency is measured from outside: from this process's watch seeing the worker Failed to its watch seeing the run's status record the restart.\n\n")
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// A system is one way a user can run a gang of n workers: faultline, a bare Indexed Job, or
+// JobSet. Every scenario drives each system through the same faults, and measures it by the
+// same yardsticks: its pods (from the API server) and its own terminal condition.
+type system interface {
+	// name is the system's column in the report.
+	name() string
+	// create submits a gang of n workers, each asking for one GPU.
+	create(ctx context.Context, name string, n int) error
+	// selector matches every pod of the gang, of every generation.
+	selector(name string) labels.Selector
+	// current reports whether a pod belongs to the generation after restarts generations
+	// (a restart replaces the gang, or for a bare Job, one index).
+	current(p *corev1.Pod, restarts int) bool
+	// failed reports whether the gang has ended as failed; the object is the system's own.
+	failed(obj runtime.Object) bool
+	// watchOwner lists and watches the gang's own object (run, Job or JobSet).
+	watchOwner(ctx context.Context, name string) (runtime.Object, watch.Interface, error)
+	// remove deletes the gang.
+	remove(ctx context.Context, name string) error
+}
+
+// Systems by report name.
+const (
+	sysFaultline     = "faultline"
+	sysJob           = "Indexed Job"
+	sysJobSet        = "JobSet (FailJobSet)"
+	sysJobSetDefault = "JobSet (default)"
+)
+
+// index is a pod's completion index (-1 when it has none).
+func index(p *corev1.Pod) int {
+	i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+// faultline: a TrainingRun with the default failure policy.
+type faultline struct{ runs client.WithWatch }
+
+func (faultline) name() string { return sysFaultline }
+
+func (s faultline) create(ctx context.Context, name string, n int) error {
+	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()}},
+	})
+}
+
+func (faultline) selector(name string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name})
+}
+
+func (faultline) current(p *corev1.Pod, restarts int) bool {
+	return p.Labels[v1alpha1.LabelAttempt] == strconv.Itoa(restarts+1)
+}
+
+func (faultline) failed(obj runtime.Object) bool {
+	r, ok := obj.(*v1alpha1.TrainingRun)
+	return ok && r.Status.Phase == v1alpha1.PhaseFailed
+}
+
+func (s faultline) watchOwner(ctx context.Context, name string) (runtime.Object, watch.Interface, error) {
+	list := &v1alpha1.TrainingRunList{}
+	opts := &client.ListOptions{Namespace: namespace, FieldSelector: byName(name)}
+	if err := s.runs.List(ctx, list, opts); err != nil {
+		return nil, nil, err
+	}
+	w, err := s.runs.Watch(ctx, &v1alpha1.TrainingRunList{}, &client.ListOptions{
+		Namespace: namespace, FieldSelector: byName(name), Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion},
+	})
+	if err != nil || len(list.Items) == 0 {
+		return nil, w, err
+	}
+	return &list.Items[0], w, nil
+}
+
+func (s faultline) remove(ctx context.Context, name string) error {
+	return client.IgnoreNotFound(s.runs.Delete(ctx, &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}},
+		client.PropagationPolicy(metav1.DeletePropagationBackground)))
+}
+
+// bareJob: an Indexed Job as the Kubernetes documentation suggests for this workload: at
+// most one pod per index (podReplacementPolicy Failed), a disruption (the kubelet's
+// DisruptionTarget condition) is ignored and the index's pod replaced, exit code 1 fails the
+// Job at once, and anything else is retried per index (backoffLimitPerIndex).
+type bareJob struct{ c *cluster.Cluster }
+
+func (bareJob) name() string { return sysJob }
+
+func (s bareJob) create(ctx context.Context, name string, n int) error {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: batchv1.JobSpec{
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Completions:    ptr.To(int32(n)), Parallelism: ptr.To(int32(n)),
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			BackoffLimitPerIndex: ptr.To(int32(3)),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
+				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1}}},
+			}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{labelGang: name}}, Spec: gpuWorker()},
+		},
+	}
+	_, err := s.c.Client.BatchV1().Jobs(namespace).Create(ctx, job, metav1.CreateOptions{})
+	return err
+}
+
+// labelGang marks the pods of the benchmark's bare Jobs.
+const labelGang = "bench.faultline.dev/gang"
+
+func (bareJob) selector(name string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{labelGang: name})
+}
+
+// current: a bare Job replaces only the failed index, so a pod of the next generation is
+// any pod that is not one of the failed ones (the caller tracks those by UID).
+func (bareJob) current(*corev1.Pod, int) bool { return true }
+
+func (bareJob) failed(obj runtime.Object) bool {
+	j, ok := obj.(*batchv1.Job)
+	if !ok {
+		return false
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func (s bareJob) watchOwner(ctx context.Context, name string) (runtime.Object, watch.Interface, error) {
+	opts := metav1.ListOptions{FieldSelector: byName(name).String()}
+	list, err := s.c.Client.BatchV1().Jobs(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.ResourceVersion = list.ResourceVersion
+	w, err := s.c.Client.BatchV1().Jobs(namespace).Watch(ctx, opts)
+	if err != nil || len(list.Items) == 0 {
+		return nil, w, err
+	}
+	return &list.Items[0], w, nil
+}
+
+func (s bareJob) remove(ctx context.Context, name string) error {
+	err := s.c.Client.BatchV1().Jobs(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	return client.IgnoreNotFound(err)
+}
+
+// jobSet: JobSet v0.12.0 with one replicated Job of n indexed workers, backoffLimit 0 (a
+// failed worker fails its Job, and JobSet restarts the whole gang) and maxRestarts 3. With
+// best set, it is configured at its best for application errors: a FailJob rule on exit
+// code 1 in the Job and a FailJobSet rule on the PodFailurePolicy reason, so that such an
+// error fails the JobSet instead of restarting it.
+type jobSet struct {
+	dyn  dynamic.Interface
+	best bool
+}
+
+func (s jobSet) name() string {
+	if s.best {
+		return sysJobSet
+	}
+	return sysJobSetDefault
+}
+
+func (s jobSet) create(ctx context.Context, name string, n int) error {
+	spec := cluster.JobSetSpec{Name: name, Namespace: namespace, Workers: n, MaxRestarts: 3,
+		PodTemplate: corev1.PodTemplateSpec{Spec: gpuWorker()}}
+	if s.best {
+		spec.FailJobSetOnPodFailurePolicy = true
+		spec.FailJobOnExitCodes = []int32{1}
+	}
+	_, err := s.dyn.Resource(cluster.JobSetGVR).Namespace(namespace).Create(ctx, cluster.NewJobSet(spec), metav1.CreateOptions{})
+	return err
+}
+
+// JobSet's labels on its pods.
+const (
+	labelJobSetName     = "jobset.sigs.k8s.io/jobset-name"
+	labelJobSetRestarts = "jobset.sigs.k8s.io/restart-attempt"
+)
+
+func (jobSet) selector(name string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{labelJobSetName: name})
+}
+
+func (jobSet) current(p *corev1.Pod, restarts int) bool {
+	return p.Labels[labelJobSetRestarts] == strconv.Itoa(restarts)
+}
+
+func (jobSet) failed(obj runtime.Object) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var cs []metav1.Condition
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		t, _ := m["type"].(string)
+		st, _ := m["status"].(string)
+		cs = append(cs, metav1.Condition{Type: t, Status: metav1.ConditionStatus(st)})
+	}
+	return meta.IsStatusConditionTrue(cs, "Failed")
+}
+
+func (s jobSet) watchOwner(ctx context.Context, name string) (runtime.Object, watch.Interface, error) {
+	r := s.dyn.Resource(cluster.JobSetGVR).Namespace(namespace)
+	opts := metav1.ListOptions{FieldSelector: byName(name).String()}
+	list, err := r.List(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.ResourceVersion = list.GetResourceVersion()
+	w, err := r.Watch(ctx, opts)
+	if err != nil || len(list.Items) == 0 {
+		return nil, w, err
+	}
+	return &list.Items[0], w, nil
+}
+
+func (s jobSet) remove(ctx context.Context, name string) error {
+	err := s.dyn.Resource(cluster.JobSetGVR).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	return client.IgnoreNotFound(err)
+}
+
+// waitOwner watches a gang's own object until cond holds.
+func waitOwner(ctx context.Context, s system, name string, cond func(runtime.Object) bool) (runtime.Object, error) {
+	obj, w, err := s.watchOwner(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	if obj != nil && cond(obj) {
+		return obj, nil
+	}
+	for e := range w.ResultChan() {
+		if e.Type == watch.Error {
+			return nil, fmt.Errorf("watch of %s %s: %v", s.name(), name, e.Object)
+		}
+		if cond(e.Object) {
+			return e.Object, nil
+		}
+	}
+	return nil, fmt.Errorf("watch of %s %s ended: %w", s.name(), name, ctx.Err())
+}

@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// TestFailedRunReleasesItsPods: once a run has failed, its Job is suspended and every pod
+// that may still run leaves at once, without waiting for the rate-limited Job controller to
+// drop its tracking finalizer (26 s for 256 pods at the controller-manager's default QPS):
+// that is when a queue can admit the next workload. Failed pods stay, for their logs.
+func TestFailedRunReleasesItsPods(t *testing.T) {
+	ctx := context.Background()
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+		Spec: v1alpha1.TrainingRunSpec{
+			Workers: 3, Framework: v1alpha1.FrameworkNone,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer"}}}},
+		},
+		Status: v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhaseFailed, CompletionTime: ptr.To(metav1.NewTime(t0))},
+	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
+	attemptLabels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner, Labels: attemptLabels}}
+	pod := func(name string, phase corev1.PodPhase, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID("uid-" + name), Labels: attemptLabels, Finalizers: []string{batchv1.JobTrackingFinalizer}},
+			Spec:       corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "worker"}}},
+			Status:     corev1.PodStatus{Phase: phase},
+		}
+		if deleting {
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+		}
+		return p
+	}
+	crashed := pod("llm-0", corev1.PodFailed, false)
+	running := pod("llm-1", corev1.PodRunning, false)
+	stopping := pod("llm-2", corev1.PodRunning, true) // the Job controller is deleting it already
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).
+		WithObjects(run, job, crashed, running, stopping).
+		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
+		t.Fatal(err)
+	}
+
+	got := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	if !ptr.Deref(got.Spec.Suspend, false) {
+		t.Error("the failed run's Job is not suspended: it would replace the pods that leave")
+	}
+	for _, p := range []*corev1.Pod{running, stopping} {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("pod %s (%s): got %v, want it gone without waiting for the Job controller", p.Name, p.Status.Phase, err)
+		}
+	}
+	kept := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(crashed), kept); err != nil {
+		t.Errorf("failed pod %s: %v, want it kept for its logs", crashed.Name, err)
+	}
+}
