@@ -15,6 +15,9 @@ import (
 // plotRestarts draws time-to-restart against gang size, one line per system and one for
 // the floor, for one scenario of one session. Systems that gave up on the gang have no point.
 func (r *session) plotRestarts(scenario, path string) (bool, error) {
+	if len(r.systems(scenario)) == 0 {
+		return false, nil // the floor alone is no comparison
+	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s: time to every worker Running again (%s)", scenario, qpsLabel(r.qps))
 	p.X.Label.Text = "workers"

@@ -392,8 +392,12 @@ func (b *bench) resetNode(ctx context.Context, node string) error {
 
 // gangName is unique per scenario, system, size and round.
 func gangName(scenario string, s system, n, round int) string {
+	short, ok := shortScenario[scenario]
+	if !ok {
+		panic(fmt.Sprintf("bench: no gang name for scenario %q", scenario)) // a scenario flag, not its name
+	}
 	sys := strings.NewReplacer(" ", "", "(", "-", ")", "").Replace(strings.ToLower(s.name()))
-	return fmt.Sprintf("%s-%s-%d-%d", shortScenario[scenario], sys, n, round)
+	return fmt.Sprintf("%s-%s-%d-%d", short, sys, n, round)
 }
 
 var shortScenario = map[string]string{scenarioFail: "fail", scenarioShutdown: "shutdown", scenarioXID: "xid"}
