@@ -94,7 +94,7 @@ func (r *session) plotPhases(scenario, path string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		bar.Color = plotutil.Color(i)
+		bar.Color = phaseColors[i%len(phaseColors)]
 		bar.LineStyle.Color = color.Gray{Y: 80}
 		if below != nil {
 			bar.StackOn(below)
@@ -104,4 +104,11 @@ func (r *session) plotPhases(scenario, path string) (bool, error) {
 		p.Legend.Add(phase, bar)
 	}
 	return true, p.Save(16*vg.Centimeter, 11*vg.Centimeter, path)
+}
+
+// phaseColors tell the eight restart phases apart (gonum's default palette has seven).
+var phaseColors = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x17, 0xbe, 0xcf, 0xff},
 }

@@ -90,19 +90,23 @@ func run(ctx context.Context, cfg config) ([]*session, error) {
 		for _, qps := range cfg.qps {
 			// One GPU per worker on 8-GPU nodes, and a spare node for the gang that loses one.
 			s, err := session1(ctx, cfg, bin, qps, (largest+7)/8+1, func(ctx context.Context, b *bench) error { return b.scenarios(ctx) })
+			if s != nil {
+				out = append(out, s) // what it measured, even if it failed later
+			}
 			if err != nil {
 				return out, err
 			}
-			out = append(out, s)
 		}
 	}
 	if slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
 		st := cfg.steady
 		s, err := session1(ctx, cfg, bin, st.qps, (st.runs*st.workers+7)/8+1, func(ctx context.Context, b *bench) error { return b.steadyState(ctx) })
+		if s != nil {
+			out = append(out, s)
+		}
 		if err != nil {
 			return out, err
 		}
-		out = append(out, s)
 	}
 	return out, nil
 }

@@ -75,7 +75,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 	total := st.runs * st.workers
 	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelAttempt: "1"})
 	pods, err := b.c.WaitPods(ctx, namespace, sel, func(p []*corev1.Pod) (bool, error) {
-		return countRunning(p) == total, nil
+		return cluster.CountRunning(p) == total, nil
 	})
 	if err != nil {
 		return err
@@ -158,16 +158,6 @@ func (b *bench) steadyState(ctx context.Context) error {
 }
 
 func steadyName(i int) string { return fmt.Sprintf("steady-%03d", i) }
-
-func countRunning(pods []*corev1.Pod) int {
-	n := 0
-	for _, p := range pods {
-		if cluster.PodRunning(p) {
-			n++
-		}
-	}
-	return n
-}
 
 // pickVictims picks up to n pods that will each take an XID on GPU 0 of their node: the
 // node's oldest pod, which the agent's simulated allocation hands GPU 0 to (as a device

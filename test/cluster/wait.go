@@ -89,6 +89,17 @@ func PodRunning(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
 }
 
+// CountRunning is how many of pods are Running (PodRunning).
+func CountRunning(pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if PodRunning(p) {
+			n++
+		}
+	}
+	return n
+}
+
 // PodLive reports whether a pod may still have running containers: not yet terminal. A pod
 // being deleted is live until it is gone or terminal, since its containers may still run.
 func PodLive(p *corev1.Pod) bool {

@@ -65,7 +65,7 @@ func TestE2ESubstrateIsTheRealJobController(t *testing.T) {
 	}
 	sel := labels.SelectorFromSet(labels.Set{"app": "smoke"})
 	running, err := c.WaitPods(ctx, ns, sel, func(pods []*corev1.Pod) (bool, error) {
-		return countRunning(pods) == 2, nil
+		return cluster.CountRunning(pods) == 2, nil
 	})
 	if err != nil {
 		t.Fatalf("both indexes Running: %v", err)
@@ -136,16 +136,6 @@ func markInfrastructureFault(ctx context.Context, t *testing.T, c *cluster.Clust
 	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("mark pod %s: %v", pod.Name, err)
 	}
-}
-
-func countRunning(pods []*corev1.Pod) int {
-	n := 0
-	for _, p := range pods {
-		if cluster.PodRunning(p) {
-			n++
-		}
-	}
-	return n
 }
 
 func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
