@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -17,6 +19,18 @@ import (
 
 func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 	client := fake.NewClientset(makePod("r-0").run("r").obj())
+	// The fake clientset replays nothing: a delete between the informer's List and its Watch
+	// would be lost. Know when the Watch is in place (client-go's fake-client example).
+	watching := make(chan struct{})
+	var once sync.Once
+	client.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		if err != nil {
+			return false, nil, err
+		}
+		once.Do(func() { close(watching) })
+		return true, w, nil
+	})
 	factory := NodePodInformer(client, node, 0)
 	pods := factory.Core().V1().Pods()
 	informer, lister := pods.Informer(), pods.Lister()
@@ -42,6 +56,7 @@ func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 			t.Fatalf("%v cache did not sync", typ)
 		}
 	}
+	<-watching
 
 	for _, a := range client.Actions() {
 		if l, ok := a.(k8stesting.ListAction); ok && a.GetResource().Resource == "pods" {
