@@ -27,7 +27,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -85,8 +84,8 @@ type JobSet struct {
 	// Client is a dynamic client for JobSets in the cluster.
 	Client dynamic.NamespaceableResourceInterface
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	// The JobSet process (Pid, Exited, Tail; Stop below).
+	*Process
 }
 
 // StartJobSet builds (first run only) and starts JobSet beside the cluster, with its files in
@@ -103,7 +102,7 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	j = &JobSet{Dir: dir, LogPath: filepath.Join(dir, "jobset.log"), done: make(chan struct{})}
+	j = &JobSet{Dir: dir, LogPath: filepath.Join(dir, "jobset.log")}
 	if j.Bin, j.ModuleDir, err = findJobSet(c.Tools.Root); err != nil {
 		return nil, err
 	}
@@ -139,25 +138,11 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 		return nil, err
 	}
 
-	logFile, err := os.Create(j.LogPath)
-	if err != nil {
-		return nil, err
-	}
 	// Upstream's zap defaults (development mode: console encoder, debug level) are kept, as
 	// its Deployment keeps them: the comparison is with JobSet as shipped.
-	j.cmd = exec.Command(j.Bin, "--config", configPath, "--kubeconfig", c.Kubeconfig)
-	// A benchmark or test binary that dies must not leave JobSet acting on a later cluster.
-	j.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	j.cmd.Stdout, j.cmd.Stderr = logFile, logFile
-	if err := j.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", j.Bin, err)
+	if j.Process, err = startProcess(j.LogPath, nil, j.Bin, "--config", configPath, "--kubeconfig", c.Kubeconfig); err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = j.cmd.Wait()
-		logFile.Close()
-		close(j.done)
-	}()
 	defer func() {
 		if err != nil {
 			j.Stop()
@@ -456,35 +441,13 @@ func (j *JobSet) waitWebhooks(ctx context.Context) error {
 	return nil
 }
 
-// Pid is the process id.
-func (j *JobSet) Pid() int { return j.cmd.Process.Pid }
-
-// Exited reports whether the process has exited.
-func (j *JobSet) Exited() bool {
-	select {
-	case <-j.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Stop kills JobSet and waits for it to exit. It leaves the CRD and the webhook
 // configurations registered (see StartJobSet).
 func (j *JobSet) Stop() {
-	if j.cmd == nil || j.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-j.done:
-	default:
-		_ = j.cmd.Process.Kill()
-		<-j.done
+	if j.Process != nil {
+		j.Process.Stop()
 	}
 }
-
-// Tail returns the last n lines of JobSet's log.
-func (j *JobSet) Tail(n int) string { return tailFile(j.LogPath, n) }
 
 // Wait watches one JobSet and returns it as soon as cond holds. cond sees every change.
 func (j *JobSet) Wait(ctx context.Context, namespace, name string, cond func(*unstructured.Unstructured) (bool, error)) (*unstructured.Unstructured, error) {

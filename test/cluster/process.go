@@ -70,8 +70,31 @@ func StartProcessEnv(t testing.TB, env []string, bin string, args ...string) *Pr
 	if err != nil {
 		t.Fatal(err)
 	}
+	logFile.Close()
+	p, err := startProcess(logFile.Name(), env, bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("started %s pid %d (%s), log %s", filepath.Base(bin), p.Pid(), strings.Join(args, " "), p.logPath)
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("%s pid %d log (last 50 lines of %s):\n%s", filepath.Base(bin), p.Pid(), p.logPath, p.Tail(50))
+		}
+	})
+	return p
+}
+
+// startProcess starts bin with args and env ("KEY=value", added to this process's
+// environment), its output in logPath.
+func startProcess(logPath string, env []string, bin string, args ...string) (*Process, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
-	// A test binary that dies (a panic, a timeout's SIGQUIT) must not leave its processes.
+	// A test or benchmark binary that dies (a panic, a timeout's SIGQUIT) must not leave its
+	// processes acting on a later cluster.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
@@ -79,27 +102,25 @@ func StartProcessEnv(t testing.TB, env []string, bin string, args ...string) *Pr
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		t.Fatalf("start %s %s: %v", bin, strings.Join(args, " "), err)
+		return nil, fmt.Errorf("start %s %s: %w", bin, strings.Join(args, " "), err)
 	}
-	p := &Process{cmd: cmd, logPath: logFile.Name(), done: make(chan struct{})}
+	p := &Process{cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		logFile.Close()
 		close(p.done)
 	}()
-	t.Logf("started %s pid %d (%s), log %s", filepath.Base(bin), cmd.Process.Pid, strings.Join(args, " "), p.logPath)
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s pid %d log (last 50 lines of %s):\n%s", filepath.Base(bin), cmd.Process.Pid, p.logPath, p.Tail(50))
-		}
-	})
-	return p
+	return p, nil
+}
+
+// Stop kills the process, if it still runs, and waits for it to exit.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // Pid is the process id.
