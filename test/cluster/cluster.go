@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -88,10 +89,19 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	workdir := tools.workdir()
 	c := &Cluster{Name: name, Tools: tools, workdir: workdir, logf: logf}
 
-	stageFile, err := writeStages(workdir)
+	// kwokctl picks each component's port by scanning down from 32767 for a free one, and
+	// the components bind them only later: two clusters created at once (go test runs
+	// packages in parallel) get the same ports. Creations on this machine take turns.
+	unlock, err := lockCreation(ctx, workdir)
 	if err != nil {
 		return nil, err
 	}
+	stageFile, err := writeStages(workdir, name)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	defer os.Remove(stageFile) // kwokctl keeps its own copy in the cluster's directory
 	args := []string{
 		"create", "cluster", "--name", name, "--runtime", "binary",
 		"--etcd-binary", tools.Etcd,
@@ -121,7 +131,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	start := time.Now()
-	if out, err := kwokctl(ctx, tools, args...); err != nil {
+	out, err := kwokctl(ctx, tools, args...)
+	unlock() // --wait returned: every component has bound its ports
+	if err != nil {
 		return fail(fmt.Errorf("kwokctl create cluster %s: %w\n%s", name, err, out))
 	}
 	logf("cluster %s up in %s", name, time.Since(start).Round(time.Millisecond))
@@ -195,8 +207,39 @@ func kwokctl(ctx context.Context, tools Tools, args ...string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// writeStages writes the embedded stage set into one multi-document file for kwokctl --config.
-func writeStages(workdir string) (string, error) {
+// lockCreation takes a lock on this workdir's cluster creation, waiting for it until ctx
+// ends. The lock is released when the returned function is called or the process dies.
+func lockCreation(ctx context.Context, workdir string) (func(), error) {
+	if err := os.MkdirAll(workdir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(workdir, "create.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil // closing the file releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("wait for another cluster's creation: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// writeStages writes the embedded kwok configuration (stages/) into one multi-document file
+// for kwokctl --config, one per cluster.
+func writeStages(workdir, cluster string) (string, error) {
 	names, err := fs.Glob(stages, "stages/*.yaml")
 	if err != nil {
 		return "", err
@@ -213,7 +256,7 @@ func writeStages(workdir string) (string, error) {
 	if err := os.MkdirAll(workdir, 0o755); err != nil {
 		return "", err
 	}
-	path := filepath.Join(workdir, "faultline-stages.yaml")
+	path := filepath.Join(workdir, cluster+"-kwok.yaml")
 	return path, os.WriteFile(path, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644)
 }
 
