@@ -14,14 +14,14 @@ func TestManifests(t *testing.T) {
 		kinds []string
 	}{
 		"all": {InstallOptions{}, []string{
-			"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRoleBinding", "Deployment", "ClusterRole",
-			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet",
+			"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRoleBinding", "Deployment", "ClusterRole", "FlowSchema",
+			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "FlowSchema",
 		}},
 		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition"}},
 		// The agent without the controller still gets the namespace it runs in.
 		"agent adds its namespace": {InstallOptions{Components: []string{"agent", "crd"}}, []string{
 			"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "FlowSchema",
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {

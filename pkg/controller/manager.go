@@ -72,10 +72,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	byRun := cache.ByObject{Label: labels.NewSelector().Add(*hasRun)}
-	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: byRun, &batchv1.Job{}: byRun, &corev1.Service{}: byRun,
-	}}
+	byRun := labels.NewSelector().Add(*hasRun)
+	cacheOpts := cache.Options{
+		DefaultTransform: stripManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:     {Label: byRun, Transform: slimPod},
+			&batchv1.Job{}:    {Label: byRun},
+			&corev1.Service{}: {Label: byRun},
+			&corev1.Node{}:    {Transform: slimNode},
+		},
+	}
 	if opts.Namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
 	}

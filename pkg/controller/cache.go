@@ -1,0 +1,51 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+)
+
+// The cache holds every worker pod of every run and every Node of the cluster, so each field
+// kept costs once per pod: at 10,000 pods, a kilobyte per pod is 10 MB. These transforms keep
+// what the controller reads and drop the rest before an object is stored. The controller
+// never writes a cached pod or Node back whole (pods are patched, with a diff computed
+// between two cached copies), so nothing dropped can be lost on the server.
+
+// stripManagedFields is every cached object's transform: the controller never reads
+// managed fields, and they are often the largest part of an object.
+var stripManagedFields = cache.TransformStripManagedFields()
+
+// slimPod also drops the containers' environment: it carries the framework's rendezvous
+// (TF_CONFIG lists every worker of the gang, so its size grows with the gang, and the
+// cache's with its square) and the controller reads none of it.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return stripManagedFields(obj)
+	}
+	p.ManagedFields = nil
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			cs[i].Env = nil
+		}
+	}
+	return p, nil
+}
+
+// slimNode keeps what NodeFactsOf reads (metadata, spec, conditions): a Node's status
+// (images, addresses, capacity, system info) is most of it, in every Node of the cluster.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return stripManagedFields(obj)
+	}
+	n.ManagedFields = nil
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	return n, nil
+}
+
+var (
+	_ toolscache.TransformFunc = slimPod
+	_ toolscache.TransformFunc = slimNode
+)

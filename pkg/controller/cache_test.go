@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// The cached pod keeps everything exitclass and the teardown read (labels, annotations,
+// finalizers, node, GPU requests, status) and loses the environment and managed fields.
+func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
+	gpu := corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")}
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "llm-1-0-abc", Namespace: "ml", UID: "u",
+			Labels:        map[string]string{v1alpha1.LabelRun: "llm"},
+			Annotations:   map[string]string{v1alpha1.AnnotationFaultEvidence: `{"cause":"GPUXid"}`},
+			Finalizers:    []string{"batch.kubernetes.io/job-tracking"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       "gpu-node-3",
+			InitContainers: []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
+			Containers: []corev1.Container{{
+				Name: "worker", Image: "trainer",
+				Env:       []corev1.EnvVar{{Name: "TF_CONFIG", Value: `{"cluster":{"worker":["llm-1-0.llm:2222"]}}`}},
+				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+			}},
+		},
+		Status: corev1.PodStatus{
+			Phase:      corev1.PodFailed,
+			Conditions: []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue, Reason: "GPUXid"}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(time.Unix(1, 0))},
+			}}},
+		},
+	}
+	obj, err := slimPod(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*corev1.Pod)
+
+	want := full.DeepCopy()
+	want.ManagedFields = nil
+	want.Spec.InitContainers[0].Env = nil
+	want.Spec.Containers[0].Env = nil
+	if !equality.Semantic.DeepEqual(slim, want) {
+		t.Fatalf("slim pod:\n%+v\nwant:\n%+v", slim, want)
+	}
+}
+
+// The cached Node gives the same facts as the full one.
+func TestSlimNodeKeepsItsFacts(t *testing.T) {
+	full := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:          "gpu-node-3",
+			Annotations:   map[string]string{v1alpha1.AnnotationShutdownDetectedAt: "2026-11-22T21:00:00.123456Z"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kwok"}},
+		},
+		Spec: corev1.NodeSpec{Unschedulable: true},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionFalse},
+				{Type: v1alpha1.NodeConditionGPUHealthy, Status: corev1.ConditionFalse, Reason: "XID79"},
+			},
+			Images:    []corev1.ContainerImage{{Names: []string{"trainer"}, SizeBytes: 1 << 30}},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.3"}},
+			Capacity:  corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("8")},
+		},
+	}
+	obj, err := slimNode(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*corev1.Node)
+	if got, want := NodeFactsOf(slim), NodeFactsOf(full); !reflect.DeepEqual(got, want) {
+		t.Fatalf("facts of the slim node %+v, of the full one %+v", got, want)
+	}
+	if f := NodeFactsOf(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" {
+		t.Fatalf("the test node should have every fact, or the comparison above proves little: %+v", f)
+	}
+	if slim.ManagedFields != nil || slim.Status.Images != nil || slim.Status.Capacity != nil {
+		t.Errorf("slim node kept what nobody reads: %+v", slim)
+	}
+}
