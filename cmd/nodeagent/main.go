@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent"
 	"github.com/faultline-dev/faultline/pkg/shutdown"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -47,17 +47,15 @@ func newCommand() *cobra.Command {
 				// In a pod of the DaemonSet the simulation would hide every real fault.
 				return errors.New("--simulate-hardware is for simulated (kwok) nodes run outside the cluster; it is refused in-cluster")
 			}
-			if kubeconfig != "" {
-				if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
-					return err
-				}
-			}
-			rc, err := config.GetConfig()
+			// --kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 			if err != nil {
 				return fmt.Errorf("load kubeconfig: %w", err)
 			}
 			rc.QPS, rc.Burst = 200, 400 // a shutdown marks up to 110 pods at once, one write each
-			if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
+			if cfg.Client, err = coreclient.New(rc); err != nil {
 				return err
 			}
 			cfg.Logger = log

@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/pkg/gpu"
@@ -25,7 +26,7 @@ import (
 
 // DaemonConfig is everything the node agent process needs; cmd/nodeagent fills it from flags.
 type DaemonConfig struct {
-	Client kubernetes.Interface
+	Client Kube
 	Node   string
 	// PodResourcesSocket is the kubelet's PodResources socket.
 	PodResourcesSocket string
@@ -62,15 +63,19 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	factory := NodePodInformer(cfg.Client, cfg.Node, 0)
-	podInformer := factory.Core().V1().Pods()
-	pods := podInformer.Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown() // deferred first, so it runs after cancel
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("sync the cache of %v on node %s", typ, cfg.Node)
-		}
+	podInformer := NodePodInformer(cfg.Client, cfg.Node, 0)
+	pods := corelisters.NewPodLister(podInformer.GetIndexer())
+	informerDone := make(chan struct{})
+	go func() {
+		defer close(informerDone)
+		podInformer.RunWithContext(ctx)
+	}()
+	defer func() {
+		cancel() // the informer stops with ctx, also when RunDaemon returns an error early
+		<-informerDone
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+		return fmt.Errorf("sync the cache of the pods on node %s: %w", cfg.Node, context.Cause(ctx))
 	}
 	writer, err := NewWriter(WriterConfig{
 		Client: cfg.Client, Node: cfg.Node, Pods: pods, TaintUnhealthyGPU: cfg.TaintUnhealthyGPU,
@@ -79,7 +84,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := ForgetDeletedPods(podInformer.Informer(), writer, log); err != nil {
+	if err := ForgetDeletedPods(podInformer, writer, log); err != nil {
 		return err
 	}
 

@@ -56,7 +56,7 @@ func (w *Writer) taint(ctx context.Context, node *corev1.Node, reason string, at
 	err := withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
 		if !first {
 			var err error
-			if node, err = w.cfg.Client.CoreV1().Nodes().Get(ctx, w.cfg.Node, metav1.GetOptions{}); err != nil {
+			if node, err = w.cfg.Client.GetNode(ctx, w.cfg.Node); err != nil {
 				return err
 			}
 		}
@@ -65,8 +65,7 @@ func (w *Writer) taint(ctx context.Context, node *corev1.Node, reason string, at
 		if err != nil || !needed {
 			return err
 		}
-		_, err = w.cfg.Client.CoreV1().Nodes().Patch(ctx, w.cfg.Node, types.MergePatchType, data, metav1.PatchOptions{})
-		return err
+		return w.cfg.Client.PatchNode(ctx, w.cfg.Node, types.MergePatchType, data)
 	})
 	if err != nil {
 		w.cfg.Metrics.markFailed(targetNodeTaint)
@@ -108,7 +107,7 @@ func (w *Writer) getNode(ctx context.Context) (*corev1.Node, error) {
 	var node *corev1.Node
 	err := withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
 		var err error
-		node, err = w.cfg.Client.CoreV1().Nodes().Get(ctx, w.cfg.Node, metav1.GetOptions{})
+		node, err = w.cfg.Client.GetNode(ctx, w.cfg.Node)
 		return err
 	})
 	if err != nil {
@@ -119,8 +118,7 @@ func (w *Writer) getNode(ctx context.Context) (*corev1.Node, error) {
 
 func (w *Writer) patchNode(ctx context.Context, target, label string, pt types.PatchType, data []byte, subresources ...string) error {
 	err := withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
-		_, err := w.cfg.Client.CoreV1().Nodes().Patch(ctx, w.cfg.Node, pt, data, metav1.PatchOptions{}, subresources...)
-		return err
+		return w.cfg.Client.PatchNode(ctx, w.cfg.Node, pt, data, subresources...)
 	})
 	if err != nil {
 		w.cfg.Metrics.markFailed(target)

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -8,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -18,14 +19,25 @@ func nodeFieldSelector(node string) string {
 	return fields.OneTermEqualSelector("spec.nodeName", node).String()
 }
 
-// NodePodInformer returns an informer factory that watches only the pods on node: the agent
-// of one node never needs, nor should see, the pods of the others. Use
-// factory.Core().V1().Pods() for the informer and lister, then Start and WaitForCacheSync.
-func NodePodInformer(client kubernetes.Interface, node string, resync time.Duration) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = nodeFieldSelector(node)
-		}))
+// NodePodInformer returns an informer of the pods on node only: the agent of one node never
+// needs, nor should see, the pods of the others. Its indexer is namespaced, for
+// corelisters.NewPodLister.
+func NodePodInformer(client Kube, node string, resync time.Duration) cache.SharedIndexInformer {
+	onNode := nodeFieldSelector(node)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = onNode
+			return client.ListPods(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = onNode
+			return client.WatchPods(ctx, o)
+		},
+	}
+	// The informer streams its initial list (WatchList) unless client says it cannot, as
+	// client-go's fake clientset does.
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 // ForgetDeletedPods makes w forget pods when the informer sees them deleted.

@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -31,11 +33,10 @@ func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 		once.Do(func() { close(watching) })
 		return true, w, nil
 	})
-	factory := NodePodInformer(client, node, 0)
-	pods := factory.Core().V1().Pods()
-	informer, lister := pods.Informer(), pods.Lister()
+	informer := NodePodInformer(clientsetKube{client}, node, 0)
+	lister := corelisters.NewPodLister(informer.GetIndexer())
 	w, err := NewWriter(WriterConfig{
-		Client: client, Node: node, Pods: lister,
+		Client: clientsetKube{client}, Node: node, Pods: lister,
 		Backoff: wait.Backoff{Duration: time.Millisecond, Steps: 2},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -46,15 +47,17 @@ func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	defer func() {
-		cancel() // Shutdown waits for the informers, which stop with ctx
-		factory.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		informer.RunWithContext(ctx)
 	}()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("%v cache did not sync", typ)
-		}
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("pod cache did not sync")
 	}
 	<-watching
 

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
 
@@ -28,7 +27,7 @@ var ErrOtherNode = errors.New("pod is not on this node")
 
 // WriterConfig configures a Writer. Client and Node are required.
 type WriterConfig struct {
-	Client kubernetes.Interface
+	Client Kube
 	// Node is the agent's own node: the only node, and the only pods, it writes to.
 	Node string
 	// Pods is the agent's cache of its node's pods (NodePodInformer); nil reads the API.
@@ -228,7 +227,7 @@ func (w *Writer) RunPods(ctx context.Context) ([]types.NamespacedName, error) {
 			return nil, err
 		}
 	} else {
-		list, err := w.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		list, err := w.cfg.Client.ListPods(ctx, metav1.ListOptions{
 			LabelSelector: sel.String(),
 			FieldSelector: nodeFieldSelector(w.cfg.Node),
 		})
@@ -281,7 +280,7 @@ func (w *Writer) getPod(ctx context.Context, ref types.NamespacedName) (*corev1.
 	if w.cfg.Pods == nil || apierrors.IsNotFound(err) {
 		err = withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
 			var gerr error
-			pod, gerr = w.cfg.Client.CoreV1().Pods(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			pod, gerr = w.cfg.Client.GetPod(ctx, ref.Namespace, ref.Name)
 			return gerr
 		})
 	}
@@ -319,8 +318,7 @@ func (w *Writer) patchPod(ctx context.Context, pod *corev1.Pod, m podMark, reaso
 		return fmt.Errorf("patch for pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	err = withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
-		_, perr := w.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
-		return perr
+		return w.cfg.Client.PatchPodStatus(ctx, pod.Namespace, pod.Name, types.StrategicMergePatchType, data)
 	})
 	if err != nil {
 		if !apierrors.IsNotFound(err) {

@@ -93,7 +93,7 @@ func newTestWriter(t *testing.T, taint bool, objs ...runtime.Object) (*Writer, *
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	w, err := NewWriter(WriterConfig{
-		Client: client, Node: node, TaintUnhealthyGPU: taint,
+		Client: clientsetKube{client}, Node: node, TaintUnhealthyGPU: taint,
 		Backoff: wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 4},
 		Clock:   clocktesting.NewFakePassiveClock(t0.Add(50 * time.Millisecond)),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -398,7 +398,7 @@ func TestNewWriterNeedsClientAndNode(t *testing.T) {
 	if _, err := NewWriter(WriterConfig{Node: node}); err == nil {
 		t.Error("no error without a client")
 	}
-	if _, err := NewWriter(WriterConfig{Client: fake.NewClientset()}); err == nil {
+	if _, err := NewWriter(WriterConfig{Client: clientsetKube{fake.NewClientset()}}); err == nil {
 		t.Error("no error without a node")
 	}
 }

@@ -1,0 +1,103 @@
+// Package coreclient is a client of the pods and nodes of the core/v1 API, and nothing else.
+//
+// client-go's clientset links every API group of Kubernetes (their types, their typed
+// clients, their apply configurations) and registers them all in its scheme at start. The
+// node agent runs on every node and needs two resources: the clientset made up most of its
+// executable, and its resident memory follows the executable's size. This client decodes
+// with a scheme of core/v1 alone.
+package coreclient
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+)
+
+var (
+	scheme = runtime.NewScheme()
+	codecs = serializer.NewCodecFactory(scheme)
+	// params encodes ListOptions and friends into a request's query.
+	params = runtime.NewParameterCodec(scheme)
+)
+
+func init() {
+	// core/v1's registration also registers meta/v1's options, Status and WatchEvent.
+	if err := corev1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+}
+
+// Client reads and patches pods and nodes.
+type Client struct {
+	rest rest.Interface
+}
+
+// New returns a client of cfg's API server. cfg's rate limits apply.
+func New(cfg *rest.Config) (*Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = codecs.WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("core/v1 client: %w", err)
+	}
+	return &Client{rest: rc}, nil
+}
+
+// ListPods lists pods of every namespace.
+func (c *Client) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	out := &corev1.PodList{}
+	err := withTimeout(c.rest.Get().Resource("pods").VersionedParams(&opts, params), opts).Do(ctx).Into(out)
+	return out, err
+}
+
+// WatchPods watches pods of every namespace.
+func (c *Client) WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return withTimeout(c.rest.Get().Resource("pods").VersionedParams(&opts, params), opts).Watch(ctx)
+}
+
+// GetPod reads one pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	out := &corev1.Pod{}
+	err := c.rest.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
+// PatchPodStatus patches a pod through its status subresource (which also takes metadata).
+func (c *Client) PatchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) error {
+	return c.rest.Patch(pt).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(data).Do(ctx).Error()
+}
+
+// GetNode reads one node.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	out := &corev1.Node{}
+	err := c.rest.Get().Resource("nodes").Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
+// PatchNode patches a node, or one of its subresources ("status").
+func (c *Client) PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, subresources ...string) error {
+	return c.rest.Patch(pt).Resource("nodes").Name(name).SubResource(subresources...).Body(data).Do(ctx).Error()
+}
+
+// withTimeout bounds a list or watch by its TimeoutSeconds, as client-go's typed clients do:
+// the server ends a watch then, and the client must not wait longer.
+func withTimeout(r *rest.Request, opts metav1.ListOptions) *rest.Request {
+	if opts.TimeoutSeconds != nil {
+		return r.Timeout(time.Duration(*opts.TimeoutSeconds) * time.Second)
+	}
+	return r
+}
