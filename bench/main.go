@@ -76,6 +76,7 @@ func main() {
 	if path == "" {
 		path = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+".md")
 	}
+	cfg.stem = strings.TrimSuffix(path, filepath.Ext(path))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		fail(1, err)
 	}
@@ -125,7 +126,7 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 		"a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1); " +
 		"JobSet v0.12.0 with maxRestarts 3 and backoffLimit 0, with its default policy and at its best for application errors " +
 		"(a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy). The floor: a bare Indexed Job of the same pods, from create to all Running.\n\n")
-	stem := strings.TrimSuffix(path, filepath.Ext(path))
+	stem := cfg.stem
 	for _, s := range sessions {
 		plots := map[string]string{}
 		for _, sc := range []string{scenarioShutdown, scenarioXID} {

@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"time"
 )
 
 // profileSeconds bounds the controller's CPU profile of one restart.
@@ -49,7 +47,7 @@ func (b *bench) profiled(ctx context.Context, s system, n int, first bool, fn fu
 	if r.err != nil {
 		return fmt.Errorf("controller CPU profile: %w", r.err)
 	}
-	path := filepath.Join("bench", "results", fmt.Sprintf("%s-controller-%d-workers-qps%d.pprof", time.Now().Format("2006-01-02"), n, b.results.qps))
+	path := fmt.Sprintf("%s-controller-%d-workers-qps%d.pprof", b.cfg.stem, n, b.results.qps)
 	if err := os.WriteFile(path, r.data, 0o644); err != nil {
 		return err
 	}

@@ -114,3 +114,33 @@ func TestInts(t *testing.T) {
 		}
 	}
 }
+
+func TestParseHistogram(t *testing.T) {
+	page := `# HELP faultline_decision_seconds x
+# TYPE faultline_decision_seconds histogram
+faultline_decision_seconds_bucket{le="0.01"} 2
+faultline_decision_seconds_bucket{le="0.1"} 15
+faultline_decision_seconds_bucket{le="1"} 19
+faultline_decision_seconds_bucket{le="+Inf"} 20
+faultline_decision_seconds_sum 9.5
+faultline_decision_seconds_count 20
+faultline_decision_latency_seconds_count 7
+rest_client_requests_total{code="200",host="h",method="GET"} 10
+rest_client_requests_total{code="201",host="h",method="POST"} 2.5
+`
+	h := parseHistogram(page, "faultline_decision_seconds")
+	if h.count != 20 || h.atMost(0.1) != 15 {
+		t.Fatalf("count %v, ≤ 100 ms %v; want 20, 15", h.count, h.atMost(0.1))
+	}
+	for q, want := range map[float64]string{0.05: "≤ 10 ms", 0.5: "≤ 100 ms", 0.95: "≤ 1000 ms", 0.99: "> 1000 ms"} {
+		if got := h.quantile(q); got != want {
+			t.Errorf("quantile(%v) = %q, want %q", q, got, want)
+		}
+	}
+	if got := (histogram{}).quantile(0.5); got != "–" {
+		t.Errorf("empty histogram's quantile = %q", got)
+	}
+	if got := sumSamples(page, "rest_client_requests_total{"); got != 12.5 {
+		t.Errorf("requests = %v, want 12.5", got)
+	}
+}

@@ -43,6 +43,9 @@ type config struct {
 	// profileWorkers: profile the controller's CPU during faultline's node-shutdown restart
 	// of this gang size (0: no profile).
 	profileWorkers int
+	// stem is the report's path without its extension: the plots and profiles are named
+	// after it, so that a run never overwrites another run's files.
+	stem string
 }
 
 // binaries are built once for every session.

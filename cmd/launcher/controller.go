@@ -81,7 +81,7 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `Prometheus metrics address ("0" disables)`)
 	f.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", `healthz/readyz address ("0" disables)`)
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", `net/http/pprof address, for profiling ("0" disables)`)
-	f.IntVar(&opts.Workers, "workers", 8, "runs reconciled concurrently")
+	f.IntVar(&opts.Workers, "workers", controller.DefaultWorkers, "runs reconciled concurrently")
 	f.StringVar(&opts.Plugins.PluginDir, "plugin-dir", "", "directory searched for framework plugins (faultline-plugin-<framework>) before PATH (default: this binary's directory)")
 	f.DurationVar(&opts.Plugins.CallTimeout, "plugin-call-timeout", framework.DefaultCallTimeout, "deadline of every call to a framework plugin; a plugin that misses it is killed")
 	f.StringVar(&crashAt, "test-crash-at", "", "for crash-safety tests only: SIGKILL this process at the named point")

@@ -38,7 +38,7 @@ type Options struct {
 	ProbeAddr               string
 	// PprofAddr serves net/http/pprof ("" or "0": off): how the benchmarks profile a restart.
 	PprofAddr string
-	// Workers is the number of runs reconciled concurrently.
+	// Workers is the number of runs reconciled concurrently (DefaultWorkers).
 	Workers int
 	// Frameworks, when set, replaces the framework plugin host (tests).
 	Frameworks Frameworks
@@ -52,6 +52,13 @@ type Options struct {
 
 // The plugin host serves framework "none" itself, without a plugin, as NoPlugins does.
 var _ Frameworks = (*framework.Host)(nil)
+
+// DefaultWorkers is how many runs are reconciled at once. A reconcile mostly waits on the
+// API server (it reads its run there, not from the cache, and a teardown deletes a gang's
+// pods), so its cost is latency, not CPU: 8 workers and a busy API server (a second a
+// request, as in the benchmark's steady state of 10,000 pods) make at most 8 reconciles a
+// second for every run of the cluster, and a failed run's decision waits behind them.
+const DefaultWorkers = 32
 
 // LeaderElectionID names the Lease that controller replicas compete for.
 const LeaderElectionID = "faultline-controller." + v1alpha1.GroupName
@@ -153,6 +160,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		// The trace's settle phase starts when the agent's evidence arrives, which the
 		// informer knows before any reconcile does.
 		r.noteEvidence(o)
+		r.failures.saw(o, r.Clock.Now())
 		return runOf(ctx, o)
 	}
 	return ctrl.NewControllerManagedBy(mgr).

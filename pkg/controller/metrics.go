@@ -2,12 +2,17 @@ package controller
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 var (
@@ -25,11 +30,18 @@ var (
 		Help:    "From the root failure of an attempt to the decision on it (includes the settle window when evidence was missing).",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 	})
+	decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "faultline_decision_seconds",
+		Help: "The controller's own decision latency: from its informer delivering the first failed worker of an attempt " +
+			"to the decision on the attempt: the work queue's wait, reading the run, the plugin's hints, classifying, and the settle window " +
+			"when evidence was missing; not persisting the decision.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	})
 	runsDesc = prometheus.NewDesc("faultline_runs", "TrainingRuns by phase, read from the controller's cache at scrape time.", []string{"phase"}, nil)
 )
 
 func init() {
-	metrics.Registry.MustRegister(restartsTotal, timeToRestart, decisionLatency)
+	metrics.Registry.MustRegister(restartsTotal, timeToRestart, decisionLatency, decisionSeconds)
 }
 
 // observeRunning records the time to restart when an attempt after a failure is all Running.
@@ -59,4 +71,47 @@ func (c runsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseRunning, v1alpha1.PhaseRestarting, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseSuspended} {
 		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(counts[p]), string(p))
 	}
+}
+
+// failureClock remembers when the informer first delivered a failed worker of each attempt:
+// where faultline_decision_seconds starts. A reconcile cannot know it: it runs after the
+// work queue's wait, which is part of the latency.
+type failureClock struct {
+	first sync.Map // attemptKey → time.Time
+}
+
+type attemptKey struct {
+	run     types.NamespacedName
+	attempt int32
+}
+
+// saw notes o's failure if o is a failed worker of a run.
+func (f *failureClock) saw(o client.Object, now time.Time) {
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.Status.Phase != corev1.PodFailed {
+		return
+	}
+	n, ok := attempt.Number(p)
+	name := p.Labels[v1alpha1.LabelRun]
+	if !ok || name == "" {
+		return
+	}
+	f.first.LoadOrStore(attemptKey{types.NamespacedName{Namespace: p.Namespace, Name: name}, n}, now)
+}
+
+// decided observes the latency of the decision on run's current attempt.
+func (f *failureClock) decided(run *v1alpha1.TrainingRun, now time.Time) {
+	if t, ok := f.first.LoadAndDelete(attemptKey{runKey(run), run.Status.Attempt}); ok {
+		decisionSeconds.Observe(now.Sub(t.(time.Time)).Seconds())
+	}
+}
+
+// forget drops a deleted run's attempts.
+func (f *failureClock) forget(run types.NamespacedName) {
+	f.first.Range(func(k, _ any) bool {
+		if k.(attemptKey).run == run {
+			f.first.Delete(k)
+		}
+		return true
+	})
 }

@@ -48,7 +48,8 @@ type Reconciler struct {
 	// Crash is called at the named crash points; tests make it kill the process.
 	Crash func(point string)
 
-	seen sightings
+	seen     sightings
+	failures failureClock
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
@@ -57,11 +58,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.APIReader.Get(ctx, req.NamespacedName, run); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.seen.forget(req.NamespacedName)
+			r.failures.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if run.DeletionTimestamp != nil {
 		r.seen.forget(req.NamespacedName)
+		r.failures.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // owner references delete everything the run made
 	}
 	ctx = withPersistedTrace(ctx, run)
@@ -245,6 +248,7 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
 	}
 	decisionLatency.Observe(now.Sub(v.FailedAt).Seconds())
+	r.failures.decided(run, r.now().Time)
 	vs := verdictStatus(v, d, r.now())
 	ep := r.episodeOf(run, podNamed(obs.current, v.RootPod), v.Cause)
 	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)

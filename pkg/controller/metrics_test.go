@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+func decisionSamples(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := decisionSeconds.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// The decision latency starts at the first failed worker of the attempt the informer
+// delivers, and is observed once, by the decision on that attempt.
+func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
+	worker := func(name string, attempt string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", Labels: map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: attempt}},
+			Status:     corev1.PodStatus{Phase: phase},
+		}
+	}
+	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml"}, Status: v1alpha1.TrainingRunStatus{Attempt: 2}}
+	t0 := time.Unix(1000, 0)
+	var f failureClock
+	f.saw(worker("llm-2-0", "2", corev1.PodRunning), t0)                   // not failed: no start
+	f.saw(worker("llm-1-0", "1", corev1.PodFailed), t0)                    // an older attempt's
+	f.saw(worker("llm-2-1", "2", corev1.PodFailed), t0.Add(time.Second))   // the start
+	f.saw(worker("llm-2-2", "2", corev1.PodFailed), t0.Add(2*time.Second)) // a later one: ignored
+
+	n0, sum0 := decisionSamples(t)
+	f.decided(run, t0.Add(1500*time.Millisecond))
+	n1, sum1 := decisionSamples(t)
+	if n1 != n0+1 || sum1-sum0 < 0.499 || sum1-sum0 > 0.501 {
+		t.Fatalf("decision observed %d time(s), %.3f s; want once, 0.5 s", n1-n0, sum1-sum0)
+	}
+	f.decided(run, t0.Add(3*time.Second))
+	if n2, _ := decisionSamples(t); n2 != n1 {
+		t.Fatal("a second decision on the same attempt was observed again")
+	}
+
+	f.forget(types.NamespacedName{Namespace: "ml", Name: "llm"})
+	run.Status.Attempt = 1
+	f.decided(run, t0.Add(3*time.Second))
+	if n3, _ := decisionSamples(t); n3 != n1 {
+		t.Fatal("a deleted run's attempt was still remembered")
+	}
+}
