@@ -390,6 +390,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Micros
 func (r *steadyResult) markdown(b *strings.Builder) {
 	c := r.cfg
 	fmt.Fprintf(b, "### d. Steady state: %d runs × %d workers (%d pods)\n\n", c.runs, c.workers, c.runs*c.workers)
+	if r.up == 0 {
+		b.WriteString("The runs never were all Running at once, so there was no steady state to measure (the session's error says why).\n\n")
+		return
+	}
 	fmt.Fprintf(b, "Every worker Running %s after the runs were created. Then a %s window in which %d fatal GPU faults (XID 79, through the node agents) hit %d runs, one after another.\n\n",
 		secs(r.up), c.window, len(r.decisions), len(r.decisions))
 	b.WriteString("| measure | value | target |\n| --- | ---: | ---: |\n")
