@@ -120,6 +120,11 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 	fmt.Fprintf(os.Stderr, "session: %d nodes, kube-controller-manager %s\n", nodes, qpsLabel(qps))
 	c, err := cluster.Start(ctx, cluster.Options{
 		Name: "bench", Nodes: nodes, ControllerManagerQPS: qps,
+		// kwok's nodes heartbeat every 20–45 s (stages/node-heartbeat.yaml). With a thousand
+		// nodes on this machine a heartbeat can come late, and the node lifecycle controller
+		// would evict the pods of a node it takes for lost (40 s by default): a fault nobody
+		// injected, in the middle of a measurement.
+		ExtraArgs: []string{"kube-controller-manager=node-monitor-grace-period=5m"},
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
