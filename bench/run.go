@@ -125,7 +125,7 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 		// would evict the pods of a node it takes for lost (40 s by default): a fault nobody
 		// injected, in the middle of a measurement.
 		ExtraArgs: []string{"kube-controller-manager=node-monitor-grace-period=5m"},
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:      func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
 		},

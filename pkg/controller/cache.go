@@ -2,7 +2,6 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
@@ -44,8 +43,3 @@ func slimNode(obj any) (any, error) {
 	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
 	return n, nil
 }
-
-var (
-	_ toolscache.TransformFunc = slimPod
-	_ toolscache.TransformFunc = slimNode
-)

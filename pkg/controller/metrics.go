@@ -73,19 +73,22 @@ func (c runsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// failureClock remembers when the informer first delivered a failed worker of each attempt:
-// where faultline_decision_seconds starts. A reconcile cannot know it: it runs after the
-// work queue's wait, which is part of the latency.
+// failureClock remembers, per run, when the informer first delivered a failed worker of its
+// latest attempt: where faultline_decision_seconds starts. A reconcile cannot know it: it
+// runs after the work queue's wait, which is part of the latency. One entry per run: the
+// pods of an attempt already decided on fail too as they are torn down, and must neither
+// start a measurement nor pile up.
 type failureClock struct {
-	first sync.Map // attemptKey → time.Time
+	mu    sync.Mutex
+	first map[types.NamespacedName]attemptFailure
 }
 
-type attemptKey struct {
-	run     types.NamespacedName
+type attemptFailure struct {
 	attempt int32
+	at      time.Time
 }
 
-// saw notes o's failure if o is a failed worker of a run.
+// saw notes o's failure if o is a failed worker of a run's latest attempt seen so far.
 func (f *failureClock) saw(o client.Object, now time.Time) {
 	p, ok := o.(*corev1.Pod)
 	if !ok || p.Status.Phase != corev1.PodFailed {
@@ -96,22 +99,35 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 	if !ok || name == "" {
 		return
 	}
-	f.first.LoadOrStore(attemptKey{types.NamespacedName{Namespace: p.Namespace, Name: name}, n}, now)
+	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, seen := f.first[key]; seen && cur.attempt >= n {
+		return
+	}
+	if f.first == nil {
+		f.first = map[types.NamespacedName]attemptFailure{}
+	}
+	f.first[key] = attemptFailure{attempt: n, at: now}
 }
 
 // decided observes the latency of the decision on run's current attempt.
 func (f *failureClock) decided(run *v1alpha1.TrainingRun, now time.Time) {
-	if t, ok := f.first.LoadAndDelete(attemptKey{runKey(run), run.Status.Attempt}); ok {
-		decisionSeconds.Observe(now.Sub(t.(time.Time)).Seconds())
+	key := runKey(run)
+	f.mu.Lock()
+	cur, ok := f.first[key]
+	if ok && cur.attempt == run.Status.Attempt {
+		delete(f.first, key)
+	}
+	f.mu.Unlock()
+	if ok && cur.attempt == run.Status.Attempt {
+		decisionSeconds.Observe(now.Sub(cur.at).Seconds())
 	}
 }
 
-// forget drops a deleted run's attempts.
+// forget drops a deleted run.
 func (f *failureClock) forget(run types.NamespacedName) {
-	f.first.Range(func(k, _ any) bool {
-		if k.(attemptKey).run == run {
-			f.first.Delete(k)
-		}
-		return true
-	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.first, run)
 }

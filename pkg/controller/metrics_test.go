@@ -49,9 +49,20 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 		t.Fatal("a second decision on the same attempt was observed again")
 	}
 
+	// The decided attempt's pods fail as they are torn down; the next attempt's first
+	// failure still starts its own measurement.
+	f.saw(worker("llm-2-3", "2", corev1.PodFailed), t0.Add(4*time.Second))
+	f.saw(worker("llm-3-0", "3", corev1.PodFailed), t0.Add(10*time.Second))
+	run.Status.Attempt = 3
+	f.decided(run, t0.Add(10200*time.Millisecond))
+	if n4, sum4 := decisionSamples(t); n4 != n1+1 || sum4-sum1 < 0.199 || sum4-sum1 > 0.201 {
+		t.Fatalf("attempt 3's decision observed %d time(s), %.3f s; want once, 0.2 s", n4-n1, sum4-sum1)
+	}
+	n1, _ = decisionSamples(t)
+
+	f.saw(worker("llm-3-1", "3", corev1.PodFailed), t0.Add(11*time.Second))
 	f.forget(types.NamespacedName{Namespace: "ml", Name: "llm"})
-	run.Status.Attempt = 1
-	f.decided(run, t0.Add(3*time.Second))
+	f.decided(run, t0.Add(12*time.Second))
 	if n3, _ := decisionSamples(t); n3 != n1 {
 		t.Fatal("a deleted run's attempt was still remembered")
 	}
