@@ -6,6 +6,7 @@
 // before anything is deleted; every later step (delete the old Job, wait until every pod of
 // the old attempt is gone, back off, create the next Job) is an idempotent function of that
 // status, so a controller that crashes anywhere in between resumes the same restart: no
-// attempt is skipped and none is doubled. The run is always read from the API server, not
-// the cache, so a decision is never taken on a status older than the last write.
+// attempt is skipped and none is doubled. A run is read from the cache only at the version
+// this controller last wrote or read from the API server (knownVersions), so a decision is
+// never taken on a status older than the last write.
 package controller

@@ -38,7 +38,8 @@ type Frameworks interface {
 type Reconciler struct {
 	// Client reads Jobs, pods and nodes from the manager's cache and writes to the API server.
 	client.Client
-	// APIReader reads TrainingRuns directly from the API server (see the package doc).
+	// APIReader reads from the API server: a run whose cached copy may be older than the
+	// controller's last write of it (see knownVersions), and the last check for leftovers.
 	APIReader  client.Reader
 	Recorder   events.EventRecorder
 	Clock      clock.PassiveClock
@@ -50,21 +51,20 @@ type Reconciler struct {
 
 	seen     sightings
 	failures failureClock
+	versions knownVersions
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	run := &v1alpha1.TrainingRun{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, run); err != nil {
+	if err := r.getRun(ctx, req.NamespacedName, run); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.seen.forget(req.NamespacedName)
-			r.failures.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if run.DeletionTimestamp != nil {
-		r.seen.forget(req.NamespacedName)
-		r.failures.forget(req.NamespacedName)
+		r.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // owner references delete everything the run made
 	}
 	ctx = withPersistedTrace(ctx, run)
@@ -276,11 +276,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun)
 	if err := r.Status().Update(ctx, run); err != nil {
 		return fmt.Errorf("update status of %s/%s: %w", run.Namespace, run.Name, err)
 	}
+	r.versions.record(run)
 	if p, ok := ctx.Value(persistedKey{}).(*persistedTrace); ok {
 		r.traceWritten(ctx, run, p.trace)
 		p.trace = run.Status.Trace.DeepCopy()
 	}
 	return nil
+}
+
+// forget drops what the reconciler remembers of a deleted run.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.seen.forget(key)
+	r.failures.forget(key)
+	r.versions.forget(key)
 }
 
 func (r *Reconciler) now() metav1.Time { return metav1.NewTime(r.Clock.Now()) }

@@ -148,8 +148,10 @@ const recheck = 250 * time.Millisecond
 // createAttempt creates the current attempt's Service and Job, after the backoff.
 func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, error) {
 	// The cache may lag behind the deletions: ask the API server that no pod of an older
-	// attempt is left before the next one may start.
-	pods := &corev1.PodList{}
+	// attempt is left before the next one may start. Their metadata is enough, and a worker
+	// pod's spec carries the framework's rendezvous, which grows with the gang.
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// lagging is the controller's client as the manager builds it: it writes to the API server
+// and reads from a cache that may lag behind it.
+type lagging struct {
+	client.Client
+	cache client.Reader
+}
+
+func (l *lagging) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return l.cache.Get(ctx, key, obj, opts...)
+}
+
+// counting counts the live reads.
+type counting struct {
+	client.Reader
+	gets int
+}
+
+func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets++
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestRunIsReadFromTheCacheOnlyAtAKnownVersion: a reconcile may act on a cached run only when
+// the cache holds the version the controller last wrote or read live; a cache that lags
+// behind the controller's own write (or is ahead of it: someone else changed the run) is
+// bypassed, so no step is ever taken on a status older than the last one written.
+func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
+	ctx := context.Background()
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", Generation: 1},
+		Spec:       v1alpha1.TrainingRunSpec{Workers: 2, Framework: v1alpha1.FrameworkNone},
+		Status:     v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhaseRunning},
+	}
+	api := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(run).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	live := func() *v1alpha1.TrainingRun {
+		got := &v1alpha1.TrainingRun{}
+		if err := api.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	cacheOf := func(r *v1alpha1.TrainingRun) client.Reader {
+		return fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(r.DeepCopy()).Build()
+	}
+	apiReader := &counting{Reader: api}
+	cl := &lagging{Client: api, cache: cacheOf(live())}
+	r := &Reconciler{Client: cl, APIReader: apiReader}
+	key := client.ObjectKeyFromObject(run)
+	read := func(step string, wantLive bool, wantAttempt int32) {
+		t.Helper()
+		before := apiReader.gets
+		got := &v1alpha1.TrainingRun{}
+		if err := r.getRun(ctx, key, got); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if isLive := apiReader.gets > before; isLive != wantLive {
+			t.Errorf("%s: read from the API server = %v, want %v", step, isLive, wantLive)
+		}
+		if got.Status.Attempt != wantAttempt {
+			t.Errorf("%s: read attempt %d, want %d", step, got.Status.Attempt, wantAttempt)
+		}
+	}
+
+	read("first read of a run (a new process knows no version)", true, 1)
+	read("cache at the version read live", false, 1)
+
+	// A restart decision is written; the cache has not seen it yet.
+	written := live()
+	written.Status.Attempt = 2
+	written.Status.Phase = v1alpha1.PhaseRestarting
+	if err := r.writeStatus(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	read("cache older than the controller's own write", true, 2)
+	cl.cache = cacheOf(live())
+	read("cache caught up with the write", false, 2)
+
+	// Someone else changes the run: the cache is ahead of what the controller knows.
+	changed := live()
+	changed.Spec.Suspend = ptr.To(true)
+	if err := api.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	cl.cache = cacheOf(live())
+	read("cache newer than the version known", true, 2)
+	read("cache at the version read live again", false, 2)
+
+	// A deleted run is forgotten: its next incarnation under the same name starts live.
+	r.forget(key)
+	read("after forget", true, 2)
+}
