@@ -14,6 +14,11 @@ $(foreach line,$(shell $(TOOLS) paths),$(eval $(line)))
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/faultline-dev/faultline/pkg/version.Version=$(VERSION)
+# grpcnotrace: gRPC's request tracing (x/net/trace) links html/template, whose reflection
+# keeps methods the linker would drop: without it the node agent's executable, most of its
+# resident memory, is 6 MB smaller. Nothing here uses grpc.EnableTracing. test/cluster
+# builds the binaries it runs with the same tags.
+BUILD_TAGS := grpcnotrace
 # Every binary the product ships: cmd/* and plugins/* (faultline-plugin-<name>).
 CMDS     := $(notdir $(wildcard cmd/*))
 PLUGINS  := $(notdir $(wildcard plugins/*))
@@ -27,8 +32,8 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build every binary into bin/.
 	@mkdir -p $(BIN)
-	@for c in $(CMDS); do [ -f cmd/$$c/main.go ] && $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c; done; true
-	@for p in $(PLUGINS); do [ -f plugins/$$p/main.go ] && $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/faultline-plugin-$$p ./plugins/$$p; done; true
+	@for c in $(CMDS); do [ -f cmd/$$c/main.go ] && $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c; done; true
+	@for p in $(PLUGINS); do [ -f plugins/$$p/main.go ] && $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/faultline-plugin-$$p ./plugins/$$p; done; true
 
 .PHONY: tools
 tools: ## Build the pinned control plane, kwok and code generators (cached in _output/bin).

@@ -12,6 +12,9 @@ import (
 	"testing"
 )
 
+// BuildTags are the Makefile's BUILD_TAGS: the build tags of every shipped binary.
+const BuildTags = "grpcnotrace"
+
 // BuildBinary builds the command package pkg (e.g. "./cmd/launcher") of the repository into
 // dir/name (name "" = the package's base name) and returns the binary's path. TestMain
 // calls it once per package.
@@ -24,8 +27,9 @@ func BuildBinary(dir, pkg, name string) (string, error) {
 		name = filepath.Base(pkg)
 	}
 	bin := filepath.Join(dir, name)
-	// Built as `make build` builds what ships: stripped, without local paths.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+	// Built as `make build` builds what ships: stripped, without local paths, with the
+	// Makefile's BUILD_TAGS.
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", BuildTags, "-ldflags=-s -w", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
