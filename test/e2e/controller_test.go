@@ -110,6 +110,12 @@ func TestE2EAppErrorFailsFast(t *testing.T) {
 	}); err != nil {
 		t.Errorf("workers still live after the run failed: %v: %s", err, describePods(left))
 	}
+	switch kept, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{}); {
+	case err != nil:
+		t.Errorf("failed worker %s: %v, want it kept for its logs", victim.Name, err)
+	case kept.DeletionTimestamp != nil:
+		t.Errorf("failed worker %s is being deleted, want it kept for its logs", victim.Name)
+	}
 }
 
 // TestE2EMaintenanceRestarts: a node shutdown under one worker restarts the whole gang
