@@ -122,8 +122,9 @@ func (r *Reconciler) newEpisodeTrace(ep episode, seenAt, judgedAt, decidedAt tim
 
 // sightings remember what this process saw first, for the phases that span reconciles:
 // when each run's current attempt was first seen failing (settle starts), when the node
-// agent's evidence of a failure on its way reached it (settle starts earlier: with a node
-// signal the evidence comes first, and the phase covers the workers stopping), and when
+// agent's first evidence of an episode reached it (settle starts then instead: the agent's
+// detect phase ends with its first evidence written, and settle covers the workers
+// stopping, or the wait for the root worker's evidence), and when
 // every worker was first seen bound, until a status write records it. A controller that
 // restarts forgets them and starts the phases when it next sees the facts; the settle window
 // itself is measured from the pod's failure time and does not depend on them.
@@ -131,9 +132,10 @@ type sightings struct {
 	runs sync.Map // types.NamespacedName → *sighting; a run is never reconciled twice at once
 
 	mu sync.Mutex
-	// evidence is by the traceparent of the agent's episode, which is unique: the informer
-	// reports it before any reconcile of the run has read the run.
-	evidence map[string]*evidenceSighting
+	// evidence is when the agent's evidence of an episode was first seen, by the episode's
+	// traceparent, which is unique: the informer reports it before any reconcile of the run
+	// has read the run.
+	evidence map[string]time.Time
 }
 
 type sighting struct {
@@ -141,13 +143,6 @@ type sighting struct {
 	attempt   int32
 	failure   time.Time
 	scheduled time.Time
-}
-
-// evidenceSighting: the workers seen with an episode's evidence, and when the last of them
-// was first seen with it (the agent's detect span ends when it has marked the last one).
-type evidenceSighting struct {
-	pods map[string]bool
-	last time.Time
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
@@ -185,41 +180,37 @@ func (s *sightings) scheduled(run *v1alpha1.TrainingRun, now time.Time) time.Tim
 	return sg.scheduled
 }
 
-// sawEvidence notes the agent's evidence of the episode traceparent on pod.
-func (s *sightings) sawEvidence(traceparent, pod string, now time.Time) {
+// sawEvidence notes the agent's evidence of the episode traceparent.
+func (s *sightings) sawEvidence(traceparent string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ev := s.evidence[traceparent]
-	if ev == nil {
-		if s.evidence == nil {
-			s.evidence = map[string]*evidenceSighting{}
-		}
-		for tp, old := range s.evidence {
-			if now.Sub(old.last) > evidenceMemory {
-				delete(s.evidence, tp)
-			}
-		}
-		ev = &evidenceSighting{pods: map[string]bool{}}
-		s.evidence[traceparent] = ev
+	if _, ok := s.evidence[traceparent]; ok {
+		return
 	}
-	if !ev.pods[pod] {
-		ev.pods[pod] = true
-		ev.last = now
+	if s.evidence == nil {
+		s.evidence = map[string]time.Time{}
 	}
+	for tp, seen := range s.evidence {
+		if now.Sub(seen) > evidenceMemory {
+			delete(s.evidence, tp)
+		}
+	}
+	s.evidence[traceparent] = now
 }
 
-// settleStart is when the settle phase of ep began, and forgets ep's evidence: when the
-// last worker with its evidence was seen, if that was before the failure was.
+// settleStart is when the settle phase of ep began, and forgets ep's evidence: when its
+// first evidence was seen, or without any (an episode the controller started, or evidence
+// this process did not see), when the failure was.
 func (s *sightings) settleStart(ep episode, failure time.Time) time.Time {
 	if ep.agent == "" {
 		return failure
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ev := s.evidence[ep.agent]
+	seen, ok := s.evidence[ep.agent]
 	delete(s.evidence, ep.agent)
-	if ev != nil && ev.last.Before(failure) {
-		return ev.last
+	if ok {
+		return seen
 	}
 	return failure
 }
@@ -238,7 +229,7 @@ func (r *Reconciler) noteEvidence(o client.Object) {
 		return
 	}
 	if tp := a[v1alpha1.AnnotationTraceparent]; tp != "" {
-		r.seen.sawEvidence(tp, o.GetName(), r.Clock.Now())
+		r.seen.sawEvidence(tp, r.Clock.Now())
 	}
 }
 

@@ -408,9 +408,10 @@ func TestAttemptSpan(t *testing.T) {
 	}
 }
 
-// TestSightings: settle starts when the controller first saw the failure or, if it came
-// first, the agent's evidence on the last of the workers the agent marked; a new attempt,
-// or another run under the same name, starts afresh.
+// TestSightings: settle starts when the controller first saw the agent's evidence of the
+// episode (the agent's detect phase ends with its first evidence written), whether the
+// failure came before or after it, and when it first saw the failure if it saw no evidence;
+// a new attempt, or another run under the same name, starts afresh.
 func TestSightings(t *testing.T) {
 	var s sightings
 	run := makeRun("llm", 4).obj()
@@ -421,10 +422,9 @@ func TestSightings(t *testing.T) {
 		t.Errorf("second sighting %v, want the first's time", got)
 	}
 	run.Status.Attempt = 2
-	s.sawEvidence("tp-a", "llm-0", at(700))
-	s.sawEvidence("tp-a", "llm-1", at(800))
-	s.sawEvidence("tp-a", "llm-0", at(850))
-	s.sawEvidence("tp-c", "llm-0", at(950))
+	s.sawEvidence("tp-a", at(700))
+	s.sawEvidence("tp-a", at(800)) // more of the episode's workers marked
+	s.sawEvidence("tp-c", at(950))
 	if got := s.failure(run, at(900)); !got.Equal(at(900)) {
 		t.Errorf("next attempt's first sighting %v", got)
 	}
@@ -435,16 +435,16 @@ func TestSightings(t *testing.T) {
 	}{
 		{"an episode the controller reserved", episode{}, at(900)},
 		{"another episode", episode{agent: "tp-b"}, at(900)},
-		{"evidence seen after the failure", episode{agent: "tp-c"}, at(900)},
-		{"the agent's episode, all seen first", episode{agent: "tp-a"}, at(800)},
+		{"evidence seen after the failure", episode{agent: "tp-c"}, at(950)},
+		{"evidence seen before the failure", episode{agent: "tp-a"}, at(700)},
 		{"the same, once consumed", episode{agent: "tp-a"}, at(900)},
 	} {
 		if got := s.settleStart(tc.ep, at(900)); !got.Equal(tc.want) {
 			t.Errorf("%s: settle starts %v, want %v", tc.name, got.Sub(t0), tc.want.Sub(t0))
 		}
 	}
-	s.sawEvidence("tp-old", "x", at(0))
-	s.sawEvidence("tp-new", "x", at(0).Add(evidenceMemory+time.Second))
+	s.sawEvidence("tp-old", at(0))
+	s.sawEvidence("tp-new", at(0).Add(evidenceMemory+time.Second))
 	if _, ok := s.evidence["tp-old"]; ok {
 		t.Error("evidence of an episode that never failed is remembered for ever")
 	}

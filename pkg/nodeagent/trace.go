@@ -19,6 +19,11 @@ import (
 // a pod's run when it writes the evidence and puts the episode's reserved root, as a
 // traceparent, into the same patch; once the evidence is on the pods, record emits the
 // detect span of each run whose pods got it. The controller ends the episode (pkg/tracing).
+//
+// Detect ends with the run's first evidence written, not its last: from then on the
+// controller can act (a shutdown fails the first worker it stops, and the controller decides
+// on that one), and the agent marks the run's other pods alongside the decision and the
+// teardown. The episode's phases follow its critical path, so they do not overlap.
 type episodes struct {
 	tracing *tracing.Provider
 
@@ -28,10 +33,10 @@ type episodes struct {
 
 type episode struct {
 	root trace.SpanContext
-	// pods counts the pods of the run whose evidence carries root; written is when the last
+	// pods counts the pods of the run whose evidence carries root; first is when the first
 	// of them was written.
-	pods    int
-	written time.Time
+	pods  int
+	first time.Time
 }
 
 func newEpisodes(p *tracing.Provider) *episodes {
@@ -83,13 +88,13 @@ func (e *episodes) written(pod *corev1.Pod, t time.Time) {
 	defer e.mu.Unlock()
 	if ep := e.runs[runOf(pod)]; ep != nil {
 		ep.pods++
-		if t.After(ep.written) {
-			ep.written = t
+		if ep.first.IsZero() || t.Before(ep.first) {
+			ep.first = t
 		}
 	}
 }
 
-// record emits a detect span, from the signal to the last evidence written, for every run
+// record emits a detect span, from the signal to the first evidence written, for every run
 // whose pods carry its episode. A run none of whose pods took this evidence (they carried an
 // earlier one, which wins) has no episode here: its root would never be recorded.
 func (e *episodes) record(ctx context.Context, ev v1alpha1.FaultEvidence, detectedAt time.Time) {
@@ -118,7 +123,7 @@ func (e *episodes) record(ctx context.Context, ev v1alpha1.FaultEvidence, detect
 			}
 		}
 		e.tracing.Emit(ctx, ep.root, tracing.Span{
-			Name: tracing.SpanDetect, Start: detectedAt, End: ep.written, Attributes: attrs,
+			Name: tracing.SpanDetect, Start: detectedAt, End: ep.first, Attributes: attrs,
 		})
 	}
 }

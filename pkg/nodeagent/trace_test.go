@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -184,4 +185,34 @@ func TestPodMarkPatchCarriesTheTraceparent(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonEqual(t, `{"metadata": {"uid": "uid-1", "annotations": {"faultline.dev/fault-evidence": null}}}`, data)
+}
+
+// TestDetectEndsWithTheFirstEvidence: the detect phase ends when the run's first evidence
+// is written, from when the controller can act, not when the agent has marked its last
+// pod: the agent marks the others alongside the decision, and the episode's phases follow
+// its critical path without overlapping.
+func TestDetectEndsWithTheFirstEvidence(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	e := newEpisodes(tracing.New(nil, sdktrace.WithSyncer(exp)))
+	pods := []*corev1.Pod{makePod("r-0").run("r").obj(), makePod("r-1").run("r").obj(), makePod("r-2").run("r").obj()}
+	for _, p := range pods {
+		e.root(p)
+	}
+	// Written concurrently: the patches return out of order.
+	e.written(pods[1], t0.Add(30*time.Millisecond))
+	e.written(pods[0], t0.Add(10*time.Millisecond))
+	e.written(pods[2], t0.Add(90*time.Millisecond))
+	e.record(context.Background(), ShutdownEvidence(node, t0), t0)
+	spans := exp.GetSpans().Snapshots()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want one detect", len(spans))
+	}
+	if got, want := spans[0].EndTime().Sub(t0), 10*time.Millisecond; got != want {
+		t.Errorf("detect ends %v after the signal, want %v (the first evidence written)", got, want)
+	}
+	for _, kv := range spans[0].Attributes() {
+		if kv.Key == tracing.KeyPods && kv.Value.AsInt64() != 3 {
+			t.Errorf("%s = %d, want 3", kv.Key, kv.Value.AsInt64())
+		}
+	}
 }

@@ -19,9 +19,11 @@ const (
 	// SpanAttempt covers one attempt, from its Job's creation to its end.
 	SpanAttempt = "faultline.attempt"
 
-	// SpanDetect (node agent): from the signal to the evidence written on the run's pods.
+	// SpanDetect (node agent): from the signal to the first evidence written on the run's
+	// pods, when the controller can act (the agent marks the others alongside).
 	SpanDetect = "detect"
-	// SpanSettle: from the failure first seen to the verdict final (waiting for evidence).
+	// SpanSettle: from the agent's evidence first seen (without it, the failure first seen) to
+	// the verdict final: the workers stopping, and waiting for evidence.
 	SpanSettle = "settle"
 	// SpanClassify: from the final verdict to the decision.
 	SpanClassify = "classify"
