@@ -116,16 +116,25 @@ func fail(code int, err error) {
 	os.Exit(code)
 }
 
+// systemDescriptions say how each system is configured, for the report's header.
+var systemDescriptions = map[string]string{
+	flagFaultline:     "faultline (TrainingRun, default failure policy, node agent with simulated hardware)",
+	flagJob:           "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
+	flagJobSet:        "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
+	flagJobSetDefault: "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
+}
+
 // render writes the plots next to the report and returns the report.
 func render(sessions []*session, cfg config, path string, took time.Duration) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# faultline benchmarks, %s\n\n", time.Now().Format("2006-01-02"))
 	fmt.Fprintf(&b, "`go run ./bench %s` — %d round(s) per scenario, system and size, on this 2-core machine; took %s.\n",
 		strings.Join(os.Args[1:], " "), cfg.rounds, took.Round(time.Second))
-	b.WriteString("Systems: faultline (TrainingRun, default failure policy, node agent with simulated hardware); " +
-		"a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1); " +
-		"JobSet v0.12.0 with maxRestarts 3 and backoffLimit 0, with its default policy and at its best for application errors " +
-		"(a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy). The floor: a bare Indexed Job of the same pods, from create to all Running.\n\n")
+	var described []string
+	for _, sys := range cfg.systems {
+		described = append(described, systemDescriptions[sys])
+	}
+	fmt.Fprintf(&b, "Systems: %s. The floor: a bare Indexed Job of the same pods, from create to all Running.\n\n", strings.Join(described, "; "))
 	stem := cfg.stem
 	for _, s := range sessions {
 		plots := map[string]string{}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,37 @@ rest_client_requests_total{code="201",host="h",method="POST"} 2.5
 	}
 	if got := sumSamples(page, "rest_client_requests_total{"); got != 12.5 {
 		t.Errorf("requests = %v, want 12.5", got)
+	}
+}
+
+// TestParseLabelledHistogram: controller-runtime's histograms carry labels; a series is
+// picked by them, and a window's share is the end reading less the start's.
+func TestParseLabelledHistogram(t *testing.T) {
+	reading := func(fast, slow float64) string {
+		return fmt.Sprintf(`workqueue_queue_duration_seconds_bucket{controller="trainingrun",name="trainingrun",le="1e-05"} %v
+workqueue_queue_duration_seconds_bucket{controller="trainingrun",name="trainingrun",le="0.1"} %v
+workqueue_queue_duration_seconds_bucket{controller="trainingrun",name="trainingrun",le="+Inf"} %v
+workqueue_queue_duration_seconds_count{controller="trainingrun",name="trainingrun"} %v
+workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="1e-05"} 1000
+workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="0.1"} 1000
+workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="+Inf"} 1000
+workqueue_queue_duration_seconds_count{controller="other",name="other"} 1000
+`, fast, fast+slow, fast+slow, fast+slow)
+	}
+	const series = `controller="trainingrun"`
+	before := parseHistogram(reading(10, 0), "workqueue_queue_duration_seconds", series)
+	after := parseHistogram(reading(10, 4), "workqueue_queue_duration_seconds", series)
+	if after.count != 14 || after.atMost(1e-5) != 10 {
+		t.Fatalf("after: count %v, ≤ 10 µs %v; want 14, 10 (the other controller's series must not count)", after.count, after.atMost(1e-5))
+	}
+	window := after.since(before)
+	if window.count != 4 || window.atMost(1e-5) != 0 {
+		t.Fatalf("window: count %v, ≤ 10 µs %v; want 4, 0", window.count, window.atMost(1e-5))
+	}
+	if got := window.quantile(0.5); got != "≤ 100 ms" {
+		t.Errorf("window p50 = %q, want ≤ 100 ms", got)
+	}
+	if got := after.quantile(0.5); got != "≤ 0.01 ms" {
+		t.Errorf("after p50 = %q, want ≤ 0.01 ms", got)
 	}
 }

@@ -43,8 +43,12 @@ type steadyResult struct {
 	decisions, markeds []time.Duration
 	// inside is the controller's own decision latency (faultline_decision_seconds) at the
 	// end of the window: only the window's faults were decided by then.
-	inside   histogram
-	agentRSS int64
+	inside histogram
+	// queueWait and reconcile: the controller's work queue wait and reconcile time over the
+	// window (controller-runtime's histograms, every reconcile, not only decisions): where
+	// a decision's time goes.
+	queueWait, reconcile histogram
+	agentRSS             int64
 	// windowDone: the window ran to its end, so its rates and end figures are measured.
 	windowDone bool
 }
@@ -107,6 +111,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 		return err
 	}
 	req0 := sumSamples(metrics, "rest_client_requests_total{")
+	wait0, rec0 := parseHistogram(metrics, queueWaitMetric, trainingRunController), parseHistogram(metrics, reconcileTimeMetric, trainingRunController)
 	windowStart := time.Now()
 	every := st.window / time.Duration(max(1, len(victims)))
 	var mu sync.Mutex
@@ -150,6 +155,8 @@ func (b *bench) steadyState(ctx context.Context) error {
 	}
 	req1 := sumSamples(metrics, "rest_client_requests_total{")
 	res.inside = parseHistogram(metrics, "faultline_decision_seconds")
+	res.queueWait = parseHistogram(metrics, queueWaitMetric, trainingRunController).since(wait0)
+	res.reconcile = parseHistogram(metrics, reconcileTimeMetric, trainingRunController).since(rec0)
 	res.cpu = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
 	res.apiRPS = (req1 - req0) / elapsed.Seconds()
 	if res.rssEnd, err = rss(pid); err != nil {
@@ -163,6 +170,13 @@ func (b *bench) steadyState(ctx context.Context) error {
 	res.windowDone = true
 	return nil
 }
+
+// controller-runtime's histograms of the TrainingRun controller.
+const (
+	queueWaitMetric       = "workqueue_queue_duration_seconds"
+	reconcileTimeMetric   = "controller_runtime_reconcile_time_seconds"
+	trainingRunController = `controller="trainingrun"`
+)
 
 func steadyName(i int) string { return fmt.Sprintf("steady-%03d", i) }
 
@@ -323,8 +337,9 @@ type histogram struct {
 	count       float64
 }
 
-// parseHistogram reads the histogram name (without labels) from a metrics page.
-func parseHistogram(metrics, name string) histogram {
+// parseHistogram reads the histogram name from a metrics page. With labels (e.g.
+// `controller="trainingrun"`), it reads the series whose label set has each of them.
+func parseHistogram(metrics, name string, labels ...string) histogram {
 	var h histogram
 	for _, line := range strings.Split(metrics, "\n") {
 		f := strings.Fields(line)
@@ -335,17 +350,56 @@ func parseHistogram(metrics, name string) histogram {
 		if err != nil {
 			continue
 		}
-		if le, ok := strings.CutPrefix(f[0], name+`_bucket{le="`); ok {
-			bound, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
-			if err != nil {
+		suffix, set, _ := strings.Cut(strings.TrimPrefix(f[0], name), "{")
+		if !strings.HasPrefix(f[0], name) || !hasLabels(strings.TrimSuffix(set, "}"), labels) {
+			continue
+		}
+		switch suffix {
+		case "_bucket":
+			le, ok := label(strings.TrimSuffix(set, "}"), "le")
+			bound, err := strconv.ParseFloat(le, 64)
+			if !ok || err != nil {
 				continue
 			}
 			h.les, h.counts = append(h.les, bound), append(h.counts, v)
-		} else if f[0] == name+"_count" {
+		case "_count":
 			h.count = v
 		}
 	}
 	return h
+}
+
+// hasLabels reports whether a series' label set (`a="x",b="y"`) has each of labels.
+func hasLabels(set string, labels []string) bool {
+	pairs := strings.Split(set, ",")
+	for _, l := range labels {
+		if !slices.Contains(pairs, l) {
+			return false
+		}
+	}
+	return true
+}
+
+// label is the value of the label key in a series' label set.
+func label(set, key string) (string, bool) {
+	for _, pair := range strings.Split(set, ",") {
+		if v, ok := strings.CutPrefix(pair, key+"="); ok {
+			return strings.Trim(v, `"`), true
+		}
+	}
+	return "", false
+}
+
+// since is h less the observations of before, an earlier reading of the same histogram.
+func (h histogram) since(before histogram) histogram {
+	if len(before.les) != len(h.les) {
+		return h
+	}
+	out := histogram{les: h.les, counts: make([]float64, len(h.counts)), count: h.count - before.count}
+	for i := range h.counts {
+		out.counts[i] = h.counts[i] - before.counts[i]
+	}
+	return out
 }
 
 // atMost is how many observations were at most le seconds (le must be a bucket's bound).
@@ -366,9 +420,9 @@ func (h histogram) quantile(q float64) string {
 	for i, c := range h.counts {
 		if c >= q*h.count {
 			if math.IsInf(h.les[i], 1) {
-				return fmt.Sprintf("> %s", ms(time.Duration(h.les[i-1]*float64(time.Second))))
+				return "> " + msBound(h.les[i-1])
 			}
-			return "≤ " + ms(time.Duration(h.les[i]*float64(time.Second)))
+			return "≤ " + msBound(h.les[i])
 		}
 	}
 	return "–"
@@ -384,6 +438,15 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// msBound writes a bucket's bound (seconds) in milliseconds; work queue buckets go down to
+// 10 ns.
+func msBound(sec float64) string {
+	if sec < 0.001 {
+		return strconv.FormatFloat(sec*1000, 'g', 2, 64) + " ms"
+	}
+	return ms(time.Duration(sec * float64(time.Second)))
+}
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
@@ -406,6 +469,10 @@ func (r *steadyResult) markdown(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "| controller decision latency p50 / p99, its own (`faultline_decision_seconds`) | %s / %s (%d of %d ≤ 100 ms) | p99 ≤ 100 ms |\n",
 		r.inside.quantile(0.5), r.inside.quantile(0.99), int(r.inside.atMost(0.1)), int(r.inside.count))
+	fmt.Fprintf(b, "| its work queue wait p50 / p99 over the window, every reconcile (`%s`) | %s / %s (%d reconciles) | |\n",
+		queueWaitMetric, r.queueWait.quantile(0.5), r.queueWait.quantile(0.99), int(r.queueWait.count))
+	fmt.Fprintf(b, "| its reconcile time p50 / p99 over the window (`%s`) | %s / %s | |\n",
+		reconcileTimeMetric, r.reconcile.quantile(0.5), r.reconcile.quantile(0.99))
 	fmt.Fprintf(b, "| controller RSS at rest / end of window | %s / %s | ≤ 300 MiB |\n", mib(r.rssIdle), mib(r.rssEnd))
 	fmt.Fprintf(b, "| controller CPU over the window | %.2f cores | |\n", r.cpu)
 	fmt.Fprintf(b, "| controller API requests | %.1f /s | |\n", r.apiRPS)
