@@ -11,12 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -104,8 +104,8 @@ func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
 // The deletions are one request: a DeleteCollection of the run's pods of the attempts among
 // pods (with keepFinished, only those not Failed or Succeeded on the server: their logs
 // stay). The API server deletes them in turn, without a round trip or the controller's
-// client rate limit per pod; at 2,048 workers the per-pod deletes were half of the
-// teardown's requests. Finalizers can only be dropped one pod at a time, alongside.
+// client rate limit per pod (at 2,048 workers, per-pod deletes were half the controller's
+// requests of a teardown). Finalizers can only be dropped one pod at a time, alongside.
 func (r *Reconciler) removePods(ctx context.Context, run *v1alpha1.TrainingRun, pods []*corev1.Pod, strip, keepFinished bool) error {
 	var (
 		wg       sync.WaitGroup
