@@ -89,7 +89,7 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		}
 		// The Job is suspended (or gone): the stopped pods may leave without it, so that the
 		// run frees its nodes at once (when a queue such as Kueue admits the next workload).
-		if err := r.removePods(ctx, run, live, true, true); err != nil {
+		if err := r.removePods(ctx, live, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -131,7 +131,7 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, r.removePods(ctx, run, append(obs.current, obs.older...), true, false)
+	return ctrl.Result{}, r.removePods(ctx, append(obs.current, obs.older...), true)
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -16,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -54,8 +52,7 @@ func TestFailedRunReleasesItsPods(t *testing.T) {
 	stopping := pod("llm-2", corev1.PodRunning, true) // the Job controller is deleting it already
 	cl := fake.NewClientBuilder().WithScheme(Scheme()).
 		WithObjects(run, job, crashed, running, stopping).
-		WithStatusSubresource(&v1alpha1.TrainingRun{}).
-		WithInterceptorFuncs(interceptor.Funcs{DeleteAllOf: deleteAllOfPodsByPhase}).Build()
+		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
 		t.Fatal(err)
@@ -80,28 +77,4 @@ func TestFailedRunReleasesItsPods(t *testing.T) {
 	} else if kept.DeletionTimestamp != nil {
 		t.Errorf("failed pod %s is being deleted, want it kept for its logs", crashed.Name)
 	}
-}
-
-// deleteAllOfPodsByPhase is the API server's DeleteCollection of pods for the fake client,
-// which applies a label selector but ignores a field selector: it honours the pods' phase
-// field as the server does.
-func deleteAllOfPodsByPhase(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
-	if _, ok := obj.(*corev1.Pod); !ok {
-		return cl.DeleteAllOf(ctx, obj, opts...)
-	}
-	o := (&client.DeleteAllOfOptions{}).ApplyOptions(opts)
-	pods := &corev1.PodList{}
-	if err := cl.List(ctx, pods, &client.ListOptions{Namespace: o.Namespace, LabelSelector: o.LabelSelector}); err != nil {
-		return err
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if o.FieldSelector != nil && !o.FieldSelector.Matches(fields.Set{podPhaseField: string(p.Status.Phase)}) {
-			continue
-		}
-		if err := cl.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
-	return nil
 }

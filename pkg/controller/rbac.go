@@ -7,7 +7,7 @@ package controller
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;deletecollection;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
