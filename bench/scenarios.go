@@ -265,15 +265,25 @@ func (b *bench) shutdown(ctx context.Context, s system, node string, pods map[in
 			return nil, err
 		}
 	}
+	// The kubelet stops the node's pods all at once. A system that restarts the gang on the
+	// first one may delete the others first: a pod already gone has nothing left to stop.
+	var g errgroup.Group
 	for _, p := range victims {
-		if err := b.disrupt(ctx, p); err != nil {
-			return nil, err
-		}
-		if err := b.c.FailPod(ctx, namespace, p.Name, sigterm); err != nil {
-			return nil, err
-		}
+		g.Go(func() error {
+			if err := b.disrupt(ctx, p); err != nil {
+				return ignoreNotFound(err)
+			}
+			return ignoreNotFound(b.c.FailPod(ctx, namespace, p.Name, sigterm))
+		})
 	}
-	return victims, nil
+	return victims, g.Wait()
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // xid: GPU 0 of node falls off the bus (XID 79). Its worker's CUDA calls fail and it exits
