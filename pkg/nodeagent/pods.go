@@ -36,8 +36,36 @@ func NodePodInformer(client Kube, node string, resync time.Duration) cache.Share
 	}
 	// The informer streams its initial list (WatchList) unless client says it cannot, as
 	// client-go's fake clientset does.
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync,
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = informer.SetTransform(slimPod) // fails only once the informer runs
+	return informer
+}
+
+// slimPod keeps what the agent reads of a pod: its metadata without managed fields, its node,
+// its containers' names and resources (the simulation's GPU allocation), and its phase,
+// conditions and container statuses. The informer holds every pod of the node (110 by
+// default), and a worker's spec carries its framework's rendezvous, which lists every
+// worker of the gang: the rest was most of the agent's heap. The agent never writes a pod
+// back whole (its patches name the fields they change), so nothing dropped can be lost.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
+	slim.ManagedFields = nil
+	slim.Spec.NodeName = p.Spec.NodeName
+	for _, c := range p.Spec.Containers {
+		slim.Spec.Containers = append(slim.Spec.Containers, corev1.Container{Name: c.Name, Resources: c.Resources})
+	}
+	slim.Status = corev1.PodStatus{
+		Phase:                 p.Status.Phase,
+		Conditions:            p.Status.Conditions,
+		InitContainerStatuses: p.Status.InitContainerStatuses,
+		ContainerStatuses:     p.Status.ContainerStatuses,
+	}
+	return slim, nil
 }
 
 // ForgetDeletedPods makes w forget pods when the informer sees them deleted.

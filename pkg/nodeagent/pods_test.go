@@ -4,10 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -100,5 +104,43 @@ func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 			t.Fatal("deleted pod still remembered")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSlimPodKeepsWhatTheAgentReads: the informer's transform drops a worker's environment
+// (its rendezvous lists the whole gang), volumes and managed fields, and keeps every field
+// the agent reads: metadata, node, containers' GPU limits, phase, conditions, statuses.
+func TestSlimPodKeepsWhatTheAgentReads(t *testing.T) {
+	full := makePod("r-0").run("r").obj()
+	full.Annotations = map[string]string{v1alpha1.AnnotationFaultEvidence: "{}"}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	full.Spec.Volumes = []corev1.Volume{{Name: "data"}}
+	full.Spec.Containers = []corev1.Container{{
+		Name: "worker", Image: "trainer",
+		Env:       []corev1.EnvVar{{Name: "TF_CONFIG", Value: strings.Repeat("x", 4096)}},
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("8")}},
+	}}
+	full.Status = corev1.PodStatus{
+		Phase:             corev1.PodRunning,
+		Conditions:        []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", RestartCount: 1}},
+		PodIP:             "10.0.0.7",
+	}
+	got, err := slimPod(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := got.(*corev1.Pod)
+	want := full.DeepCopy()
+	want.ManagedFields = nil
+	want.Spec = corev1.PodSpec{NodeName: full.Spec.NodeName, Containers: []corev1.Container{{Name: "worker", Resources: full.Spec.Containers[0].Resources}}}
+	want.Status.PodIP = ""
+	if diff := cmp.Diff(want, slim); diff != "" {
+		t.Errorf("slim pod (-want +got):\n%s", diff)
+	}
+	// A tombstone passes through.
+	tomb := cache.DeletedFinalStateUnknown{Key: "ns/r-0"}
+	if got, _ := slimPod(tomb); got != tomb {
+		t.Errorf("tombstone became %v", got)
 	}
 }
