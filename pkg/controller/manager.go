@@ -53,11 +53,11 @@ type Options struct {
 // The plugin host serves framework "none" itself, without a plugin, as NoPlugins does.
 var _ Frameworks = (*framework.Host)(nil)
 
-// DefaultWorkers is how many runs are reconciled at once. A reconcile mostly waits on the
-// API server (it reads its run there, not from the cache, and a teardown deletes a gang's
-// pods), so its cost is latency, not CPU: 8 workers and a busy API server (a second a
-// request, as in the benchmark's steady state of 10,000 pods) make at most 8 reconciles a
-// second for every run of the cluster, and a failed run's decision waits behind them.
+// DefaultWorkers is how many runs are reconciled at once. A reconcile that writes mostly
+// waits on the API server (a status write; a teardown deletes a gang's pods), so its cost is
+// latency, not CPU: 8 workers and a busy API server (a second a request, as in the
+// benchmark's steady state of 10,000 pods) make at most 8 such reconciles a second for every
+// run of the cluster, and a failed run's decision waits behind them.
 const DefaultWorkers = 32
 
 // LeaderElectionID names the Lease that controller replicas compete for.

@@ -74,8 +74,9 @@ func (c runsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // failureClock remembers, per run, when the informer first delivered a failed worker of its
-// latest attempt: where faultline_decision_seconds starts. A reconcile cannot know it: it
-// runs after the work queue's wait, which is part of the latency. One entry per run: the
+// latest attempt: where faultline_decision_seconds and the trace's settle phase (without
+// the agent's evidence) start. A reconcile cannot know it: it runs after the work queue's
+// wait, which is part of the latency. One entry per run: the
 // pods of an attempt already decided on fail too as they are torn down, and must neither
 // start a measurement nor pile up.
 type failureClock struct {
@@ -91,7 +92,7 @@ type attemptFailure struct {
 // saw notes o's failure if o is a failed worker of a run's latest attempt seen so far.
 func (f *failureClock) saw(o client.Object, now time.Time) {
 	p, ok := o.(*corev1.Pod)
-	if !ok || p.Status.Phase != corev1.PodFailed {
+	if !ok || !podFailed(p) {
 		return
 	}
 	n, ok := attempt.Number(p)
@@ -109,6 +110,17 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 		f.first = map[types.NamespacedName]attemptFailure{}
 	}
 	f.first[key] = attemptFailure{attempt: n, at: now}
+}
+
+// firstSeen is when a failed worker of run's current attempt was first delivered.
+func (f *failureClock) firstSeen(run *v1alpha1.TrainingRun) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.first[runKey(run)]
+	if !ok || cur.attempt != run.Status.Attempt {
+		return time.Time{}, false
+	}
+	return cur.at, true
 }
 
 // decided observes the latency of the decision on run's current attempt.

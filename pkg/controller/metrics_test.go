@@ -37,6 +37,9 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 	f.saw(worker("llm-1-0", "1", corev1.PodFailed), t0)                    // an older attempt's
 	f.saw(worker("llm-2-1", "2", corev1.PodFailed), t0.Add(time.Second))   // the start
 	f.saw(worker("llm-2-2", "2", corev1.PodFailed), t0.Add(2*time.Second)) // a later one: ignored
+	if seen, ok := f.firstSeen(run); !ok || !seen.Equal(t0.Add(time.Second)) {
+		t.Fatalf("first failure seen at %v (%v), want %v: the trace's settle phase starts there", seen, ok, t0.Add(time.Second))
+	}
 
 	n0, sum0 := decisionSamples(t)
 	f.decided(run, t0.Add(1500*time.Millisecond))
@@ -60,7 +63,14 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 	}
 	n1, _ = decisionSamples(t)
 
-	f.saw(worker("llm-3-1", "3", corev1.PodFailed), t0.Add(11*time.Second))
+	// A worker whose container exited non-zero has failed before its phase says so, for
+	// the clock as for the reconciler.
+	crashing := worker("llm-3-1", "3", corev1.PodRunning)
+	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+	f.saw(crashing, t0.Add(11*time.Second))
+	if seen, ok := f.firstSeen(run); !ok || !seen.Equal(t0.Add(11*time.Second)) {
+		t.Fatalf("a worker exited 1, phase Running: first failure seen at %v (%v), want %v", seen, ok, t0.Add(11*time.Second))
+	}
 	f.forget(types.NamespacedName{Namespace: "ml", Name: "llm"})
 	f.decided(run, t0.Add(12*time.Second))
 	if n3, _ := decisionSamples(t); n3 != n1 {

@@ -201,7 +201,10 @@ func attemptCreated(run *v1alpha1.TrainingRun, job *batchv1.Job) {
 // judge classifies the failed attempt and, once the verdict is final, acts on the decision.
 func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	judgedAt := r.now().Time // the trace's classify phase includes the plugin's hints
-	failureSeen := r.seen.failure(run, judgedAt)
+	failureSeen, ok := r.failures.firstSeen(run)
+	if !ok {
+		failureSeen = judgedAt
+	}
 	// The plugin's calls belong to the failure's episode; the verdict has not named its root
 	// pod yet, so the episode is a guess that the verdict nearly always confirms.
 	hintsCtx := withEpisode(ctx, r.episodeOf(run, failedPodWithEpisode(run, obs.current), "").root)
@@ -247,9 +250,10 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if !ok {
 		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
 	}
+	decided := r.now()
 	decisionLatency.Observe(now.Sub(v.FailedAt).Seconds())
-	r.failures.decided(run, r.now().Time)
-	vs := verdictStatus(v, d, r.now())
+	r.failures.decided(run, decided.Time)
+	vs := verdictStatus(v, d, decided)
 	ep := r.episodeOf(run, podNamed(obs.current, v.RootPod), v.Cause)
 	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)
 	res, err := apply(r, ctx, run, obs, vs, d, tr)

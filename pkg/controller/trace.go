@@ -120,14 +120,15 @@ func (r *Reconciler) newEpisodeTrace(ep episode, seenAt, judgedAt, decidedAt tim
 	return tr
 }
 
-// sightings remember what this process saw first, for the phases that span reconciles:
-// when each run's current attempt was first seen failing (settle starts), when the node
-// agent's first evidence of an episode reached it (settle starts then instead: the agent's
-// detect phase ends with its first evidence written, and settle covers the workers
-// stopping, or the wait for the root worker's evidence), and when
-// every worker was first seen bound, until a status write records it. A controller that
-// restarts forgets them and starts the phases when it next sees the facts; the settle window
-// itself is measured from the pod's failure time and does not depend on them.
+// sightings remember what this process saw first, for the phases that span reconciles
+// (failureClock remembers when each run's current attempt was first seen failing, where
+// settle starts without the agent): when the node agent's first evidence of an episode
+// reached it (settle starts then instead: the agent's detect phase ends with its first
+// evidence written, and settle covers the workers stopping, or the wait for the root
+// worker's evidence), and when every worker was first seen bound, until a status write
+// records it. A controller that restarts forgets them and starts the phases when it next
+// sees the facts; the settle window itself is measured from the pod's failure time and does
+// not depend on them.
 type sightings struct {
 	runs sync.Map // types.NamespacedName → *sighting; a run is never reconciled twice at once
 
@@ -141,7 +142,6 @@ type sightings struct {
 type sighting struct {
 	uid       types.UID
 	attempt   int32
-	failure   time.Time
 	scheduled time.Time
 }
 
@@ -159,15 +159,6 @@ func (s *sightings) of(run *v1alpha1.TrainingRun) *sighting {
 	sg := &sighting{uid: run.UID, attempt: run.Status.Attempt}
 	s.runs.Store(key, sg)
 	return sg
-}
-
-// failure is when the current attempt's failure was first seen, now if not before.
-func (s *sightings) failure(run *v1alpha1.TrainingRun, now time.Time) time.Time {
-	sg := s.of(run)
-	if sg.failure.IsZero() {
-		sg.failure = now
-	}
-	return sg.failure
 }
 
 // scheduled is when every worker of the current attempt was first seen bound, now if not

@@ -415,17 +415,17 @@ func TestAttemptSpan(t *testing.T) {
 func TestSightings(t *testing.T) {
 	var s sightings
 	run := makeRun("llm", 4).obj()
-	if got := s.failure(run, at(0)); !got.Equal(at(0)) {
+	if got := s.scheduled(run, at(0)); !got.Equal(at(0)) {
 		t.Errorf("first sighting %v", got)
 	}
-	if got := s.failure(run, at(500)); !got.Equal(at(0)) {
+	if got := s.scheduled(run, at(500)); !got.Equal(at(0)) {
 		t.Errorf("second sighting %v, want the first's time", got)
 	}
 	run.Status.Attempt = 2
 	s.sawEvidence("tp-a", at(700))
 	s.sawEvidence("tp-a", at(800)) // more of the episode's workers marked
 	s.sawEvidence("tp-c", at(950))
-	if got := s.failure(run, at(900)); !got.Equal(at(900)) {
+	if got := s.scheduled(run, at(900)); !got.Equal(at(900)) {
 		t.Errorf("next attempt's first sighting %v", got)
 	}
 	for _, tc := range []struct {
@@ -452,11 +452,11 @@ func TestSightings(t *testing.T) {
 	recreated := makeRun("llm", 4).obj()
 	recreated.UID = "uid-other"
 	recreated.Status.Attempt = 2
-	if got := s.failure(recreated, at(1000)); !got.Equal(at(1000)) {
+	if got := s.scheduled(recreated, at(1000)); !got.Equal(at(1000)) {
 		t.Errorf("a new run of the same name inherited %v", got)
 	}
 	s.forget(runKey(recreated))
-	if got := s.failure(recreated, at(1100)); !got.Equal(at(1100)) {
+	if got := s.scheduled(recreated, at(1100)); !got.Equal(at(1100)) {
 		t.Errorf("after forget %v", got)
 	}
 }
