@@ -2,21 +2,47 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
+// Environment of TestRealNVML.
+const (
+	envNVMLReal    = "FAULTLINE_NVML_REAL"
+	envNVMLLibrary = "FAULTLINE_NVML_LIBRARY"
+	envDriverRoot  = "FAULTLINE_DRIVER_ROOT"
+	// envNVMLProvoke is a shell command that crashes a kernel on the GPU (an illegal
+	// address, say) and so makes the driver raise a program-caused XID (13, 31 or 43).
+	envNVMLProvoke = "FAULTLINE_NVML_PROVOKE"
+)
+
+// idleWindow is how long the test watches a healthy GPU and measures what that costs.
+const idleWindow = 5 * time.Second
+
+// provokedXIDWait bounds how long the test waits for the XID the provoking command caused.
+const provokedXIDWait = 15 * time.Second
+
 // TestRealNVML runs against the node's driver: FAULTLINE_NVML_REAL=1, and optionally
-// FAULTLINE_NVML_LIBRARY / FAULTLINE_DRIVER_ROOT.
+// FAULTLINE_NVML_LIBRARY / FAULTLINE_DRIVER_ROOT. With FAULTLINE_NVML_PROVOKE it also checks
+// the whole event path on the hardware: a program's crash on the GPU must arrive as an XID
+// fault of that GPU, classified as the program's (not the infrastructure's) and not fatal.
 func TestRealNVML(t *testing.T) {
-	if os.Getenv("FAULTLINE_NVML_REAL") != "1" {
-		t.Skip("set FAULTLINE_NVML_REAL=1 on a machine with an NVIDIA driver")
+	if os.Getenv(envNVMLReal) != "1" {
+		t.Skip("set " + envNVMLReal + "=1 on a machine with an NVIDIA driver")
 	}
+	before := memory(t)
 	m, err := New(Options{
-		LibraryPath:    os.Getenv("FAULTLINE_NVML_LIBRARY"),
-		DriverRoot:     os.Getenv("FAULTLINE_DRIVER_ROOT"),
+		LibraryPath:    os.Getenv(envNVMLLibrary),
+		DriverRoot:     os.Getenv(envDriverRoot),
 		RequireGPU:     true,
 		HealthInterval: time.Hour, // one poll, at start
 		EventWait:      100 * time.Millisecond,
@@ -40,14 +66,125 @@ func TestRealNVML(t *testing.T) {
 		t.Error("no GPU registered for fault events")
 	}
 	for _, g := range nm.gpus {
+		supported, ret := g.dev.GetSupportedEventTypes()
+		t.Logf("GPU %d events: supported %#x, %v; registered %#x", g.Index, supported, ret, supported&uint64(faultEvents))
 		t.Logf("GPU %d health: %+v", g.Index, nm.probe(g))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	// A healthy machine reports nothing; a sick one is worth seeing, not failing on. The
-	// sink is called from two goroutines; t.Logf is safe for that.
-	if err := m.Run(ctx, func(f Fault) { t.Logf("fault: %+v", f) }); err != nil {
+	faults := make(chan Fault, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	// The sink is called from two goroutines and must not block: a healthy GPU and one
+	// provoked XID come nowhere near 64 faults.
+	go func() {
+		ran <- m.Run(ctx, func(f Fault) {
+			select {
+			case faults <- f:
+			default:
+			}
+		})
+	}()
+	stop := func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer stop()
+
+	provoke := os.Getenv(envNVMLProvoke)
+	if provoke == "" {
+		// A healthy machine reports nothing; a sick one is worth seeing, not failing on.
+		// Meanwhile: what NVML costs an idle agent, in memory and in the event loop's CPU.
+		cpu0 := cpuTime(t)
+		idle := time.After(idleWindow)
+		for done := false; !done; {
+			select {
+			case f := <-faults:
+				t.Logf("fault: %+v", f)
+			case <-idle:
+				done = true
+			}
+		}
+		t.Logf("idle for %v with NVML watching: %v of CPU; memory %s before New, %s now",
+			idleWindow, cpuTime(t)-cpu0, before, memory(t))
+		return
+	}
+
+	started := time.Now()
+	out, err := exec.Command("sh", "-c", provoke).CombinedOutput()
+	exited := time.Now()
+	if err == nil {
+		t.Fatalf("%s succeeded; it must crash a kernel on the GPU. Output:\n%s", envNVMLProvoke, out)
+	}
+	t.Logf("provoking command failed after %v, as it should: %v\n%s", exited.Sub(started), err, tail(out, 600))
+
+	f, err := awaitXID(faults, provokedXIDWait)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("XID fault %+v: %v after the command started, %v after it exited", f, f.DetectedAt.Sub(started), f.DetectedAt.Sub(exited))
+	if !slices.ContainsFunc(devs, func(d Device) bool { return d.UUID == f.UUID }) {
+		t.Errorf("the XID names GPU %q, which is none of %v", f.UUID, devs)
+	}
+	if f.Cause != v1alpha1.CauseAppGPUError || f.Fatal {
+		t.Errorf("a program's crash on the GPU (XID %d) was classified %s (fatal %v), want %s and not fatal",
+			f.XID, f.Cause, f.Fatal, v1alpha1.CauseAppGPUError)
+	}
+	if f.Source != v1alpha1.EvidenceSourceNVMLEvent {
+		t.Errorf("source %q, want %q", f.Source, v1alpha1.EvidenceSourceNVMLEvent)
+	}
+}
+
+// awaitXID returns the first XID fault; other faults (the health poll's) are skipped.
+func awaitXID(faults <-chan Fault, wait time.Duration) (Fault, error) {
+	deadline := time.After(wait)
+	var others []Fault
+	for {
+		select {
+		case f := <-faults:
+			if f.XID != 0 {
+				return f, nil
+			}
+			others = append(others, f)
+		case <-deadline:
+			return Fault{}, fmt.Errorf("no XID event within %v of the provoking command (other faults: %+v)", wait, others)
+		}
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// memory is this process's resident set, whole and split ("VmRSS 30 MiB = anon 6 + file 24").
+func memory(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kib := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var key string
+		var n int
+		if _, err := fmt.Sscanf(line, "%s %d kB", &key, &n); err == nil {
+			kib[strings.TrimSuffix(key, ":")] = n
+		}
+	}
+	mib := func(k string) float64 { return float64(kib[k]) / 1024 }
+	return fmt.Sprintf("VmRSS %.1f MiB (anon %.1f, file %.1f)", mib("VmRSS"), mib("RssAnon"), mib("RssFile"))
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
