@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,13 +129,24 @@ var systemDescriptions = map[string]string{
 func render(sessions []*session, cfg config, path string, took time.Duration) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# faultline benchmarks, %s\n\n", time.Now().Format("2006-01-02"))
-	fmt.Fprintf(&b, "`go run ./bench %s` — %d round(s) per scenario, system and size, on this 2-core machine; took %s.\n",
-		strings.Join(os.Args[1:], " "), cfg.rounds, took.Round(time.Second))
+	// Rounds, alternatives and the floor belong to the restart scenarios; the steady state
+	// is faultline's alone, one window.
+	restarts := slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != scenarioSteadyFlag })
+	measured := "the steady state's one window"
+	if restarts {
+		measured = fmt.Sprintf("%d round(s) per scenario, system and size", cfg.rounds)
+	}
+	fmt.Fprintf(&b, "`go run ./bench %s` — %s, on this 2-core machine; took %s.\n",
+		strings.Join(os.Args[1:], " "), measured, took.Round(time.Second))
 	var described []string
 	for _, sys := range cfg.systems {
 		described = append(described, systemDescriptions[sys])
 	}
-	fmt.Fprintf(&b, "Systems: %s. The floor: a bare Indexed Job of the same pods, from create to all Running.\n\n", strings.Join(described, "; "))
+	fmt.Fprintf(&b, "Systems: %s.", strings.Join(described, "; "))
+	if restarts {
+		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
+	}
+	b.WriteString("\n\n")
 	stem := cfg.stem
 	for _, s := range sessions {
 		plots := map[string]string{}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,28 @@ workqueue_queue_duration_seconds_count{controller="other",name="other"} 1000
 	}
 	if got := after.quantile(0.5); got != "≤ 0.01 ms" {
 		t.Errorf("after p50 = %q, want ≤ 0.01 ms", got)
+	}
+}
+
+// TestHeaderNamesOnlyWhatRan: a steady-state run compares nothing and repeats nothing, so
+// its report must not speak of rounds or a floor.
+func TestHeaderNamesOnlyWhatRan(t *testing.T) {
+	for _, tc := range []struct {
+		scenarios []string
+		want      bool
+	}{
+		{[]string{scenarioSteadyFlag}, false},
+		{[]string{scenarioShutdownFlag, scenarioSteadyFlag}, true},
+	} {
+		cfg := config{scenarios: tc.scenarios, systems: []string{flagFaultline}, rounds: 3, stem: filepath.Join(t.TempDir(), "r")}
+		report, err := render(nil, cfg, cfg.stem+".md", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, phrase := range []string{"3 round(s)", "The floor:"} {
+			if got := strings.Contains(report, phrase); got != tc.want {
+				t.Errorf("scenarios %v: report mentions %q = %v, want %v:\n%s", tc.scenarios, phrase, got, tc.want, report)
+			}
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -48,7 +49,10 @@ type steadyResult struct {
 	// window (controller-runtime's histograms, every reconcile, not only decisions): where
 	// a decision's time goes.
 	queueWait, reconcile histogram
-	agentRSS             int64
+	// reads: the controller's reads of a run at the start of a reconcile over the window, by
+	// source (faultline_run_reads_total): how often a reconcile had to ask the API server.
+	reads    map[string]float64
+	agentRSS int64
 	// windowDone: the window ran to its end, so its rates and end figures are measured.
 	windowDone bool
 }
@@ -112,6 +116,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 	}
 	req0 := sumSamples(metrics, "rest_client_requests_total{")
 	wait0, rec0 := parseHistogram(metrics, queueWaitMetric, trainingRunController), parseHistogram(metrics, reconcileTimeMetric, trainingRunController)
+	reads0 := runReads(metrics)
 	windowStart := time.Now()
 	every := st.window / time.Duration(max(1, len(victims)))
 	var mu sync.Mutex
@@ -154,9 +159,13 @@ func (b *bench) steadyState(ctx context.Context) error {
 		return err
 	}
 	req1 := sumSamples(metrics, "rest_client_requests_total{")
-	res.inside = parseHistogram(metrics, "faultline_decision_seconds")
+	res.inside = parseHistogram(metrics, controller.MetricDecisionSeconds)
 	res.queueWait = parseHistogram(metrics, queueWaitMetric, trainingRunController).since(wait0)
 	res.reconcile = parseHistogram(metrics, reconcileTimeMetric, trainingRunController).since(rec0)
+	res.reads = runReads(metrics)
+	for source, n := range reads0 {
+		res.reads[source] -= n
+	}
 	res.cpu = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
 	res.apiRPS = (req1 - req0) / elapsed.Seconds()
 	if res.rssEnd, err = rss(pid); err != nil {
@@ -169,6 +178,15 @@ func (b *bench) steadyState(ctx context.Context) error {
 	}
 	res.windowDone = true
 	return nil
+}
+
+// runReads is the controller's reads of a run by source.
+func runReads(metrics string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range []string{controller.ReadFromCache, controller.ReadFromAPIServer, controller.ReadDeferred} {
+		out[s] = sumSamples(metrics, controller.MetricRunReads+`{source="`+s+`"}`)
+	}
+	return out
 }
 
 // controller-runtime's histograms of the TrainingRun controller.
@@ -473,6 +491,8 @@ func (r *steadyResult) markdown(b *strings.Builder) {
 		queueWaitMetric, r.queueWait.quantile(0.5), r.queueWait.quantile(0.99), int(r.queueWait.count))
 	fmt.Fprintf(b, "| its reconcile time p50 / p99 over the window (`%s`) | %s / %s | |\n",
 		reconcileTimeMetric, r.reconcile.quantile(0.5), r.reconcile.quantile(0.99))
+	fmt.Fprintf(b, "| its reads of a run over the window: from the cache / the API server / deferred to its own write's event (`%s`) | %.0f / %.0f / %.0f | |\n",
+		controller.MetricRunReads, r.reads[controller.ReadFromCache], r.reads[controller.ReadFromAPIServer], r.reads[controller.ReadDeferred])
 	fmt.Fprintf(b, "| controller RSS at rest / end of window | %s / %s | ≤ 300 MiB |\n", mib(r.rssIdle), mib(r.rssEnd))
 	fmt.Fprintf(b, "| controller CPU over the window | %.2f cores | |\n", r.cpu)
 	fmt.Fprintf(b, "| controller API requests | %.1f /s | |\n", r.apiRPS)

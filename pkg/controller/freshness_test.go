@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,9 +37,11 @@ func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 }
 
 // TestRunIsReadFromTheCacheOnlyAtAKnownVersion: a reconcile may act on a cached run only when
-// the cache holds the version the controller last wrote or read live; a cache that lags
-// behind the controller's own write (or is ahead of it: someone else changed the run) is
-// bypassed, so no step is ever taken on a status older than the last one written.
+// the cache holds the version the controller last wrote or read live. A cache that lags
+// behind the controller's own write is not acted on at all (the write's watch event brings
+// the run back), and one ahead of what the controller knows (someone else changed the run)
+// is bypassed for the API server, so no step is ever taken on a status older than the last
+// one written.
 func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
 	ctx := context.Background()
 	run := &v1alpha1.TrainingRun{
@@ -60,34 +64,57 @@ func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
 	cl := &lagging{Client: api, cache: cacheOf(live())}
 	r := &Reconciler{Client: cl, APIReader: apiReader}
 	key := client.ObjectKeyFromObject(run)
-	read := func(step string, wantLive bool, wantAttempt int32) {
+	read := func(step, wantSource string, wantAttempt int32) {
 		t.Helper()
-		before := apiReader.gets
+		before, counted := apiReader.gets, testutil.ToFloat64(runReads.WithLabelValues(wantSource))
 		got := &v1alpha1.TrainingRun{}
-		if err := r.getRun(ctx, key, got); err != nil {
+		err := r.getRun(ctx, key, got)
+		if wantSource == ReadDeferred {
+			if !errors.Is(err, errCacheBehindOwnWrite) {
+				t.Errorf("%s: got %v, want the read deferred to the write's event", step, err)
+			}
+		} else if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		if isLive := apiReader.gets > before; isLive != wantLive {
+		if isLive, wantLive := apiReader.gets > before, wantSource == ReadFromAPIServer; isLive != wantLive {
 			t.Errorf("%s: read from the API server = %v, want %v", step, isLive, wantLive)
 		}
-		if got.Status.Attempt != wantAttempt {
+		if n := testutil.ToFloat64(runReads.WithLabelValues(wantSource)) - counted; n != 1 {
+			t.Errorf("%s: faultline_run_reads_total{source=%q} rose by %v, want 1", step, wantSource, n)
+		}
+		if wantSource != ReadDeferred && got.Status.Attempt != wantAttempt {
 			t.Errorf("%s: read attempt %d, want %d", step, got.Status.Attempt, wantAttempt)
 		}
 	}
+	write := func(attempt int32, phase v1alpha1.Phase) {
+		t.Helper()
+		written := live()
+		written.Status.Attempt, written.Status.Phase = attempt, phase
+		if err := r.writeStatus(ctx, written); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	read("first read of a run (a new process knows no version)", true, 1)
-	read("cache at the version read live", false, 1)
+	read("first read of a run (a new process knows no version)", ReadFromAPIServer, 1)
+	read("cache at the version read live", ReadFromCache, 1)
 
 	// A restart decision is written; the cache has not seen it yet.
-	written := live()
-	written.Status.Attempt = 2
-	written.Status.Phase = v1alpha1.PhaseRestarting
-	if err := r.writeStatus(ctx, written); err != nil {
-		t.Fatal(err)
-	}
-	read("cache older than the controller's own write", true, 2)
+	beforeWrite := cacheOf(live())
+	write(2, v1alpha1.PhaseRestarting)
+	read("cache older than the controller's own write", ReadDeferred, 0)
+	// A second write before the cache caught up with the first.
+	afterFirst := cacheOf(live())
+	write(2, v1alpha1.PhasePending)
+	read("cache two of the controller's writes behind", ReadDeferred, 0)
+	cl.cache = afterFirst
+	read("cache one of the controller's writes behind", ReadDeferred, 0)
 	cl.cache = cacheOf(live())
-	read("cache caught up with the write", false, 2)
+	read("cache caught up with the writes", ReadFromCache, 2)
+	// Once the cache has shown the last write, an older version is no longer one it is
+	// catching up from: something else is wrong, and the API server says what is true.
+	cl.cache = beforeWrite
+	read("cache back at a version it had passed", ReadFromAPIServer, 2)
+	cl.cache = cacheOf(live())
 
 	// Someone else changes the run: the cache is ahead of what the controller knows.
 	changed := live()
@@ -96,10 +123,10 @@ func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.cache = cacheOf(live())
-	read("cache newer than the version known", true, 2)
-	read("cache at the version read live again", false, 2)
+	read("cache newer than the version known", ReadFromAPIServer, 2)
+	read("cache at the version read live again", ReadFromCache, 2)
 
 	// A deleted run is forgotten: its next incarnation under the same name starts live.
 	r.forget(key)
-	read("after forget", true, 2)
+	read("after forget", ReadFromAPIServer, 2)
 }

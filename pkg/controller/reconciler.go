@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -58,6 +59,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	run := &v1alpha1.TrainingRun{}
 	if err := r.getRun(ctx, req.NamespacedName, run); err != nil {
+		if errors.Is(err, errCacheBehindOwnWrite) {
+			return ctrl.Result{}, nil // the write's watch event brings the run back
+		}
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
 		}
@@ -277,10 +281,11 @@ var actions = map[v1alpha1.Action]applier{
 // ended (see persistedTrace).
 func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun) error {
 	run.Status.ObservedGeneration = run.Generation
+	from := run.ResourceVersion
 	if err := r.Status().Update(ctx, run); err != nil {
 		return fmt.Errorf("update status of %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	r.versions.record(run)
+	r.versions.wrote(run, from)
 	if p, ok := ctx.Value(persistedKey{}).(*persistedTrace); ok {
 		r.traceWritten(ctx, run, p.trace)
 		p.trace = run.Status.Trace.DeepCopy()
