@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/procstat"
 )
 
 type steadyConfig struct {
@@ -106,7 +106,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 			return err
 		}
 	}
-	cpu0, err := cpuTime(pid)
+	cpu0, err := procstat.CPUTime(pid)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 		time.Sleep(rest) // the window is a fixed length, so that rates compare across runs
 	}
 	elapsed := time.Since(windowStart)
-	cpu1, err := cpuTime(pid)
+	cpu1, err := procstat.CPUTime(pid)
 	if err != nil {
 		return err
 	}
@@ -292,32 +292,8 @@ const faultTimeout = 5 * time.Minute
 
 // rss is a process's resident set in bytes.
 func rss(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
-
-// cpuTime is a process's user+system CPU time (USER_HZ is 100 on Linux).
-func cpuTime(pid int) (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces; the fields after it are fixed.
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+	m, err := procstat.ReadMemory(pid)
+	return m.RSS, err
 }
 
 // controllerMetrics is the controller's metrics page.

@@ -52,6 +52,9 @@ const (
 	ReadDeferred = "deferred"
 )
 
+// source says where to read key's run, given the version its cache holds. A cache at the
+// known version has caught up with every write of ours, so the versions they replaced are
+// dropped: from then on the cache going back to one of them would be no lag, but an error.
 func (k *knownVersions) source(key types.NamespacedName, cached string) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -60,7 +63,7 @@ func (k *knownVersions) source(key types.NamespacedName, cached string) string {
 	case v == nil || cached == "":
 		return ReadFromAPIServer
 	case cached == v.known:
-		v.replaced = v.replaced[:0] // the cache holds our last write: older ones are past
+		v.replaced = v.replaced[:0]
 		return ReadFromCache
 	case slices.Contains(v.replaced, cached):
 		return ReadDeferred

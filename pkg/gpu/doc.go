@@ -10,3 +10,13 @@
 // A node without libnvidia-ml gets a Null monitor that logs once and reports nothing, unless
 // Options.RequireGPU asks for an error instead.
 package gpu
+
+// Environment of the opt-in tests on a real GPU (this package's TestRealNVML and
+// test/e2e/gpu); CI has none, and skips them.
+const (
+	// EnvTestReal=1 runs them.
+	EnvTestReal = "FAULTLINE_NVML_REAL"
+	// EnvTestProvoke is a shell command that crashes a kernel on GPU 0 (an illegal address,
+	// hack/gpu-crash.py): the driver raises a program-caused XID (13, 31 or 43).
+	EnvTestProvoke = "FAULTLINE_NVML_PROVOKE"
+)

@@ -7,22 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/procstat"
 )
 
-// Environment of TestRealNVML.
+// Environment of TestRealNVML beyond EnvTestReal and EnvTestProvoke.
 const (
-	envNVMLReal    = "FAULTLINE_NVML_REAL"
 	envNVMLLibrary = "FAULTLINE_NVML_LIBRARY"
 	envDriverRoot  = "FAULTLINE_DRIVER_ROOT"
-	// envNVMLProvoke is a shell command that crashes a kernel on the GPU (an illegal
-	// address, say) and so makes the driver raise a program-caused XID (13, 31 or 43).
-	envNVMLProvoke = "FAULTLINE_NVML_PROVOKE"
 )
 
 // idleWindow is how long the test watches a healthy GPU and measures what that costs.
@@ -36,10 +31,10 @@ const provokedXIDWait = 15 * time.Second
 // the whole event path on the hardware: a program's crash on the GPU must arrive as an XID
 // fault of that GPU, classified as the program's (not the infrastructure's) and not fatal.
 func TestRealNVML(t *testing.T) {
-	if os.Getenv(envNVMLReal) != "1" {
-		t.Skip("set " + envNVMLReal + "=1 on a machine with an NVIDIA driver")
+	if os.Getenv(EnvTestReal) != "1" {
+		t.Skip("set " + EnvTestReal + "=1 on a machine with an NVIDIA driver")
 	}
-	before := memory(t)
+	before := selfMemory(t)
 	m, err := New(Options{
 		LibraryPath:    os.Getenv(envNVMLLibrary),
 		DriverRoot:     os.Getenv(envDriverRoot),
@@ -92,11 +87,11 @@ func TestRealNVML(t *testing.T) {
 	}
 	defer stop()
 
-	provoke := os.Getenv(envNVMLProvoke)
+	provoke := os.Getenv(EnvTestProvoke)
 	if provoke == "" {
 		// A healthy machine reports nothing; a sick one is worth seeing, not failing on.
 		// Meanwhile: what NVML costs an idle agent, in memory and in the event loop's CPU.
-		cpu0 := cpuTime(t)
+		cpu0 := selfCPU(t)
 		idle := time.After(idleWindow)
 		for done := false; !done; {
 			select {
@@ -107,7 +102,7 @@ func TestRealNVML(t *testing.T) {
 			}
 		}
 		t.Logf("idle for %v with NVML watching: %v of CPU; memory %s before New, %s now",
-			idleWindow, cpuTime(t)-cpu0, before, memory(t))
+			idleWindow, selfCPU(t)-cpu0, before, selfMemory(t))
 		return
 	}
 
@@ -115,7 +110,7 @@ func TestRealNVML(t *testing.T) {
 	out, err := exec.Command("sh", "-c", provoke).CombinedOutput()
 	exited := time.Now()
 	if err == nil {
-		t.Fatalf("%s succeeded; it must crash a kernel on the GPU. Output:\n%s", envNVMLProvoke, out)
+		t.Fatalf("%s succeeded; it must crash a kernel on the GPU. Output:\n%s", EnvTestProvoke, out)
 	}
 	t.Logf("provoking command failed after %v, as it should: %v\n%s", exited.Sub(started), err, tail(out, 600))
 
@@ -160,31 +155,20 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// memory is this process's resident set, whole and split ("VmRSS 30 MiB = anon 6 + file 24").
-func memory(t *testing.T) string {
+func selfMemory(t *testing.T) procstat.Memory {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
+	m, err := procstat.ReadMemory(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	kib := map[string]int{}
-	for _, line := range strings.Split(string(b), "\n") {
-		var key string
-		var n int
-		if _, err := fmt.Sscanf(line, "%s %d kB", &key, &n); err == nil {
-			kib[strings.TrimSuffix(key, ":")] = n
-		}
-	}
-	mib := func(k string) float64 { return float64(kib[k]) / 1024 }
-	return fmt.Sprintf("VmRSS %.1f MiB (anon %.1f, file %.1f)", mib("VmRSS"), mib("RssAnon"), mib("RssFile"))
+	return m
 }
 
-// cpuTime is the CPU this process has used, user and system.
-func cpuTime(t *testing.T) time.Duration {
+func selfCPU(t *testing.T) time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := procstat.SelfCPUTime()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

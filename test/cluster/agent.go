@@ -132,7 +132,7 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 		return nil, err
 	}
 	a.Token = token
-	if a.HTTPAddr, err = freeAddress(); err != nil {
+	if a.HTTPAddr, err = FreeAddress(); err != nil {
 		return nil, err
 	}
 	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+o.Node+".log")
@@ -201,7 +201,8 @@ func (a *Agent) InjectXID(gpu int, xid uint64) error {
 // Tail returns the last n lines of the agent's log.
 func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
 
-func freeAddress() (string, error) {
+// FreeAddress is a loopback address with a port nobody listens on: for a process to serve on.
+func FreeAddress() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

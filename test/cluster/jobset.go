@@ -124,10 +124,10 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 	}
 	// Free ports rather than upstream's 9443 and 8081, so that clusters (and benchmarks) can
 	// run side by side. A port taken between here and the bind shows up as an exit at start.
-	if j.WebhookAddr, err = freeAddress(); err != nil {
+	if j.WebhookAddr, err = FreeAddress(); err != nil {
 		return nil, err
 	}
-	if j.ProbeAddr, err = freeAddress(); err != nil {
+	if j.ProbeAddr, err = FreeAddress(); err != nil {
 		return nil, err
 	}
 	configPath, err := j.writeConfig(certDir)

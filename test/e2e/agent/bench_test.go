@@ -3,10 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/procstat"
 )
 
 // The agent's latency benchmarks measure, through the API server, from the simulated signal
@@ -251,23 +249,12 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 
 // reportRSS reports the agent process's resident set size.
 func reportRSS(b *testing.B, a *agentHandle) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Pid()))
+	m, err := procstat.ReadMemory(a.Pid())
 	if err != nil {
 		b.Logf("agent RSS: %v", err)
 		return
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.Atoi(f[1])
-		switch f[0] {
-		case "VmRSS:":
-			b.ReportMetric(float64(kb)/1024, "agent-RSS-MiB")
-		case "RssAnon:":
-			// The heap and stacks; the rest of the RSS is the binary's mapped pages.
-			b.ReportMetric(float64(kb)/1024, "agent-anon-MiB")
-		}
-	}
+	b.ReportMetric(procstat.MiB(m.RSS), "agent-RSS-MiB")
+	// The heap and stacks; the rest of the RSS is the binary's mapped pages.
+	b.ReportMetric(procstat.MiB(m.Anon), "agent-anon-MiB")
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -39,9 +38,12 @@ const adminToken = "faultline-gpu-e2e-admin"
 func startControlPlane(t *testing.T, etcdBin, apiserverBin string) *controlPlane {
 	t.Helper()
 	dir := t.TempDir()
-	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	etcdURL, peerURL := "http://"+freeAddress(t), "http://"+freeAddress(t)
+	apiAddr := freeAddress(t)
+	apiHost, apiPort, err := net.SplitHostPort(apiAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cluster.StartProcess(t, etcdBin,
 		"--data-dir", filepath.Join(dir, "etcd"), "--unsafe-no-fsync",
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
@@ -55,7 +57,7 @@ func startControlPlane(t *testing.T, etcdBin, apiserverBin string) *controlPlane
 	}
 	cluster.StartProcess(t, apiserverBin,
 		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(apiPort),
+		"--bind-address", apiHost, "--advertise-address", apiHost, "--secure-port", apiPort,
 		"--cert-dir", filepath.Join(dir, "certs"),
 		"--token-auth-file", tokens, "--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc",
@@ -67,7 +69,7 @@ func startControlPlane(t *testing.T, etcdBin, apiserverBin string) *controlPlane
 		"--disable-admission-plugins", "ServiceAccount")
 
 	cfg := &rest.Config{
-		Host:            "https://127.0.0.1:" + strconv.Itoa(apiPort),
+		Host:            "https://" + apiAddr,
 		BearerToken:     adminToken,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, // its self-signed serving certificate
 	}
@@ -117,14 +119,13 @@ func writeServiceAccountKeys(t *testing.T, dir string) (pubPath, keyPath string)
 	return pubPath, keyPath
 }
 
-func freePort(t *testing.T) int {
+func freeAddress(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := cluster.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return addr
 }
 
 // listenUnix is a unix socket in a short directory: a socket's path is limited to 108 bytes,

@@ -9,12 +9,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,20 +30,15 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/procstat"
 )
 
-// Environment of the test.
-const (
-	// envNVMLReal opts in, as for pkg/gpu's TestRealNVML.
-	envNVMLReal = "FAULTLINE_NVML_REAL"
-	// envNVMLProvoke is a shell command that crashes a kernel on GPU 0 (an illegal address):
-	// the driver raises a program-caused XID (13, 31 or 43).
-	envNVMLProvoke = "FAULTLINE_NVML_PROVOKE"
-	// envBinDir holds etcd, kube-apiserver and nodeagent built elsewhere, for a GPU machine
-	// without the Go toolchain; unset, the test builds them here.
-	envBinDir = "FAULTLINE_E2E_BIN_DIR"
-)
+// envBinDir holds etcd, kube-apiserver and nodeagent built elsewhere, for a GPU machine
+// without the Go toolchain; unset, the test builds them here. The others are the gpu
+// package's EnvTestReal and EnvTestProvoke.
+const envBinDir = "FAULTLINE_E2E_BIN_DIR"
 
 const (
 	nodeName = "real-gpu-node"
@@ -61,12 +54,12 @@ const (
 // program's fault (AppGPUError, the pod's GPU and XID), never as infrastructure, and must not
 // mark the node's GPU unhealthy.
 func TestE2ERealGPUProgramCrashIsNotInfrastructure(t *testing.T) {
-	if os.Getenv(envNVMLReal) != "1" {
-		t.Skip("set " + envNVMLReal + "=1 (and " + envNVMLProvoke + ") on a machine with an NVIDIA GPU")
+	if os.Getenv(gpu.EnvTestReal) != "1" {
+		t.Skip("set " + gpu.EnvTestReal + "=1 (and " + gpu.EnvTestProvoke + ") on a machine with an NVIDIA GPU")
 	}
-	provoke := os.Getenv(envNVMLProvoke)
+	provoke := os.Getenv(gpu.EnvTestProvoke)
 	if provoke == "" {
-		t.Fatalf("%s is empty: give a command that crashes a kernel on GPU 0, e.g. 'python3 hack/gpu-crash.py'", envNVMLProvoke)
+		t.Fatalf("%s is empty: give a command that crashes a kernel on GPU 0, e.g. 'python3 hack/gpu-crash.py'", gpu.EnvTestProvoke)
 	}
 	etcdBin, apiserverBin, agentBin := binaries(t)
 	cp := startControlPlane(t, etcdBin, apiserverBin)
@@ -92,7 +85,7 @@ func TestE2ERealGPUProgramCrashIsNotInfrastructure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	httpAddr := freeAddress(t)
 	agent := cluster.StartProcess(t, agentBin,
 		"--kubeconfig", cp.Kubeconfig, "--node-name", nodeName,
 		"--pod-resources-socket", socket, "--require-gpu", "--http-address", httpAddr,
@@ -139,7 +132,7 @@ func TestE2ERealGPUProgramCrashIsNotInfrastructure(t *testing.T) {
 		t.Fatalf("no evidence on the pod after the GPU crash: %v\ncommand output:\n%s\nagent log:\n%s", err, out.String(), agent.Tail(30))
 	}
 	if crashEnd.err == nil {
-		t.Fatalf("%s succeeded; it must crash a kernel on the GPU. Output:\n%s", envNVMLProvoke, out.String())
+		t.Fatalf("%s succeeded; it must crash a kernel on the GPU. Output:\n%s", gpu.EnvTestProvoke, out.String())
 	}
 	marked := ev.Object.(*corev1.Pod)
 	t.Logf("evidence visible %v after the crashing command started; the command exited %v after that", seen.Sub(started), crashEnd.at.Sub(seen))
@@ -247,22 +240,14 @@ func waitHealthy(ctx context.Context, t *testing.T, addr string) {
 	}
 }
 
-// memory is a process's resident set, whole and split.
-func memory(t *testing.T, pid int) string {
+// memory is a process's resident set.
+func memory(t *testing.T, pid int) procstat.Memory {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := procstat.ReadMemory(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var parts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		for _, key := range []string{"VmRSS:", "RssAnon:", "RssFile:"} {
-			if strings.HasPrefix(line, key) {
-				parts = append(parts, strings.Join(strings.Fields(line), " "))
-			}
-		}
-	}
-	return strings.Join(parts, ", ")
+	return m
 }
 
 // metric returns the lines of one metric family from the agent's /metrics.
