@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // profileSeconds bounds the controller's CPU profile of one restart.
@@ -20,42 +21,64 @@ func (b *bench) profiled(ctx context.Context, s system, n int, first bool, fn fu
 	if !first || s.name() != sysFaultline || n != b.cfg.profileWorkers {
 		return fn()
 	}
-	type result struct {
-		data []byte
-		err  error
+	p := b.startProfile(ctx, time.Duration(profileSeconds)*time.Second)
+	if err := fn(); err != nil {
+		return err
 	}
-	got := make(chan result, 1)
+	top, err := p.save(ctx, fmt.Sprintf("%s-controller-%d-workers-qps%d.pprof", b.cfg.stem, n, b.results.qps))
+	if err != nil {
+		return err
+	}
+	b.results.profile = fmt.Sprintf("Controller CPU profile during faultline's %d-worker node-shutdown restart (%s):\n\n%s", n, p.length, top)
+	return nil
+}
+
+// cpuProfile is a CPU profile of the controller being taken.
+type cpuProfile struct {
+	length   time.Duration
+	launcher string // the binary, for its symbols
+	got      chan profileData
+}
+
+type profileData struct {
+	data []byte
+	err  error
+}
+
+// startProfile starts taking the controller's CPU profile over the next length.
+func (b *bench) startProfile(ctx context.Context, length time.Duration) *cpuProfile {
+	p := &cpuProfile{length: length, launcher: b.bin.launcher, got: make(chan profileData, 1)}
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pprof, int(length.Seconds()))
 	go func() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pprof, profileSeconds), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			got <- result{err: err}
+			p.got <- profileData{err: err}
 			return
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			got <- result{err: err}
+			p.got <- profileData{err: err}
 			return
 		}
 		defer resp.Body.Close()
 		data, err := io.ReadAll(resp.Body)
-		got <- result{data, err}
+		p.got <- profileData{data, err}
 	}()
-	if err := fn(); err != nil {
-		return err
-	}
-	r := <-got
+	return p
+}
+
+// save waits for the profile, writes it to path and returns its top entries as markdown.
+func (p *cpuProfile) save(ctx context.Context, path string) (string, error) {
+	r := <-p.got
 	if r.err != nil {
-		return fmt.Errorf("controller CPU profile: %w", r.err)
+		return "", fmt.Errorf("controller CPU profile: %w", r.err)
 	}
-	path := fmt.Sprintf("%s-controller-%d-workers-qps%d.pprof", b.cfg.stem, n, b.results.qps)
 	if err := os.WriteFile(path, r.data, 0o644); err != nil {
-		return err
+		return "", err
 	}
-	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "15", b.bin.launcher, path).Output()
+	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "15", p.launcher, path).Output()
 	if err != nil {
-		return fmt.Errorf("go tool pprof %s: %w", path, err)
+		return "", fmt.Errorf("go tool pprof %s: %w", path, err)
 	}
-	b.results.profile = fmt.Sprintf("Controller CPU profile during faultline's %d-worker node-shutdown restart (%d s, `%s`):\n\n```\n%s```",
-		n, profileSeconds, path, strings.Join(strings.SplitN(string(top), "\n", 22), "\n"))
-	return nil
+	return fmt.Sprintf("`%s`:\n\n```\n%s```", path, strings.Join(strings.SplitN(string(top), "\n", 22), "\n")), nil
 }

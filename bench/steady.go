@@ -53,6 +53,14 @@ type steadyResult struct {
 	// source (faultline_run_reads_total): how often a reconcile had to ask the API server.
 	reads    map[string]float64
 	agentRSS int64
+	// sched: how the controller's threads spent the window with the scheduler (on a CPU,
+	// waiting for one); pressure: the share of the window in which some task of the machine
+	// waited for a CPU (PSI; -1 without it). Together: whether a slow decision waited for
+	// the machine rather than for the controller.
+	sched    procstat.Sched
+	pressure float64
+	// profile: the controller's CPU profile over the window, its top entries.
+	profile string
 	// windowDone: the window ran to its end, so its rates and end figures are measured.
 	windowDone bool
 }
@@ -117,7 +125,13 @@ func (b *bench) steadyState(ctx context.Context) error {
 	req0 := sumSamples(metrics, "rest_client_requests_total{")
 	wait0, rec0 := parseHistogram(metrics, queueWaitMetric, trainingRunController), parseHistogram(metrics, reconcileTimeMetric, trainingRunController)
 	reads0 := runReads(metrics)
+	sched0, err := procstat.ReadSched(pid)
+	if err != nil {
+		return err
+	}
+	pressure0, pressureErr := procstat.CPUPressure()
 	windowStart := time.Now()
+	profile := b.startProfile(ctx, st.window)
 	every := st.window / time.Duration(max(1, len(victims)))
 	var mu sync.Mutex
 	errs = make(chan error, len(victims))
@@ -152,6 +166,18 @@ func (b *bench) steadyState(ctx context.Context) error {
 	elapsed := time.Since(windowStart)
 	cpu1, err := procstat.CPUTime(pid)
 	if err != nil {
+		return err
+	}
+	sched1, err := procstat.ReadSched(pid)
+	if err != nil {
+		return err
+	}
+	res.sched = procstat.Sched{Run: sched1.Run - sched0.Run, Wait: sched1.Wait - sched0.Wait}
+	res.pressure = -1
+	if pressure1, err := procstat.CPUPressure(); err == nil && pressureErr == nil {
+		res.pressure = (pressure1 - pressure0).Seconds() / elapsed.Seconds()
+	}
+	if res.profile, err = profile.save(ctx, b.cfg.stem+"-controller-steady.pprof"); err != nil {
 		return err
 	}
 	metrics, err = b.controllerMetrics(ctx)
@@ -471,10 +497,18 @@ func (r *steadyResult) markdown(b *strings.Builder) {
 		controller.MetricRunReads, r.reads[controller.ReadFromCache], r.reads[controller.ReadFromAPIServer], r.reads[controller.ReadDeferred])
 	fmt.Fprintf(b, "| controller RSS at rest / end of window | %s / %s | ≤ 300 MiB |\n", mib(r.rssIdle), mib(r.rssEnd))
 	fmt.Fprintf(b, "| controller CPU over the window | %.2f cores | |\n", r.cpu)
+	fmt.Fprintf(b, "| its threads over the window: on a CPU / runnable, waiting for one (`/proc/<pid>/task/*/schedstat`) | %.1f s / %.1f s (%.0f ms waited per 100 ms run) | |\n",
+		r.sched.Run.Seconds(), r.sched.Wait.Seconds(), 100*r.sched.Wait.Seconds()/max(r.sched.Run.Seconds(), 1e-9))
+	if r.pressure >= 0 {
+		fmt.Fprintf(b, "| the machine over the window: time in which some task waited for a CPU (`/proc/pressure/cpu`) | %.0f %% | |\n", 100*r.pressure)
+	}
 	fmt.Fprintf(b, "| controller API requests | %.1f /s | |\n", r.apiRPS)
 	fmt.Fprintf(b, "| agent XID → condition visible p50 / p99 | %s / %s | |\n", ms(quantile(r.markeds, 0.5)), ms(quantile(r.markeds, 0.99)))
 	fmt.Fprintf(b, "| agent RSS (largest of %d) | %s | ≤ 30 MiB |\n\n", len(r.markeds), mib(r.agentRSS))
 	b.WriteString("Decision latency seen from outside: from this process's watch seeing the worker Failed to its watch seeing the run's status record the restart " +
 		"(two API round trips and a status write included). Its own: from the controller's informer delivering the failed worker to the decision taken, " +
 		"read from its histogram (so a quantile is the upper bound of a bucket).\n\n")
+	if r.profile != "" {
+		fmt.Fprintf(b, "Controller CPU profile over the window (%s), %s\n\n", c.window, r.profile)
+	}
 }

@@ -50,7 +50,7 @@ func TestFailedRunReleasesItsPods(t *testing.T) {
 	crashed := pod("llm-0", corev1.PodFailed, false)
 	running := pod("llm-1", corev1.PodRunning, false)
 	stopping := pod("llm-2", corev1.PodRunning, true) // the Job controller is deleting it already
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, crashed, running, stopping).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}

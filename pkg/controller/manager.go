@@ -135,6 +135,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("index pods: %w", err)
+	}
 	// Node facts are read at the first failure; an informer started only then would make
 	// that first decision wait for its sync.
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{}); err != nil {

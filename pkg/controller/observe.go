@@ -36,7 +36,7 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 		return nil, fmt.Errorf("get job %s: %w", run.Name, err)
 	}
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingFields{podsByRun: run.Name}); err != nil {
 		return nil, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
 	for i := range pods.Items {

@@ -97,7 +97,7 @@ func TestReconcileTracesARestart(t *testing.T) {
 		return p
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, worker(0, 1, true), worker(1, 1, false), node).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	spy := &spyFrameworks{}

@@ -78,3 +78,67 @@ func SelfCPUTime() (time.Duration, error) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
+
+// Sched is how a process's threads spent their time with the scheduler: Run on a CPU, and
+// Wait runnable in a run queue for a CPU that something else held (what CPU contention costs
+// it, which CPU time does not show).
+type Sched struct {
+	Run, Wait time.Duration
+}
+
+// ReadSched adds up /proc/<pid>/task/*/schedstat (nanoseconds run, nanoseconds waited, time
+// slices) over pid's live threads. A thread that has exited takes its share with it, which a
+// Go process, whose threads live as long as it does, seldom has.
+func ReadSched(pid int) (Sched, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return Sched{}, err
+	}
+	var s Sched
+	for _, t := range tasks {
+		raw, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if os.IsNotExist(err) {
+			continue // the thread exited while we read
+		}
+		if err != nil {
+			return Sched{}, err
+		}
+		f := strings.Fields(string(raw))
+		if len(f) != 3 {
+			return Sched{}, fmt.Errorf("pid %d task %s: schedstat %q (a kernel without CONFIG_SCHEDSTATS?)", pid, t.Name(), raw)
+		}
+		run, err1 := strconv.ParseInt(f[0], 10, 64)
+		wait, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return Sched{}, fmt.Errorf("pid %d task %s: schedstat %q", pid, t.Name(), raw)
+		}
+		s.Run += time.Duration(run)
+		s.Wait += time.Duration(wait)
+	}
+	return s, nil
+}
+
+// CPUPressure is the machine's total time, since boot, in which at least one runnable task
+// waited for a CPU (the "some" line of /proc/pressure/cpu, PSI).
+func CPUPressure() (time.Duration, error) {
+	raw, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "some ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				us, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("/proc/pressure/cpu: total %q", v)
+				}
+				return time.Duration(us) * time.Microsecond, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/pressure/cpu: no some total in %q", raw)
+}

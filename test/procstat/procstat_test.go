@@ -2,6 +2,8 @@ package procstat
 
 import (
 	"os"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,5 +37,51 @@ func TestReadsThisProcess(t *testing.T) {
 	}
 	if _, err := CPUTime(1 << 30); err == nil {
 		t.Error("CPU time of a process that does not exist: no error")
+	}
+}
+
+// TestSchedSeesContention: one more busy thread than CPUs must show as this process's
+// threads running and waiting for a CPU, and as CPU pressure on the machine.
+func TestSchedSeesContention(t *testing.T) {
+	n := runtime.NumCPU() + 1
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	before, err := ReadSched(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pressure0, pressureErr := CPUPressure()
+	const burn = 300 * time.Millisecond
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			runtime.LockOSThread() // each its own thread: n runnable threads on n-1 CPUs
+			defer runtime.UnlockOSThread()
+			for deadline := time.Now().Add(burn); time.Now().Before(deadline); {
+			}
+		})
+	}
+	wg.Wait()
+	after, err := ReadSched(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran := after.Run - before.Run; ran < burn {
+		t.Errorf("threads ran %v, want ≥ %v (%d threads busy for %v each)", ran, burn, n, burn)
+	}
+	if after.Wait <= before.Wait {
+		t.Errorf("threads waited %v → %v for a CPU: want more, %d threads were busy on %d CPUs", before.Wait, after.Wait, n, n-1)
+	}
+	if _, err := ReadSched(1 << 30); err == nil {
+		t.Error("scheduling of a process that does not exist: no error")
+	}
+	if os.IsNotExist(pressureErr) {
+		t.Log("no /proc/pressure/cpu on this kernel: CPU pressure not checked")
+		return
+	}
+	if pressureErr != nil {
+		t.Fatal(pressureErr)
+	}
+	if pressure1, err := CPUPressure(); err != nil || pressure1 <= pressure0 {
+		t.Errorf("CPU pressure %v → %v (%v): want it to grow while %d threads contend for %d CPUs", pressure0, pressure1, err, n, n-1)
 	}
 }
