@@ -35,6 +35,11 @@ type sample struct {
 	// gaveUp: the system failed the gang instead of restarting it.
 	gaveUp bool
 	phases map[string]time.Duration
+	// firstPodCreated, podsCreated, podsBound: from the new attempt's Job created to its
+	// first and its last pod created, and to its last pod bound (faultline's restarts; to
+	// the second).
+	firstPodCreated, podsCreated, podsBound time.Duration
+	podTimes                                bool // whether they were measured
 }
 
 // session is one control plane at one controller-manager rate limit.
@@ -140,6 +145,9 @@ func (r *session) systems(scenario string) []string {
 	return out
 }
 
+// wholeSecs writes a duration measured to the second.
+func wholeSecs(d time.Duration) string { return fmt.Sprintf("%.0f s", d.Seconds()) }
+
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 // ratio is ours / theirs, of medians.
@@ -220,28 +228,57 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 	}
 }
 
-// phaseTable: where faultline's restart time goes, from its runs' status.trace.
+// phaseTable: where faultline's restart time goes, from its runs' status.trace: the median,
+// and with more than one round each round too, so that a slow round shows which phase it
+// lost its time in.
 func (r *session) phaseTable(b *strings.Builder, scenario string) {
-	b.WriteString("faultline's restart, phase by phase (median, from status.trace):\n\n| workers |")
+	b.WriteString("faultline's restart, phase by phase (from status.trace; the median, then each round). " +
+		"Within schedule, from the Job's creation: its first and last pod created (the Job controller) and its last pod bound (the scheduler), to the second:\n\n" +
+		"| workers | round | time-to-restart |")
 	for _, p := range restartPhases {
 		fmt.Fprintf(b, " %s |", p)
 	}
-	b.WriteString("\n| ---: |" + strings.Repeat(" ---: |", len(restartPhases)) + "\n")
+	b.WriteString(" pods created first / last, bound |\n| ---: | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
 	for _, n := range r.sizes() {
 		ss := r.pick(sysFaultline, scenario, n)
 		if len(ss) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "| %d |", n)
+		fmt.Fprintf(b, "| %d | median | %s |", n, secs(median(ss, func(s sample) time.Duration { return s.d })))
 		for _, p := range restartPhases {
 			ds := phaseDurations(ss, p)
 			if len(ds) == 0 {
 				b.WriteString(" n/a |")
 				continue
 			}
-			fmt.Fprintf(b, " %.0f ms |", float64(summarize(ds).median.Microseconds())/1000)
+			fmt.Fprintf(b, " %s |", ms(summarize(ds).median))
 		}
-		b.WriteString("\n")
+		timed := slices.DeleteFunc(slices.Clone(ss), func(s sample) bool { return !s.podTimes })
+		if len(timed) == 0 {
+			b.WriteString(" n/a |\n")
+		} else {
+			fmt.Fprintf(b, " %s / %s, %s |\n", wholeSecs(median(timed, func(s sample) time.Duration { return s.firstPodCreated })),
+				wholeSecs(median(timed, func(s sample) time.Duration { return s.podsCreated })),
+				wholeSecs(median(timed, func(s sample) time.Duration { return s.podsBound })))
+		}
+		if len(ss) == 1 {
+			continue
+		}
+		for i, s := range ss {
+			fmt.Fprintf(b, "| %d | %d | %s |", n, i+1, secs(s.d))
+			for _, p := range restartPhases {
+				if d, ok := s.phases[p]; ok {
+					fmt.Fprintf(b, " %s |", ms(d))
+				} else {
+					b.WriteString(" n/a |")
+				}
+			}
+			if s.podTimes {
+				fmt.Fprintf(b, " %s / %s, %s |\n", wholeSecs(s.firstPodCreated), wholeSecs(s.podsCreated), wholeSecs(s.podsBound))
+			} else {
+				b.WriteString(" n/a |\n")
+			}
+		}
 	}
 	b.WriteString("\n")
 }

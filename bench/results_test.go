@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -199,5 +200,60 @@ func TestHeaderNamesOnlyWhatRan(t *testing.T) {
 				t.Errorf("scenarios %v: report mentions %q = %v, want %v:\n%s", tc.scenarios, phrase, got, tc.want, report)
 			}
 		}
+	}
+}
+
+// TestPhaseTableShowsEveryRound: with several rounds, each round's phases are in the table,
+// so that a slow round's lost time has a phase; one round is its own median.
+func TestPhaseTableShowsEveryRound(t *testing.T) {
+	phases := func(teardown time.Duration) map[string]time.Duration {
+		m := map[string]time.Duration{}
+		for _, p := range restartPhases {
+			m[p] = time.Millisecond
+		}
+		m["teardown"] = teardown
+		return m
+	}
+	r := &session{}
+	for _, td := range []time.Duration{5 * time.Second, 13 * time.Second, 6 * time.Second} {
+		r.add(sample{system: sysFaultline, workers: 256, scenario: scenarioShutdown, d: td + 15*time.Second, phases: phases(td),
+			firstPodCreated: td - 5*time.Second, podsCreated: td + 6*time.Second, podsBound: td + 9*time.Second, podTimes: true})
+	}
+	r.add(sample{system: sysFaultline, workers: 8, scenario: scenarioShutdown, d: 2 * time.Second, phases: phases(time.Second)})
+	var b strings.Builder
+	r.phaseTable(&b, scenarioShutdown)
+	got := b.String()
+	for _, want := range []string{
+		"| 256 | median | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
+		"| 256 | 1 | 20.00 s | 1 ms | 1 ms | 1 ms | 5000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 0 s / 11 s, 14 s |",
+		"| 256 | 2 | 28.00 s | 1 ms | 1 ms | 1 ms | 13000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 8 s / 19 s, 22 s |",
+		"| 256 | 3 | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
+		"| 8 | median | 2.00 s | 1 ms | 1 ms | 1 ms | 1000 ms | 1 ms | 1 ms | 1 ms | 1 ms | n/a |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("phase table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "| 8 | 1 |") {
+		t.Errorf("a single round is listed again under its median:\n%s", got)
+	}
+}
+
+// TestPodsProgress: the first and last pod created and the last bound, from the Job's creation; a pod
+// not bound yet does not count as bound.
+func TestPodsProgress(t *testing.T) {
+	job := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	pod := func(created, bound int) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(job.Add(time.Duration(created) * time.Second))}}
+		status := corev1.ConditionFalse
+		if bound > 0 {
+			status = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: status, LastTransitionTime: metav1.NewTime(job.Add(time.Duration(bound) * time.Second))}}
+		return p
+	}
+	first, last, bound := podsProgress([]corev1.Pod{pod(4, 15), pod(11, 12), pod(1, 3), pod(12, 0)}, job)
+	if first != time.Second || last != 12*time.Second || bound != 15*time.Second {
+		t.Errorf("first created %v, last created %v, last bound %v; want 1s, 12s and 15s", first, last, bound)
 	}
 }

@@ -234,7 +234,19 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		if err != nil {
 			return err
 		}
-		smp.phases = phasesOf(run.(*v1alpha1.TrainingRun).Status.Trace)
+		tr := run.(*v1alpha1.TrainingRun).Status.Trace
+		smp.phases = phasesOf(tr)
+		// The schedule phase is two controllers' work: the Job controller creating the
+		// pods, the scheduler binding them. The pods' own timestamps split it.
+		sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: name, v1alpha1.LabelAttempt: "2"})
+		list, err := b.c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return err
+		}
+		if tr.CreatedAt != nil {
+			smp.firstPodCreated, smp.podsCreated, smp.podsBound = podsProgress(list.Items, tr.CreatedAt.Time)
+			smp.podTimes = true
+		}
 	}
 	b.results.add(smp)
 	if err := b.finish(ctx, s, name); err != nil {
@@ -411,3 +423,23 @@ func gangName(scenario string, s system, n, round int) string {
 }
 
 var shortScenario = map[string]string{scenarioFail: "fail", scenarioShutdown: "shutdown", scenarioXID: "xid"}
+
+// podsProgress is when, after since (the Job's creation), the first and the last of pods
+// were created, and the last was bound to a node. All are the API server's timestamps, to
+// the second.
+func podsProgress(pods []corev1.Pod, since time.Time) (first, last, bound time.Duration) {
+	since = since.Truncate(time.Second) // as precise as the pods' times, no more
+	for i, p := range pods {
+		created := p.CreationTimestamp.Sub(since)
+		if i == 0 || created < first {
+			first = created
+		}
+		last = max(last, created)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+				bound = max(bound, c.LastTransitionTime.Sub(since))
+			}
+		}
+	}
+	return first, last, bound
+}
