@@ -92,11 +92,13 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 			Template:             tmpl,
 		},
 	}
+	// Per-index limits in both scopes: a Gang's index fails at its first failure (0), and the
+	// Job controller's Job-wide pod-failure backoff, which it keys by the Job's name and so
+	// can hand on to the next attempt's Job of the same name, is never consulted.
+	job.Spec.BackoffLimitPerIndex = ptr.To[int32](0)
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
 		job.Spec.BackoffLimitPerIndex = ptr.To(ptr.Deref(run.Spec.BackoffLimitPerIndex, 0))
 		job.Spec.MaxFailedIndexes = run.Spec.MaxFailedIndexes
-	} else {
-		job.Spec.BackoffLimit = ptr.To[int32](0)
 	}
 	if run.Spec.SuccessPolicy == v1alpha1.SuccessPolicyLeader {
 		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
@@ -106,9 +108,14 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 
 // PodFailurePolicy is the Job's policy for the run's restart scope.
 //
-// Gang: the attempt ends at the first failure of any kind (FailJob), so that the Job
-// controller stops the other workers at once and never replaces a pod behind faultline's
-// back; faultline then decides whether a new attempt starts.
+// Gang: a failure of any kind fails its index (FailIndex, with no retries per index), so
+// that the Job controller never replaces a pod behind faultline's back; faultline then ends
+// the attempt and decides whether a new one starts. Not FailJob: a failed Job makes the Job
+// controller delete every other worker itself, one request each at kube-controller-manager's
+// rate limit (QPS 20: 13 s for 256 workers), while faultline is deleting them faster. That
+// sync holds the Job's key, which the next attempt's Job shares (same name, for stable
+// addresses), so the next attempt's pods waited for it: 5-9 s more in 2 of 3 restarts of 256
+// workers (bench/results/2026-11-23-s6-256-qps-default-split.md).
 //
 // Index: infrastructure failures are Ignored (the Job controller replaces the index without
 // counting it); application exits fail the index when no per-index retries are allowed, and
@@ -132,9 +139,9 @@ func PodFailurePolicy(run *v1alpha1.TrainingRun) *batchv1.PodFailurePolicy {
 		return &batchv1.PodFailurePolicy{Rules: rules}
 	}
 	for _, c := range infra {
-		rules = append(rules, batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{c}})
+		rules = append(rules, batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailIndex, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{c}})
 	}
-	rules = append(rules, batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: anyExit})
+	rules = append(rules, batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailIndex, OnExitCodes: anyExit})
 	return &batchv1.PodFailurePolicy{Rules: rules}
 }
 

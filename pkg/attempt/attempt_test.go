@@ -53,8 +53,8 @@ func TestJobGang(t *testing.T) {
 	if *s.PodReplacementPolicy != batchv1.Failed {
 		t.Errorf("podReplacementPolicy = %v, want Failed", *s.PodReplacementPolicy)
 	}
-	if ptr.Deref(s.BackoffLimit, -1) != 0 || s.BackoffLimitPerIndex != nil {
-		t.Errorf("gang scope: backoffLimit %v perIndex %v, want 0 and unset", s.BackoffLimit, s.BackoffLimitPerIndex)
+	if s.BackoffLimit != nil || ptr.Deref(s.BackoffLimitPerIndex, -1) != 0 || s.MaxFailedIndexes != nil {
+		t.Errorf("gang scope: backoffLimit %v perIndex %v maxFailed %v, want unset, 0 and unset", s.BackoffLimit, s.BackoffLimitPerIndex, s.MaxFailedIndexes)
 	}
 	tmpl := s.Template
 	if tmpl.Labels["team"] != "a" || tmpl.Labels[v1alpha1.LabelAttempt] != "3" || tmpl.Labels[v1alpha1.LabelRun] != "llm" {
@@ -90,9 +90,9 @@ func TestPodFailurePolicy(t *testing.T) {
 		"gang ends the attempt at any failure": {
 			run: makeRun(),
 			want: []batchv1.PodFailurePolicyRule{
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{infraCond}},
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{disruption}},
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: anyExit},
+				{Action: batchv1.PodFailurePolicyActionFailIndex, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{infraCond}},
+				{Action: batchv1.PodFailurePolicyActionFailIndex, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{disruption}},
+				{Action: batchv1.PodFailurePolicyActionFailIndex, OnExitCodes: anyExit},
 			},
 		},
 		"index ignores infrastructure and fails the index on an exit": {
