@@ -21,6 +21,7 @@ const (
 	ReasonPluginError       = "PluginError"
 	ReasonPluginOK          = "PluginReady"
 	ReasonRestarting        = "Restarting"
+	ReasonJobDeleted        = "JobDeleted"
 )
 
 // Actions of the controller's events (events.k8s.io "action"); tools such as
@@ -33,6 +34,7 @@ const (
 	ActionSuspend       = "Suspend"
 	ActionResume        = "Resume"
 	ActionLoadPlugin    = "LoadPlugin"
+	ActionStopWorkers   = "StopWorkers"
 )
 
 // Crash points for the crash-safety tests (launcher controller --test-crash-at).

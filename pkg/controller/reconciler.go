@@ -88,6 +88,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.resume(ctx, run)
 	case len(obs.older) > 0 || (obs.job != nil && obs.jobAttempt() < run.Status.Attempt):
 		return r.teardown(ctx, run, obs)
+	case obs.job == nil && len(obs.current) > 0:
+		return r.jobLost(ctx, run, obs)
 	case obs.job == nil:
 		return r.createAttempt(ctx, run)
 	default:

@@ -154,14 +154,49 @@ func (r *Reconciler) dropTrackingFinalizer(ctx context.Context, p *corev1.Pod) e
 	return nil
 }
 
+// jobLost handles workers of the current attempt without their Job, which someone deleted
+// (or which the cache has not seen yet). The garbage collector stops such workers, but
+// gracefully: a Job created at once would start a second pod of every index while the first
+// is still running. So the orphans are stopped first, and createAttempt makes the Job again
+// once none is left; the attempt and its budget are unchanged.
+func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
+	live := &batchv1.Job{}
+	var liveUID types.UID
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Name}, live); {
+	case err == nil:
+		liveUID = live.UID
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("get job %s: %w", run.Name, err)
+	}
+	var orphans []*corev1.Pod
+	fresh := 0
+	for _, p := range obs.current {
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != liveUID {
+			orphans = append(orphans, p)
+			if p.DeletionTimestamp == nil {
+				fresh++
+			}
+		}
+	}
+	if len(orphans) == 0 {
+		return ctrl.Result{}, nil // the cache is behind the Job: its event comes
+	}
+	if fresh > 0 { // once, not at every pod event while they go
+		r.event(run, corev1.EventTypeWarning, ReasonJobDeleted, ActionStopWorkers, "attempt %d: its Job %s was deleted; stopping its %d workers before the Job is created again",
+			run.Status.Attempt, run.Name, fresh)
+	}
+	// No Job counts them any more, so their tracking finalizers go too.
+	return ctrl.Result{}, r.removePods(ctx, orphans, true)
+}
+
 // recheck is how soon to look again when the API server shows a leftover that the cache
 // did not: no event may come for it.
 const recheck = 250 * time.Millisecond
 
 // createAttempt creates the current attempt's Service and Job, after the backoff.
 func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, error) {
-	// The cache may lag behind the deletions: ask the API server that no pod of an older
-	// attempt is left before the next one may start. Their metadata is enough, and a worker
+	// The cache may lag behind the deletions: ask the API server that no pod of this or an
+	// older attempt is left before the attempt's Job is made. Their metadata is enough, and a worker
 	// pod's spec carries the framework's rendezvous, which grows with the gang.
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
@@ -169,7 +204,9 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return ctrl.Result{}, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
 	for i := range pods.Items {
-		if n, ok := attempt.Number(&pods.Items[i]); ok && n < run.Status.Attempt {
+		// A pod of the current attempt too: one that outlived its deleted Job (see jobLost)
+		// and that the cache did not show, or one of a Job that the cache did not show yet.
+		if n, ok := attempt.Number(&pods.Items[i]); ok && n <= run.Status.Attempt {
 			return ctrl.Result{RequeueAfter: recheck}, nil
 		}
 	}

@@ -358,6 +358,59 @@ func TestE2ESuspendResumeNotCounted(t *testing.T) {
 	}
 }
 
+// TestE2EDeletedJobIsMadeAgainWithoutOverlap: someone deletes the attempt's Job and leaves
+// its workers running (propagation Orphan; Background only takes longer to stop them). The
+// controller must stop those workers before it makes the Job again: a Job made at once would
+// start a second pod of every index beside the first. The attempt and the budget stay as
+// they were.
+func TestE2EDeletedJobIsMadeAgainWithoutOverlap(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	run := createRun(ctx, t, c, ns, newRun("lostjob", 4))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	old := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	job, err := c.Client.BatchV1().Jobs(ns).Get(ctx, run.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get job: %v", err)
+	}
+
+	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
+	jobs := monitorJobs(ctx, t, c, ns, run.Name)
+	if err := c.Client.BatchV1().Jobs(ns).Delete(ctx, job.Name, metav1.DeleteOptions{
+		PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan), Preconditions: metav1.NewUIDPreconditions(string(job.UID)),
+	}); err != nil {
+		t.Fatalf("delete job: %v", err)
+	}
+
+	// Every index Running again, each pod new and controlled by a new Job.
+	oldUIDs := map[types.UID]bool{}
+	for _, p := range old {
+		oldUIDs[p.UID] = true
+	}
+	pods, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		running := 0
+		for _, p := range pods {
+			if oldUIDs[p.UID] {
+				return false, nil
+			}
+			if ref := metav1.GetControllerOf(p); cluster.PodRunning(p) && ref != nil && ref.UID != job.UID {
+				running++
+			}
+		}
+		return running == 4, nil
+	})
+	if err != nil {
+		t.Fatalf("attempt 1's workers made again by a new Job: %v; pods: %s", err, describePods(pods))
+	}
+	waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	if got := jobs.counts(t); got["1"] != 1 || len(got) != 1 {
+		t.Errorf("Jobs created while the run recovered, by attempt: %v; want one Job of attempt 1", got)
+	}
+	again := waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	requireRestarts(t, again, v1alpha1.RestartCounts{})
+	overlaps.check(t)
+}
+
 // TestE2ESucceeds: when every worker exits 0 the run succeeds.
 func TestE2ESucceeds(t *testing.T) {
 	t.Parallel()
