@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -50,13 +51,15 @@ func TestSchedSeesContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	pressure0, pressureErr := CPUPressure()
-	const burn = 300 * time.Millisecond
+	// Each thread burns its own CPU time, not wall time, so that the demand is the same on a
+	// loaded machine: n × burn on n-1 CPUs cannot run without some thread waiting.
+	const burn = 100 * time.Millisecond
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			runtime.LockOSThread() // each its own thread: n runnable threads on n-1 CPUs
 			defer runtime.UnlockOSThread()
-			for deadline := time.Now().Add(burn); time.Now().Before(deadline); {
+			for start := threadCPU(t); threadCPU(t)-start < burn; { // the thread may have run before
 			}
 		})
 	}
@@ -65,8 +68,8 @@ func TestSchedSeesContention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ran := after.Run - before.Run; ran < burn {
-		t.Errorf("threads ran %v, want ≥ %v (%d threads busy for %v each)", ran, burn, n, burn)
+	if ran := after.Run - before.Run; ran < time.Duration(n)*burn {
+		t.Errorf("threads ran %v, want ≥ %v (%d threads busy for %v of CPU each)", ran, time.Duration(n)*burn, n, burn)
 	}
 	if after.Wait <= before.Wait {
 		t.Errorf("threads waited %v → %v for a CPU: want more, %d threads were busy on %d CPUs", before.Wait, after.Wait, n, n-1)
@@ -84,4 +87,15 @@ func TestSchedSeesContention(t *testing.T) {
 	if pressure1, err := CPUPressure(); err != nil || pressure1 <= pressure0 {
 		t.Errorf("CPU pressure %v → %v (%v): want it to grow while %d threads contend for %d CPUs", pressure0, pressure1, err, n, n-1)
 	}
+}
+
+// threadCPU is the calling thread's CPU time (getrusage RUSAGE_THREAD).
+func threadCPU(t *testing.T) time.Duration {
+	const rusageThread = 1 // RUSAGE_THREAD, Linux
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		t.Error(err)
+		return time.Hour // stop burning
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
