@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,43 +245,49 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 		if len(ss) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "| %d | median | %s |", n, secs(median(ss, func(s sample) time.Duration { return s.d })))
-		for _, p := range restartPhases {
-			ds := phaseDurations(ss, p)
-			if len(ds) == 0 {
-				b.WriteString(" n/a |")
-				continue
-			}
-			fmt.Fprintf(b, " %s |", ms(summarize(ds).median))
-		}
-		timed := slices.DeleteFunc(slices.Clone(ss), func(s sample) bool { return !s.podTimes })
-		if len(timed) == 0 {
-			b.WriteString(" n/a |\n")
-		} else {
-			fmt.Fprintf(b, " %s / %s, %s |\n", wholeSecs(median(timed, func(s sample) time.Duration { return s.firstPodCreated })),
-				wholeSecs(median(timed, func(s sample) time.Duration { return s.podsCreated })),
-				wholeSecs(median(timed, func(s sample) time.Duration { return s.podsBound })))
-		}
+		phaseRow(b, n, "median", medianSample(ss))
 		if len(ss) == 1 {
 			continue
 		}
 		for i, s := range ss {
-			fmt.Fprintf(b, "| %d | %d | %s |", n, i+1, secs(s.d))
-			for _, p := range restartPhases {
-				if d, ok := s.phases[p]; ok {
-					fmt.Fprintf(b, " %s |", ms(d))
-				} else {
-					b.WriteString(" n/a |")
-				}
-			}
-			if s.podTimes {
-				fmt.Fprintf(b, " %s / %s, %s |\n", wholeSecs(s.firstPodCreated), wholeSecs(s.podsCreated), wholeSecs(s.podsBound))
-			} else {
-				b.WriteString(" n/a |\n")
-			}
+			phaseRow(b, n, strconv.Itoa(i+1), s)
 		}
 	}
 	b.WriteString("\n")
+}
+
+// phaseRow writes one row of the phase table: s's time to restart, phases and pod times.
+func phaseRow(b *strings.Builder, n int, label string, s sample) {
+	fmt.Fprintf(b, "| %d | %s | %s |", n, label, secs(s.d))
+	for _, p := range restartPhases {
+		if d, ok := s.phases[p]; ok {
+			fmt.Fprintf(b, " %s |", ms(d))
+		} else {
+			b.WriteString(" n/a |")
+		}
+	}
+	if s.podTimes {
+		fmt.Fprintf(b, " %s / %s, %s |\n", wholeSecs(s.firstPodCreated), wholeSecs(s.podsCreated), wholeSecs(s.podsBound))
+	} else {
+		b.WriteString(" n/a |\n")
+	}
+}
+
+// medianSample is the median of ss, figure by figure, over the samples that measured it.
+func medianSample(ss []sample) sample {
+	m := sample{d: median(ss, func(s sample) time.Duration { return s.d }), phases: map[string]time.Duration{}}
+	for _, p := range restartPhases {
+		if ds := phaseDurations(ss, p); len(ds) > 0 {
+			m.phases[p] = summarize(ds).median
+		}
+	}
+	if timed := slices.DeleteFunc(slices.Clone(ss), func(s sample) bool { return !s.podTimes }); len(timed) > 0 {
+		m.podTimes = true
+		m.firstPodCreated = median(timed, func(s sample) time.Duration { return s.firstPodCreated })
+		m.podsCreated = median(timed, func(s sample) time.Duration { return s.podsCreated })
+		m.podsBound = median(timed, func(s sample) time.Duration { return s.podsBound })
+	}
+	return m
 }
 
 func phaseDurations(ss []sample, phase string) []time.Duration {

@@ -168,11 +168,11 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 // startController runs `launcher controller` for the bench namespace, with its metrics and
 // pprof served on free local ports.
 func (b *bench) startController(ctx context.Context) error {
-	metrics, err := freeAddr()
+	metrics, err := cluster.FreeAddress()
 	if err != nil {
 		return err
 	}
-	if b.pprof, err = freeAddr(); err != nil {
+	if b.pprof, err = cluster.FreeAddress(); err != nil {
 		return err
 	}
 	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
@@ -263,15 +263,6 @@ func (b *bench) stopAgents() {
 		a.Stop()
 		delete(b.agents, node)
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // startTraceSink accepts OTLP/HTTP trace exports and drops them, and points this process's

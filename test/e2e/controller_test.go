@@ -45,9 +45,7 @@ func TestE2EAppErrorFailsFast(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
 	const settle = 1
-	run := createRun(ctx, t, c, ns, newRun("app-error", 4, withSettleSeconds(settle)))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	run, pods := runningRun(ctx, t, c, ns, newRun("app-error", 4, withSettleSeconds(settle)))
 	victim := pods[2]
 
 	start := time.Now()
@@ -123,9 +121,7 @@ func TestE2EAppErrorFailsFast(t *testing.T) {
 func TestE2EMaintenanceRestarts(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("maintenance", 4))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	run, pods := runningRun(ctx, t, c, ns, newRun("maintenance", 4))
 
 	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
 	rec := recordRun(ctx, t, c, ns, run.Name)
@@ -187,10 +183,8 @@ func TestE2EMaintenanceRestarts(t *testing.T) {
 func TestE2EBareSigtermUsesUnknownBudget(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("bare-sigterm", 2,
+	run, pods := runningRun(ctx, t, c, ns, newRun("bare-sigterm", 2,
 		withSettleSeconds(1), withMaxRestarts(v1alpha1.RestartBudgets{Unknown: ptr.To[int32](1)})))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 
 	failWorker(ctx, t, c, pods[0], cluster.Failure{ExitCode: 143, Reason: "Error"})
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
@@ -223,10 +217,8 @@ func TestE2EBareSigtermUsesUnknownBudget(t *testing.T) {
 func TestE2EBudgetExhausted(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("budget", 2,
+	run, pods := runningRun(ctx, t, c, ns, newRun("budget", 2,
 		withMaxRestarts(v1alpha1.RestartBudgets{Infrastructure: ptr.To[int32](1)})))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 
 	infraFault(ctx, t, c, pods[0], v1alpha1.CauseNodeShutdown)
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
@@ -260,14 +252,12 @@ func TestE2EBudgetExhausted(t *testing.T) {
 func TestE2EExcludeFaultyNode(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("bad-gpu", 2,
+	run, pods := runningRun(ctx, t, c, ns, newRun("bad-gpu", 2,
 		withPreferredNode(cluster.NodeName(3)),
 		withRules(v1alpha1.FailurePolicyRule{
 			Name: "bad-gpu", OnCauses: []v1alpha1.Cause{v1alpha1.CauseGPUFault},
 			Action: v1alpha1.ActionRestartRun, ExcludeNode: true,
 		})))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 	victim := pods[0]
 	node := victim.Spec.NodeName
 	if node == "" {
@@ -328,9 +318,7 @@ func TestE2EExcludeFaultyNode(t *testing.T) {
 func TestE2ESuspendResumeNotCounted(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("suspend", 2))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
+	run, _ := runningRun(ctx, t, c, ns, newRun("suspend", 2))
 	rec := recordRun(ctx, t, c, ns, run.Name)
 
 	patchRunSpec(ctx, t, c, ns, run.Name, map[string]any{"suspend": true})
@@ -366,9 +354,7 @@ func TestE2ESuspendResumeNotCounted(t *testing.T) {
 func TestE2EDeletedJobIsMadeAgainWithoutOverlap(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("lostjob", 4))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	old := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	run, old := runningRun(ctx, t, c, ns, newRun("lostjob", 4))
 	job, err := c.Client.BatchV1().Jobs(ns).Get(ctx, run.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get job: %v", err)
@@ -415,9 +401,7 @@ func TestE2EDeletedJobIsMadeAgainWithoutOverlap(t *testing.T) {
 func TestE2ESucceeds(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("succeeds", 3))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 3)
+	run, pods := runningRun(ctx, t, c, ns, newRun("succeeds", 3))
 	for i := range 3 {
 		completeWorker(ctx, t, c, pods[i])
 	}
@@ -441,9 +425,7 @@ func TestE2ESucceeds(t *testing.T) {
 func TestE2EIndexScopeReplacesOnePod(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run := createRun(ctx, t, c, ns, newRun("index-scope", 3, withRestartScope(v1alpha1.RestartScopeIndex)))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 3)
+	run, pods := runningRun(ctx, t, c, ns, newRun("index-scope", 3, withRestartScope(v1alpha1.RestartScopeIndex)))
 
 	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
 	rec := recordRun(ctx, t, c, ns, run.Name)
@@ -500,9 +482,7 @@ func TestE2EControllerCrashMidRestart(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			ctx, c, ns, crashing := scenario(t, "--test-crash-at", point)
-			run := createRun(ctx, t, c, ns, newRun("crash", 2))
-			waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-			pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
+			run, pods := runningRun(ctx, t, c, ns, newRun("crash", 2))
 
 			jobs := monitorJobs(ctx, t, c, ns, run.Name)
 			overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
