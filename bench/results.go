@@ -65,19 +65,31 @@ func qpsLabel(qps int) string {
 	return "upstream default (QPS 20, burst 30)"
 }
 
-// phasesOf turns status.trace's phase boundaries into the restart's phase durations
-// (nil when a boundary is missing, e.g. tracing state from an older controller).
+// phasesOf turns status.trace's phase boundaries into the restart's phase durations (nil
+// when a boundary is missing, e.g. tracing state from an older controller). They are the
+// restart's critical path, so that they add up to it: a phase counts from the later of its
+// start and the end of the phases before it. That matters when the next attempt's Job is
+// created during the teardown: create then lies within teardown and counts nothing, there
+// is no backoff, and schedule counts from the teardown's end, when the pods were released.
 func phasesOf(t *v1alpha1.TraceStatus) map[string]time.Duration {
 	if t == nil {
 		return nil
 	}
 	marks := []*metav1.MicroTime{t.DetectedAt, t.SeenAt, t.JudgedAt, t.DecidedAt, t.TornDownAt, t.CreatingAt, t.CreatedAt, t.ScheduledAt, t.RunningAt}
+	if slices.Contains(marks, nil) {
+		return nil
+	}
 	out := map[string]time.Duration{}
+	reached := marks[0].Time
 	for i, p := range restartPhases {
-		if marks[i] == nil || marks[i+1] == nil {
-			return nil
+		start, end := marks[i].Time, marks[i+1].Time
+		if start.Before(reached) {
+			start = reached
 		}
-		out[p] = marks[i+1].Sub(marks[i].Time)
+		out[p] = max(0, end.Sub(start))
+		if end.After(reached) {
+			reached = end
+		}
 	}
 	return out
 }
@@ -234,7 +246,9 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 // lost its time in.
 func (r *session) phaseTable(b *strings.Builder, scenario string) {
 	b.WriteString("faultline's restart, phase by phase (from status.trace; the median, then each round). " +
-		"Within schedule, from the Job's creation: its first and last pod created (the Job controller) and its last pod bound (the scheduler), to the second:\n\n" +
+		"The phases are the restart's critical path: when the next attempt's Job was created during the teardown, its pods held until the old ones were gone, " +
+		"create counts nothing and schedule counts from the teardown's end. " +
+		"From the Job's creation: its first and last pod created (the Job controller) and its last pod bound (the scheduler), to the second:\n\n" +
 		"| workers | round | time-to-restart |")
 	for _, p := range restartPhases {
 		fmt.Fprintf(b, " %s |", p)

@@ -43,6 +43,23 @@ func TestPhasesOf(t *testing.T) {
 	if sum != full.RunningAt.Sub(full.DetectedAt.Time) {
 		t.Errorf("phases add up to %s, want the whole restart %s", sum, full.RunningAt.Sub(full.DetectedAt.Time))
 	}
+	// The Job created during the teardown, its pods held until it ended: the phases are the
+	// critical path, so create counts nothing, backoff nothing, and schedule counts from the
+	// release; they still add up to the restart.
+	held := full.DeepCopy()
+	held.CreatingAt, held.CreatedAt = mt(160), mt(170)
+	want["create"], want["schedule"] = 0, 2010*time.Millisecond
+	got = phasesOf(held)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("phases of a held attempt (-want +got):\n%s", diff)
+	}
+	sum = 0
+	for _, d := range got {
+		sum += d
+	}
+	if sum != held.RunningAt.Sub(held.DetectedAt.Time) {
+		t.Errorf("phases of a held attempt add up to %s, want the whole restart %s", sum, held.RunningAt.Sub(held.DetectedAt.Time))
+	}
 	// A missing boundary (tracing off, an older controller) gives no phases rather than wrong ones.
 	partial := full.DeepCopy()
 	partial.ScheduledAt = nil

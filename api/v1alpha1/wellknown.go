@@ -27,6 +27,12 @@ const (
 	// NodeConditionGPUHealthy is False on a node with a fatal GPU fault; its reason is e.g. Xid79.
 	NodeConditionGPUHealthy = GroupName + "/GPUHealthy"
 
+	// SchedulingGatePreviousAttempt holds the pods of an attempt whose Job was created while
+	// pods of an earlier attempt were still going: the Job controller creates the new pods
+	// (at its own rate limit) during the teardown, and the controller removes the gate once
+	// no pod of an earlier attempt is left, so that no index ever has two pods that can run.
+	SchedulingGatePreviousAttempt = GroupName + "/previous-attempt"
+
 	// ResourceGPU is the extended resource through which pods get NVIDIA GPUs.
 	ResourceGPU = "nvidia.com/gpu"
 )

@@ -32,6 +32,9 @@ type Options struct {
 	// Ports are the framework's container ports, declared on the first container unless
 	// the user declared the same port number there.
 	Ports []corev1.ContainerPort
+	// Gated holds the pods with SchedulingGatePreviousAttempt: the Job is created while pods
+	// of an earlier attempt are still going, and the controller releases its pods after.
+	Gated bool
 	// Traceparent, when set, is copied onto the pods so that the node agent's spans join
 	// the restart's trace.
 	Traceparent string
@@ -44,6 +47,14 @@ func Number(obj metav1.Object) (n int32, ok bool) {
 		return 0, false
 	}
 	return int32(v), true
+}
+
+// Held reports whether a pod (or a Job's pod template) waits for the previous attempt's
+// pods to be gone.
+func Held(spec *corev1.PodSpec) bool {
+	return slices.ContainsFunc(spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == v1alpha1.SchedulingGatePreviousAttempt
+	})
 }
 
 // Labels are the labels of an attempt's Job and pods.
@@ -75,6 +86,9 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	}
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
+	if opts.Gated {
+		tmpl.Spec.SchedulingGates = append(tmpl.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGatePreviousAttempt})
+	}
 
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{

@@ -79,6 +79,25 @@ func TestJobGang(t *testing.T) {
 	}
 }
 
+// TestJobHeld: a Job created while the previous attempt's pods still go holds its pods with
+// faultline's scheduling gate, beside the user's own gates; otherwise it adds none.
+func TestJobHeld(t *testing.T) {
+	run := makeRun()
+	run.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
+	free := Job(run, Options{Attempt: 2})
+	if Held(&free.Spec.Template.Spec) || len(free.Spec.Template.Spec.SchedulingGates) != 1 {
+		t.Errorf("unheld Job: gates %v, want only the user's", free.Spec.Template.Spec.SchedulingGates)
+	}
+	held := Job(run, Options{Attempt: 2, Gated: true})
+	want := []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: v1alpha1.SchedulingGatePreviousAttempt}}
+	if diff := cmp.Diff(want, held.Spec.Template.Spec.SchedulingGates); diff != "" || !Held(&held.Spec.Template.Spec) {
+		t.Errorf("held Job: gates (-want +got):\n%s", diff)
+	}
+	if len(run.Spec.Template.Spec.SchedulingGates) != 1 {
+		t.Error("Job() modified the run's gates")
+	}
+}
+
 func TestPodFailurePolicy(t *testing.T) {
 	infraCond := batchv1.PodFailurePolicyOnPodConditionsPattern{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue}
 	disruption := batchv1.PodFailurePolicyOnPodConditionsPattern{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}

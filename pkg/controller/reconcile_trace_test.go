@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -45,6 +46,10 @@ func (s *spyFrameworks) Hints(ctx context.Context, _ *v1alpha1.TrainingRun) ([]e
 // client: the Job controller's and the kubelet's parts are played by the test) and checks
 // the wiring: the plugin calls carry the agent's episode, the episode is persisted, and each
 // step emits the spans of the phases it ended, ending in the reserved root.
+// kubeletStopping stands, on a pod being deleted, for the kubelet that has not stopped its
+// containers yet: the fake client removes a pod at once when nothing holds it.
+const kubeletStopping = "test.faultline.dev/kubelet-stopping"
+
 func TestReconcileTracesARestart(t *testing.T) {
 	ctx := context.Background()
 	exp := tracetest.NewInMemoryExporter()
@@ -70,17 +75,18 @@ func TestReconcileTracesARestart(t *testing.T) {
 		Labels: map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"},
 	}}
 	evidence, _ := json.Marshal(v1alpha1.FaultEvidence{Source: "logind", Node: "gpu-1", Cause: v1alpha1.CauseNodeShutdown, DetectedAt: at(0).Format(time.RFC3339Nano)})
-	worker := func(i int, attempt int32, failed bool) *corev1.Pod {
+	worker := func(i int, a int32, failed bool) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("llm-%d-a%d", i, attempt), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d-a%d", i, attempt)),
-				Labels:      map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: fmt.Sprint(attempt)},
+				Name: fmt.Sprintf("llm-%d-a%d", i, a), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d-a%d", i, a)),
+				Labels:      map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: fmt.Sprint(a)},
 				Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
 			},
 			Spec:   corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "worker"}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		}
-		if attempt == 1 {
+		if a == 1 {
+			p.Finalizers = []string{kubeletStopping}
 			p.Annotations[v1alpha1.AnnotationFaultEvidence] = string(evidence)
 			tracing.SetTraceparent(p.Annotations, agentRoot)
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
@@ -120,10 +126,16 @@ func TestReconcileTracesARestart(t *testing.T) {
 		}
 	}
 
+	// The decision: the old workers are deleted, but the kubelet still stops their
+	// containers (its finalizer stands for that), so attempt 2's Job is created at once with
+	// its pods held. The teardown has not ended: no teardown span yet, and no backoff ever.
 	clock.SetTime(at(200))
-	reconcile("judge and restart", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt)
+	reconcile("judge, restart, create attempt 2", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt, tracing.SpanCreate)
 	if len(spy.hints) != 1 || !spy.hints[0].Equal(agentRoot) {
 		t.Errorf("Hints called with span contexts %v, want the agent's episode %v", spy.hints, agentRoot)
+	}
+	if len(spy.resolve) != 1 || !spy.resolve[0].Equal(agentRoot) {
+		t.Errorf("Resolve called with span contexts %v, want the agent's episode %v", spy.resolve, agentRoot)
 	}
 	got := &v1alpha1.TrainingRun{}
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
@@ -132,20 +144,57 @@ func TestReconcileTracesARestart(t *testing.T) {
 	if got.Status.Attempt != 2 || got.Status.Trace == nil || got.Status.Trace.Traceparent != tracing.Traceparent(agentRoot) {
 		t.Fatalf("after the decision: attempt %d, trace %+v; want attempt 2 in the agent's episode", got.Status.Attempt, got.Status.Trace)
 	}
-	if tr := got.Status.Trace; !tr.DetectedAt.Time.Equal(at(0)) || !tr.DecidedAt.Time.Equal(at(200)) {
-		t.Errorf("episode detected %v, decided %v", tr.DetectedAt, tr.DecidedAt)
+	if tr := got.Status.Trace; !tr.DetectedAt.Time.Equal(at(0)) || !tr.DecidedAt.Time.Equal(at(200)) || tr.TornDownAt != nil {
+		t.Errorf("episode detected %v, decided %v, torn down %v; want %v, %v, not yet", tr.DetectedAt, tr.DecidedAt, tr.TornDownAt, at(0), at(200))
+	}
+	next := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Labels[v1alpha1.LabelAttempt] != "2" || !attempt.Held(&next.Spec.Template.Spec) {
+		t.Fatalf("Job after the decision: attempt %s, held %v; want attempt 2, its pods held", next.Labels[v1alpha1.LabelAttempt], attempt.Held(&next.Spec.Template.Spec))
 	}
 
-	// The old pods and Job are gone (the fake client deletes at once): the next attempt.
-	clock.SetTime(at(500))
-	reconcile("create attempt 2", tracing.SpanTeardown, tracing.SpanBackoff, tracing.SpanCreate)
-	if len(spy.resolve) != 1 || !spy.resolve[0].Equal(agentRoot) {
-		t.Errorf("Resolve called with span contexts %v, want the agent's episode %v", spy.resolve, agentRoot)
-	}
-
-	// The Job controller, the scheduler and the kubelet: both workers Running.
+	// The Job controller creates attempt 2's pods, held; the old ones are still stopping.
 	for i := range 2 {
-		if err := cl.Create(ctx, worker(i, 2, false)); err != nil {
+		p := worker(i, 2, false)
+		p.Spec.NodeName, p.Status = "", corev1.PodStatus{Phase: corev1.PodPending}
+		p.Spec.SchedulingGates = next.Spec.Template.Spec.SchedulingGates
+		if err := cl.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.SetTime(at(300))
+	reconcile("old workers still stopping")
+	requireHeld(ctx, t, cl, "ml", true)
+
+	// The kubelet is done: the old workers are gone, the teardown is over, the pods go.
+	for i := range 2 {
+		p := &corev1.Pod{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(worker(i, 1, false)), p); err != nil {
+			t.Fatal(err)
+		}
+		p.Finalizers = nil
+		if err := cl.Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.SetTime(at(500))
+	reconcile("release attempt 2", tracing.SpanTeardown)
+	requireHeld(ctx, t, cl, "ml", false)
+
+	// The scheduler and the kubelet: both workers Running.
+	for i := range 2 {
+		p := &corev1.Pod{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(worker(i, 2, false)), p); err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.NodeName = "gpu-1"
+		if err := cl.Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status = worker(i, 2, false).Status
+		if err := cl.Status().Update(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,4 +202,21 @@ func TestReconcileTracesARestart(t *testing.T) {
 	reconcile("attempt 2 Running", tracing.SpanSchedule, tracing.SpanRunning, tracing.SpanRestart)
 	clock.SetTime(at(900))
 	reconcile("nothing new")
+}
+
+// requireHeld fails unless every pod of attempt 2 is held (held) or none is.
+func requireHeld(ctx context.Context, t *testing.T, cl client.Client, ns string, held bool) {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelAttempt: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Fatal("no pod of attempt 2")
+	}
+	for _, p := range pods.Items {
+		if attempt.Held(&p.Spec) != held {
+			t.Errorf("pod %s: held %v, want %v (scheduling gates %v)", p.Name, attempt.Held(&p.Spec), held, p.Spec.SchedulingGates)
+		}
+	}
 }

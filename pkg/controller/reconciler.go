@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/policy"
@@ -91,10 +92,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case obs.job == nil && len(obs.current) > 0:
 		return r.jobLost(ctx, run, obs)
 	case obs.job == nil:
-		return r.createAttempt(ctx, run)
-	default:
-		return r.track(ctx, run, obs)
+		return r.createAttempt(ctx, run, false)
 	}
+	if held := heldPods(obs.current); len(held) > 0 {
+		return r.release(ctx, run, held)
+	}
+	return r.track(ctx, run, obs)
 }
 
 // start gives a new run its first attempt.
@@ -189,7 +192,8 @@ func attemptCreated(run *v1alpha1.TrainingRun, job *batchv1.Job) {
 	}
 	if tr := st.Trace; tr != nil && tr.CreatedAt == nil {
 		created := micro(job.CreationTimestamp.Time)
-		if tr.Traceparent != "" && tr.TornDownAt == nil {
+		// A held Job was created during the teardown, which release ends.
+		if tr.Traceparent != "" && tr.TornDownAt == nil && !attempt.Held(&job.Spec.Template.Spec) {
 			tr.TornDownAt = created
 		}
 		if tr.CreatingAt == nil {

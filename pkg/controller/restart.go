@@ -59,25 +59,29 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	return r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...)})
 }
 
-// teardown removes the Job and every pod of attempts before the current one, and creates
-// the current attempt once they are all gone: two pods of one index must never be alive at
-// once (TensorFlow and JAX refuse a duplicate task).
+// teardown removes the Job and every pod of attempts before the current one. Two pods of one
+// index must never run at once (TensorFlow and JAX refuse a duplicate task), but the next
+// attempt's Job need not wait for the old pods to be gone: it is created as soon as the
+// backoff allows, with its pods held by a scheduling gate until release sees no old pod
+// left. So the Job controller creates the new pods, at its own rate limit, while the old
+// ones go, instead of after.
 func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
-	jobGone := obs.job == nil
 	if obs.job != nil && obs.jobAttempt() < run.Status.Attempt {
 		if err := r.deleteJob(ctx, obs.job); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.crash(CrashOldJobDeleted)
-		jobGone = true
+		obs.job = nil
 	}
-	if err := r.removePods(ctx, obs.older, jobGone); err != nil {
+	// The old pods' Job is gone: deleted above or before, or replaced by the current
+	// attempt's, which has its name. Nothing counts them any more.
+	if err := r.removePods(ctx, obs.older, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(obs.older) > 0 {
-		return ctrl.Result{}, nil // pod deletions wake us up
+	if obs.job != nil {
+		return ctrl.Result{}, nil // created already; its pods wait for release
 	}
-	return r.createAttempt(ctx, run)
+	return r.createAttempt(ctx, run, len(obs.older) > 0)
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the
@@ -96,10 +100,22 @@ func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
 // QPS). Strip only when no Job will count the pods: once their Job is gone, or suspended (a
 // suspended Job neither counts nor replaces the pods it loses). Dropping it never makes a
 // pod vanish before the kubelet has stopped its containers: that is graceful deletion's job.
-//
-// One request per pod, 32 at a time: a DeleteCollection would save requests but not time,
-// since the API server deletes its items one after another (no faster at 256 workers).
 func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip bool) error {
+	var work []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil || (strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer)) {
+			work = append(work, p)
+		}
+	}
+	return forEachPod(work, "remove", func(p *corev1.Pod) error {
+		return r.removePod(ctx, p, strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer))
+	})
+}
+
+// forEachPod calls write for every pod, 32 at a time: one request per pod, since a
+// DeleteCollection would save requests but not time (the API server deletes its items one
+// after another: no faster at 256 workers), and a patch has no collection form.
+func forEachPod(pods []*corev1.Pod, what string, write func(*corev1.Pod) error) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -107,14 +123,10 @@ func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip b
 		sem  = make(chan struct{}, 32)
 	)
 	for _, p := range pods {
-		strip := strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer)
-		if p.DeletionTimestamp != nil && !strip {
-			continue
-		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := r.removePod(ctx, p, strip); err != nil {
+			if err := write(p); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -123,7 +135,7 @@ func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip b
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return fmt.Errorf("remove %d pods: %w", len(errs), errs[0])
+		return fmt.Errorf("%s %d pods: %w", what, len(errs), errs[0])
 	}
 	return nil
 }
@@ -193,25 +205,19 @@ func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs
 // did not: no event may come for it.
 const recheck = 250 * time.Millisecond
 
-// createAttempt creates the current attempt's Service and Job, after the backoff.
-func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, error) {
-	// The cache may lag behind the deletions: ask the API server that no pod of this or an
-	// older attempt is left before the attempt's Job is made. Their metadata is enough, and a worker
-	// pod's spec carries the framework's rendezvous, which grows with the gang.
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list pods of %s: %w", run.Name, err)
+// createAttempt creates the current attempt's Service and Job, after the backoff. With
+// tearingDown, the cache still shows pods of an earlier attempt.
+func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRun, tearingDown bool) (ctrl.Result, error) {
+	if now, next := r.now(), run.Status.NextAttemptAt; tearingDown && next != nil && now.Before(next) {
+		// Nothing to do before the backoff's end, or the old pods' deletions, wake us.
+		return ctrl.Result{RequeueAfter: next.Sub(now.Time)}, nil
 	}
-	for i := range pods.Items {
-		// A pod of the current attempt too: one that outlived its deleted Job (see jobLost)
-		// and that the cache did not show, or one of a Job that the cache did not show yet.
-		if n, ok := attempt.Number(&pods.Items[i]); ok && n <= run.Status.Attempt {
-			return ctrl.Result{RequeueAfter: recheck}, nil
-		}
+	older, err := r.leftovers(ctx, run)
+	if err != nil || older < 0 {
+		return ctrl.Result{RequeueAfter: recheck}, err
 	}
 	now := r.now()
-	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil {
+	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil && older == 0 {
 		tr.TornDownAt = micro(now.Time) // the teardown is over; the backoff, if any, goes on
 		if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
 			if err := r.writeStatus(ctx, run); err != nil {
@@ -240,6 +246,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		ExcludedNodes: run.Status.ExcludedNodes,
 		Env:           fw.Env,
 		Ports:         fw.Ports,
+		Gated:         older > 0,
 		Traceparent:   run.Annotations[v1alpha1.AnnotationTraceparent],
 	})
 	if err := r.Create(ctx, job); err != nil {
@@ -260,11 +267,83 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		tr.CreatedAt = micro(r.now().Time)
 	}
 	attemptCreated(run, job)
-	r.event(run, corev1.EventTypeNormal, ReasonAttemptCreated, ActionCreateAttempt, "attempt %d: created Job %s with %d workers", run.Status.Attempt, job.Name, run.Spec.Workers)
+	if older > 0 {
+		r.event(run, corev1.EventTypeNormal, ReasonAttemptCreated, ActionCreateAttempt, "attempt %d: created Job %s with %d workers, held until the %d pods of earlier attempts are gone", run.Status.Attempt, job.Name, run.Spec.Workers, older)
+	} else {
+		r.event(run, corev1.EventTypeNormal, ReasonAttemptCreated, ActionCreateAttempt, "attempt %d: created Job %s with %d workers", run.Status.Attempt, job.Name, run.Spec.Workers)
+	}
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err // updateProgress writes it down when it next sees the Job
 	}
 	return ctrl.Result{}, nil
+}
+
+// leftovers counts, at the API server, the pods of earlier attempts that are left, or is -1
+// when a pod of the current attempt is there without the cache showing its Job: one that
+// outlived its deleted Job (see jobLost), or one of a Job the cache has not shown yet. The
+// cache may lag behind deletions, and may not show a pod that an old Job's controller
+// created late. Their metadata is enough: a worker pod's spec carries the framework's
+// rendezvous, which grows with the gang.
+func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (int, error) {
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
+		return 0, fmt.Errorf("list pods of %s: %w", run.Name, err)
+	}
+	older := 0
+	for i := range pods.Items {
+		switch n, ok := attempt.Number(&pods.Items[i]); {
+		case !ok || n > run.Status.Attempt:
+		case n == run.Status.Attempt:
+			return -1, nil
+		default:
+			older++
+		}
+	}
+	return older, nil
+}
+
+// release lets the current attempt's held pods be scheduled, once no pod of an earlier
+// attempt is left: the cache shows none (Reconcile comes here only then), and the API
+// server confirms it, once per attempt. The teardown ends here for the trace, written
+// before the pods go so that a crash cannot lose it; the Job controller may still be
+// creating pods, which later reconciles release as they come.
+func (r *Reconciler) release(ctx context.Context, run *v1alpha1.TrainingRun, held []*corev1.Pod) (ctrl.Result, error) {
+	sg := r.seen.of(run)
+	if !sg.released {
+		older, err := r.leftovers(ctx, run)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if older > 0 {
+			return ctrl.Result{RequeueAfter: recheck}, nil
+		}
+		sg.released = true
+	}
+	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil {
+		tr.TornDownAt = micro(r.now().Time)
+		if err := r.writeStatus(ctx, run); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, forEachPod(held, "release", func(p *corev1.Pod) error {
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`, p.UID, v1alpha1.SchedulingGatePreviousAttempt)
+		if err := r.Patch(ctx, p.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("release pod %s: %w", p.Name, err)
+		}
+		return nil
+	})
+}
+
+// heldPods are the pods that wait for release.
+func heldPods(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if attempt.Held(&p.Spec) && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // pluginReady clears a PluginReady=False left by an earlier failure of the plugin.

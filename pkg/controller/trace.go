@@ -143,6 +143,8 @@ type sighting struct {
 	uid       types.UID
 	attempt   int32
 	scheduled time.Time
+	// released: the API server showed no pod of an earlier attempt (see release).
+	released bool
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
@@ -305,7 +307,9 @@ func episodeSpans(run *v1alpha1.TrainingRun, tr *v1alpha1.TraceStatus) []episode
 	var out []episodeSpan
 	for _, ph := range phases {
 		start, end := ph.start(tr), ph.end(tr)
-		if start == nil || end == nil {
+		// A Job created during the teardown (held until it ended) had no backoff to wait:
+		// its create span lies within teardown, and backoff would end before it starts.
+		if start == nil || end == nil || end.Before(start) {
 			continue
 		}
 		out = append(out, episodeSpan{

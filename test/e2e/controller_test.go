@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -173,6 +175,62 @@ func TestE2EMaintenanceRestarts(t *testing.T) {
 	}
 	if rec.sawPhase(v1alpha1.PhaseFailed) {
 		t.Errorf("phase Failed observed during an infrastructure restart; phases: %v", rec.phases)
+	}
+	overlaps.check(t)
+}
+
+// slowKubelet, on a pod being deleted, stands for a kubelet still stopping its containers
+// (kwok deletes a pod at once): the pod stays until the test removes it.
+const slowKubelet = "test.faultline.dev/slow-kubelet"
+
+// TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone: the next attempt's Job is created while an
+// old worker is still stopping, so the Job controller makes the new pods during the
+// teardown, not after it; they stay held by the scheduling gate, never bound, until the
+// last old worker is gone, and then run. The monitor fails the test if any index ever had
+// two pods that could run.
+func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	run, pods := runningRun(ctx, t, c, ns, newRun("held", 4))
+	slow := pods[2]
+	finalizer := func(patch string) {
+		t.Helper()
+		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, slow.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("patch finalizers of %s: %v", slow.Name, err)
+		}
+	}
+	finalizer(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, slowKubelet))
+
+	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
+	infraFault(ctx, t, c, pods[1], v1alpha1.CauseNodeShutdown)
+
+	next, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 2), func(pods []*corev1.Pod) (bool, error) {
+		for _, p := range pods {
+			if !attempt.Held(&p.Spec) || p.Spec.NodeName != "" {
+				return false, fmt.Errorf("pod %s of attempt 2 is not held (node %q) while old worker %s stops", p.Name, p.Spec.NodeName, slow.Name)
+			}
+		}
+		return len(pods) == 4, nil
+	})
+	if err != nil {
+		t.Fatalf("attempt 2's pods, all held: %v; pods: %s", err, describePods(next))
+	}
+	switch old, err := c.Client.CoreV1().Pods(ns).Get(ctx, slow.Name, metav1.GetOptions{}); {
+	case err != nil:
+		t.Fatalf("old worker %s: %v, want it still stopping", slow.Name, err)
+	case old.DeletionTimestamp == nil:
+		t.Fatalf("old worker %s is not being deleted", slow.Name)
+	}
+
+	finalizer(fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, slowKubelet))
+	waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
+	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
+	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
+	if tr := restarted.Status.Trace; tr != nil && tr.CreatedAt != nil && tr.TornDownAt != nil && !tr.CreatedAt.Before(tr.TornDownAt) {
+		t.Errorf("status.trace: Job created %v, teardown over %v; want the Job created during the teardown", tr.CreatedAt, tr.TornDownAt)
+	}
+	if n := overlaps.heldPods(); n != 4 {
+		t.Errorf("the monitor saw %d held pods, want the 4 of attempt 2", n)
 	}
 	overlaps.check(t)
 }

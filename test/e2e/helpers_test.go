@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -489,8 +490,10 @@ func annotateFaultEvidence(ctx context.Context, t *testing.T, c *cluster.Cluster
 }
 
 // overlapMonitor watches every pod of a run and records each moment at which one completion
-// index had more than one live pod (present and not terminal): the duplicate task
-// registration that TensorFlow and JAX cannot survive.
+// index had more than one pod that may run (present, not terminal, and not held by
+// faultline's scheduling gate, which the scheduler never binds): the duplicate task
+// registration that TensorFlow and JAX cannot survive. It also counts the pods it saw held,
+// for the tests that need the next attempt created during the teardown.
 type overlapMonitor struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -498,6 +501,7 @@ type overlapMonitor struct {
 	mu         sync.Mutex
 	violations []string
 	events     int
+	held       map[types.UID]bool
 	err        error
 }
 
@@ -506,7 +510,7 @@ type overlapMonitor struct {
 func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string) *overlapMonitor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	m := &overlapMonitor{cancel: cancel, done: make(chan struct{})}
+	m := &overlapMonitor{cancel: cancel, done: make(chan struct{}), held: map[types.UID]bool{}}
 	synced := make(chan struct{})
 	var once sync.Once
 	go func() {
@@ -518,6 +522,10 @@ func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, 
 			m.events++
 			live := map[int][]*corev1.Pod{}
 			for _, p := range pods {
+				if attempt.Held(&p.Spec) {
+					m.held[p.UID] = true
+					continue
+				}
 				if cluster.PodLive(p) {
 					live[podIndex(p)] = append(live[podIndex(p)], p)
 				}
@@ -544,6 +552,13 @@ func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, 
 		t.Fatalf("pod monitor for %s did not sync: %v", run, ctx.Err())
 	}
 	return m
+}
+
+// heldPods is how many pods the monitor saw held.
+func (m *overlapMonitor) heldPods() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.held)
 }
 
 func (m *overlapMonitor) stop() {
