@@ -282,11 +282,11 @@ type TrainingRunStatus struct {
 // of the attempt Runs) or that failed the run. The controller emits the episode's spans from
 // it as each phase ends, so that a controller restart loses none of their timing. Its times
 // have microseconds: the other timestamps of the status have whole seconds, and most phases
-// last milliseconds. Each phase starts when the one before it ended, but one: when the backoff
-// is over before the teardown, the next attempt's Job is created during the teardown, its
-// pods held until no old pod is left. Then create lies within teardown, schedule starts
-// with the Job's creation (the Job controller creates the pods meanwhile), and CreatingAt
-// is before TornDownAt: there was no backoff to wait.
+// last milliseconds. Each phase starts when the one before it ended, with one exception: when
+// the backoff ends before the teardown, the next attempt's Job is created during the
+// teardown, its pods held until no old pod is left (CreatingAt before TornDownAt). Then
+// backoff runs from the decision, beside teardown, and create and schedule follow it:
+// the Job controller creates the new pods while the old ones go.
 type TraceStatus struct {
 	// Traceparent is the W3C traceparent of the episode's root span (faultline.restart or
 	// faultline.fail); empty when no failure started the current attempt (the first one, or
@@ -308,8 +308,8 @@ type TraceStatus struct {
 	// DecidedAt is when the decision was taken: teardown starts.
 	// +optional
 	DecidedAt *metav1.MicroTime `json:"decidedAt,omitempty"`
-	// TornDownAt is when no pod of an earlier attempt was left: backoff starts, or the held
-	// pods of a Job created during the teardown are released.
+	// TornDownAt is when no pod of an earlier attempt was left: backoff starts, unless the
+	// Job was created during the teardown; its held pods are released then.
 	// +optional
 	TornDownAt *metav1.MicroTime `json:"tornDownAt,omitempty"`
 	// CreatingAt is when the backoff was over: create starts.

@@ -128,9 +128,10 @@ func TestReconcileTracesARestart(t *testing.T) {
 
 	// The decision: the old workers are deleted, but the kubelet still stops their
 	// containers (its finalizer stands for that), so attempt 2's Job is created at once with
-	// its pods held. The teardown has not ended: no teardown span yet, and no backoff ever.
+	// its pods held: backoff (from the decision) and create end beside a teardown that has
+	// not ended yet.
 	clock.SetTime(at(200))
-	reconcile("judge, restart, create attempt 2", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt, tracing.SpanCreate)
+	reconcile("judge, restart, create attempt 2", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt, tracing.SpanBackoff, tracing.SpanCreate)
 	if len(spy.hints) != 1 || !spy.hints[0].Equal(agentRoot) {
 		t.Errorf("Hints called with span contexts %v, want the agent's episode %v", spy.hints, agentRoot)
 	}

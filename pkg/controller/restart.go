@@ -61,8 +61,8 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 
 // teardown removes the Job and every pod of attempts before the current one. Two pods of one
 // index must never run at once (TensorFlow and JAX refuse a duplicate task), but the next
-// attempt's Job need not wait for the old pods to be gone: it is created as soon as the
-// backoff allows, with its pods held by a scheduling gate until release sees no old pod
+// attempt's Job need not wait for the old pods to be gone: it is created first, as soon as
+// the backoff allows, with its pods held by a scheduling gate until release sees no old pod
 // left. So the Job controller creates the new pods, at its own rate limit, while the old
 // ones go, instead of after.
 func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
@@ -73,15 +73,16 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		r.crash(CrashOldJobDeleted)
 		obs.job = nil
 	}
+	var res ctrl.Result
+	if obs.job == nil {
+		var err error
+		if res, err = r.createAttempt(ctx, run, len(obs.older) > 0); err != nil {
+			return res, err
+		}
+	}
 	// The old pods' Job is gone: deleted above or before, or replaced by the current
 	// attempt's, which has its name. Nothing counts them any more.
-	if err := r.removePods(ctx, obs.older, true); err != nil {
-		return ctrl.Result{}, err
-	}
-	if obs.job != nil {
-		return ctrl.Result{}, nil // created already; its pods wait for release
-	}
-	return r.createAttempt(ctx, run, len(obs.older) > 0)
+	return res, r.removePods(ctx, obs.older, true)
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the

@@ -280,10 +280,21 @@ var restartPhases = []struct {
 	{tracing.SpanSettle, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.SeenAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.JudgedAt }},
 	{tracing.SpanClassify, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.JudgedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.DecidedAt }},
 	{tracing.SpanTeardown, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.DecidedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.TornDownAt }},
-	{tracing.SpanBackoff, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.TornDownAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }},
+	{tracing.SpanBackoff, backoffStart, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }},
 	{tracing.SpanCreate, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatedAt }},
 	{tracing.SpanSchedule, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.ScheduledAt }},
 	{tracing.SpanRunning, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.ScheduledAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.RunningAt }},
+}
+
+// backoffStart is when the backoff phase began: when the teardown ended, or, for a Job
+// created during the teardown (its pods held until it ended), at the decision. Then
+// backoff, create and the start of schedule run beside teardown; every phase still starts
+// when the one it waited for ended.
+func backoffStart(t *v1alpha1.TraceStatus) *metav1.MicroTime {
+	if t.CreatingAt != nil && (t.TornDownAt == nil || t.CreatingAt.Before(t.TornDownAt)) {
+		return t.DecidedAt
+	}
+	return t.TornDownAt
 }
 
 // failPhases is how many of restartPhases a fail has.
@@ -307,9 +318,7 @@ func episodeSpans(run *v1alpha1.TrainingRun, tr *v1alpha1.TraceStatus) []episode
 	var out []episodeSpan
 	for _, ph := range phases {
 		start, end := ph.start(tr), ph.end(tr)
-		// A Job created during the teardown (held until it ended) had no backoff to wait:
-		// its create span lies within teardown, and backoff would end before it starts.
-		if start == nil || end == nil || end.Before(start) {
+		if start == nil || end == nil {
 			continue
 		}
 		out = append(out, episodeSpan{

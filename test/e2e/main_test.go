@@ -36,8 +36,11 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := cluster.Main(m, cluster.Options{
-		Name:  "e2e",
-		Nodes: 4,
+		Name: "e2e",
+		// The scenarios run side by side and ask for about 45 GPUs when they all start
+		// together: 6 nodes of 8 hold them all. With fewer, a pod left unscheduled waits
+		// for the scheduler to retry it, which can take longer than a scenario may.
+		Nodes: 6,
 		// Every scenario needs the TrainingRun CRD; install it once for the package.
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
