@@ -205,6 +205,18 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		return err
 	}
 	node := pods[0].Spec.NodeName
+	if s.name() == sysFaultline {
+		// Not part of the restart: the node's agent is up (it runs there all along), and
+		// the XID's GPU is the gang's (see onlyGangOn).
+		if _, err := b.agentOn(ctx, node); err != nil {
+			return err
+		}
+		if scenario == scenarioXID {
+			if err := b.onlyGangOn(ctx, node, pods); err != nil {
+				return err
+			}
+		}
+	}
 	start := time.Now()
 	var victims []*corev1.Pod
 	switch scenario {
@@ -312,16 +324,38 @@ func (b *bench) xid(ctx context.Context, s system, node string, pods map[int]*co
 			return nil, err
 		}
 		// The agent hands GPU 0 to the node's oldest worker, as a device plugin would.
-		marked, err := b.c.WaitPods(ctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
+		mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		marked, err := b.c.WaitPods(mctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
 			return slices.ContainsFunc(p, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }), nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("the agent on %s marked no worker after XID 79 on GPU 0: %w (agent log %s)", node, err, a.LogPath)
 		}
 		i := slices.IndexFunc(marked, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) })
 		victim = marked[i]
 	}
 	return []*corev1.Pod{victim}, b.c.FailPod(ctx, namespace, victim.Name, cudaError)
+}
+
+// onlyGangOn waits until the gang's pods are the only ones on node. The agent hands GPU 0 to
+// the node's oldest worker, and the previous system's controllers may have made a pod after
+// the bench removed that system's gang (a child Job's replacement, until the garbage
+// collector deletes the Job): that pod would take the XID meant for the gang.
+func (b *bench) onlyGangOn(ctx context.Context, node string, gang map[int]*corev1.Pod) error {
+	ours := map[types.UID]bool{}
+	for _, p := range gang {
+		ours[p.UID] = true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	others, err := b.c.WaitPods(ctx, namespace, labels.Everything(), func(pods []*corev1.Pod) (bool, error) {
+		return !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && !ours[p.UID] }), nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods of other gangs still on node %s: %w (%d pods in the namespace)", node, err, len(others))
+	}
+	return nil
 }
 
 func infraMarked(p *corev1.Pod) bool {

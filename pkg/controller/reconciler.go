@@ -95,7 +95,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.createAttempt(ctx, run, false)
 	}
 	if held := heldPods(obs.current); len(held) > 0 {
-		return r.release(ctx, run, held)
+		// The Job controller may go on creating held pods long after the first are released
+		// (40 s for 2,048 workers at its default rate limit): the released ones are tracked
+		// meanwhile, as usual.
+		if res, err := r.release(ctx, run, held); err != nil || !res.IsZero() {
+			return res, err
+		}
 	}
 	return r.track(ctx, run, obs)
 }

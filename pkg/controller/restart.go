@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -73,16 +74,17 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		r.crash(CrashOldJobDeleted)
 		obs.job = nil
 	}
-	var res ctrl.Result
+	var (
+		res       ctrl.Result
+		createErr error
+	)
 	if obs.job == nil {
-		var err error
-		if res, err = r.createAttempt(ctx, run, len(obs.older) > 0); err != nil {
-			return res, err
-		}
+		res, createErr = r.createAttempt(ctx, run, len(obs.older) > 0)
 	}
 	// The old pods' Job is gone: deleted above or before, or replaced by the current
-	// attempt's, which has its name. Nothing counts them any more.
-	return res, r.removePods(ctx, obs.older, true)
+	// attempt's, which has its name. Nothing counts them any more. A Job that could not be
+	// created holds back none of this.
+	return res, errors.Join(createErr, r.removePods(ctx, obs.older, true))
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the

@@ -69,15 +69,16 @@ func TestE2ENodeShutdownMarksPodsBeforeFailure(t *testing.T) {
 			t.Errorf("pod %s detectedAt %q is not the time of the announcement (%v)", p.Name, ev.DetectedAt, start)
 		}
 	}
+	if !a.lock.Released(10 * time.Second) {
+		t.Error("the agent kept its inhibitor lock after marking: the shutdown would wait for logind's timeout")
+	}
+	// The agent annotates the node beside marking the pods, and before it lets the shutdown go.
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, n.Annotations[v1alpha1.AnnotationShutdownDetectedAt]); err != nil {
 		t.Errorf("node %s annotation %s = %q: %v", node, v1alpha1.AnnotationShutdownDetectedAt, n.Annotations[v1alpha1.AnnotationShutdownDetectedAt], err)
-	}
-	if !a.lock.Released(10 * time.Second) {
-		t.Error("the agent kept its inhibitor lock after marking: the shutdown would wait for logind's timeout")
 	}
 	for _, p := range []*corev1.Pod{bystander, elsewhere} {
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
