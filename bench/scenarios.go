@@ -326,14 +326,14 @@ func (b *bench) xid(ctx context.Context, s system, node string, pods map[int]*co
 		// The agent hands GPU 0 to the node's oldest worker, as a device plugin would.
 		mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		marked, err := b.c.WaitPods(mctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
-			return slices.ContainsFunc(p, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }), nil
+		markedHere := func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }
+		pods, err := b.c.WaitPods(mctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
+			return slices.ContainsFunc(p, markedHere), nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("the agent on %s marked no worker after XID 79 on GPU 0: %w (agent log %s)", node, err, a.LogPath)
 		}
-		i := slices.IndexFunc(marked, func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) })
-		victim = marked[i]
+		victim = pods[slices.IndexFunc(pods, markedHere)]
 	}
 	return []*corev1.Pod{victim}, b.c.FailPod(ctx, namespace, victim.Name, cudaError)
 }

@@ -104,15 +104,9 @@ func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
 // suspended Job neither counts nor replaces the pods it loses). Dropping it never makes a
 // pod vanish before the kubelet has stopped its containers: that is graceful deletion's job.
 func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip bool) error {
-	var work []*corev1.Pod
-	for _, p := range pods {
-		if p.DeletionTimestamp == nil || (strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer)) {
-			work = append(work, p)
-		}
-	}
-	return forEachPod(work, "remove", func(p *corev1.Pod) error {
-		return r.removePod(ctx, p, strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer))
-	})
+	stripOf := func(p *corev1.Pod) bool { return strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) }
+	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && !stripOf(p) })
+	return forEachPod(work, "remove", func(p *corev1.Pod) error { return r.removePod(ctx, p, stripOf(p)) })
 }
 
 // forEachPod calls write for every pod, 32 at a time: one request per pod, since a
@@ -215,9 +209,12 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		// Nothing to do before the backoff's end, or the old pods' deletions, wake us.
 		return ctrl.Result{RequeueAfter: next.Sub(now.Time)}, nil
 	}
-	older, err := r.leftovers(ctx, run)
-	if err != nil || older < 0 {
-		return ctrl.Result{RequeueAfter: recheck}, err
+	older, current, err := r.leftovers(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if current {
+		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	now := r.now()
 	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil && older == 0 {
@@ -281,29 +278,28 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	return ctrl.Result{}, nil
 }
 
-// leftovers counts, at the API server, the pods of earlier attempts that are left, or is -1
-// when a pod of the current attempt is there without the cache showing its Job: one that
+// leftovers counts, at the API server, the pods of earlier attempts that are left, and says
+// whether a pod of the current attempt is there although the cache shows no Job: one that
 // outlived its deleted Job (see jobLost), or one of a Job the cache has not shown yet. The
 // cache may lag behind deletions, and may not show a pod that an old Job's controller
 // created late. Their metadata is enough: a worker pod's spec carries the framework's
 // rendezvous, which grows with the gang.
-func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (int, error) {
+func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (older int, current bool, err error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
-		return 0, fmt.Errorf("list pods of %s: %w", run.Name, err)
+		return 0, false, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
-	older := 0
 	for i := range pods.Items {
 		switch n, ok := attempt.Number(&pods.Items[i]); {
 		case !ok || n > run.Status.Attempt:
 		case n == run.Status.Attempt:
-			return -1, nil
+			current = true
 		default:
 			older++
 		}
 	}
-	return older, nil
+	return older, current, nil
 }
 
 // release lets the current attempt's held pods be scheduled, once no pod of an earlier
@@ -314,7 +310,7 @@ func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (
 func (r *Reconciler) release(ctx context.Context, run *v1alpha1.TrainingRun, held []*corev1.Pod) (ctrl.Result, error) {
 	sg := r.seen.of(run)
 	if !sg.released {
-		older, err := r.leftovers(ctx, run)
+		older, _, err := r.leftovers(ctx, run) // the current attempt's pods are the held ones
 		if err != nil {
 			return ctrl.Result{}, err
 		}

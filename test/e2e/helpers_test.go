@@ -191,7 +191,6 @@ func createRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string,
 	return run
 }
 
-// getRun reads the run from the API server.
 // runningRun creates run and waits until its first attempt is Running, every worker with
 // it: where most scenarios start. It returns the run and attempt 1's workers by index.
 func runningRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, run *v1alpha1.TrainingRun) (*v1alpha1.TrainingRun, map[int]*corev1.Pod) {
@@ -201,6 +200,7 @@ func runningRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string
 	return run, waitWorkers(ctx, t, c, ns, run.Name, 1, int(run.Spec.Workers))
 }
 
+// getRun reads the run from the API server.
 func getRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string) *v1alpha1.TrainingRun {
 	t.Helper()
 	run := &v1alpha1.TrainingRun{}
