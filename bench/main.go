@@ -51,6 +51,7 @@ func main() {
 	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
 	out := flag.String("out", "", "results file (default bench/results/<date>.md)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
+	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
 	if err != nil {
@@ -60,7 +61,7 @@ func main() {
 	if err != nil {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
-	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers,
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
 	for _, s := range cfg.systems {

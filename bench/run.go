@@ -43,6 +43,9 @@ type config struct {
 	// profileWorkers: profile the controller's CPU during faultline's node-shutdown restart
 	// of this gang size (0: no profile).
 	profileWorkers int
+	// auditPolicy, when set, turns on the API server's audit log, kept with the session's
+	// component logs.
+	auditPolicy string
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
@@ -124,8 +127,9 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 		// nodes on this machine a heartbeat can come late, and the node lifecycle controller
 		// would evict the pods of a node it takes for lost (40 s by default): a fault nobody
 		// injected, in the middle of a measurement.
-		ExtraArgs: []string{"kube-controller-manager=node-monitor-grace-period=5m"},
-		Logf:      func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		ExtraArgs:   []string{"kube-controller-manager=node-monitor-grace-period=5m"},
+		AuditPolicy: cfg.auditPolicy,
+		Logf:        func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
 		},
@@ -134,6 +138,12 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 		return nil, err
 	}
 	defer func() { _ = c.Stop() }()
+	if cfg.auditPolicy != "" {
+		defer func() {
+			dir, err := c.SaveLogs(filepath.Join(c.Tools.Root, "_output", "bench-logs"))
+			fmt.Fprintf(os.Stderr, "session logs: %s %v\n", dir, err)
+		}()
+	}
 	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes}}
 	defer b.stopAgents()
 	if v, err := c.Client.Discovery().ServerVersion(); err == nil {

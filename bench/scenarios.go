@@ -70,20 +70,34 @@ func generation(s system, n, restarts int, failed map[types.UID]bool) func([]*co
 }
 
 // finish deletes a gang and waits until none of its pods is left, so that the next
-// measurement starts on an empty cluster. Cleaning up is not measured: rather than wait for
-// the rate-limited garbage collector and Job controller (about 25 s for 256 pods at their
-// default QPS), the bench deletes the pods itself and drops their Job-tracking finalizers,
-// again for any pod a not yet deleted Job or JobSet still creates.
+// measurement starts on an empty cluster and an idle Job controller. Cleaning up is not
+// measured: rather than wait for the rate-limited garbage collector and Job controller
+// (about 25 s for 256 pods at their default QPS), the bench deletes the pods itself and
+// drops their finalizers, again for any pod a not yet deleted Job or JobSet still creates.
+// The finalizers go before the gang's Jobs: a deleted Job's controller drops the tracking
+// finalizer of every pod it still shows with one, on the client that creates the next
+// measurement's pods, and at 2,048 pods that backlog outlived the cleanup (as in faultline's
+// teardown: pkg/controller's retireJob).
 func (b *bench) finish(ctx context.Context, s system, name string) error {
-	if err := s.remove(ctx, name); err != nil {
-		return fmt.Errorf("delete %s %s: %w", s.name(), name, err)
-	}
 	var (
 		handled = map[types.UID]bool{}
 		g       errgroup.Group
 	)
 	g.SetLimit(32)
-	_, err := b.c.WaitPods(ctx, namespace, s.selector(name), func(pods []*corev1.Pod) (bool, error) {
+	pods, err := b.c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: s.selector(name).String()})
+	if err != nil {
+		return fmt.Errorf("list the pods of %s %s: %w", s.name(), name, err)
+	}
+	for _, p := range pods.Items {
+		g.Go(func() error { return b.dropFinalizers(ctx, &p) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := s.remove(ctx, name); err != nil {
+		return fmt.Errorf("delete %s %s: %w", s.name(), name, err)
+	}
+	_, err = b.c.WaitPods(ctx, namespace, s.selector(name), func(pods []*corev1.Pod) (bool, error) {
 		for _, p := range pods {
 			if handled[p.UID] {
 				continue
@@ -98,16 +112,25 @@ func (b *bench) finish(ctx context.Context, s system, name string) error {
 
 // release deletes a pod at once and drops its finalizers.
 func (b *bench) release(ctx context.Context, p *corev1.Pod) error {
-	pods := b.c.Client.CoreV1().Pods(namespace)
-	if len(p.Finalizers) > 0 {
-		_, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("drop finalizers of pod %s: %w", p.Name, err)
-		}
+	if err := b.dropFinalizers(ctx, p); err != nil {
+		return err
 	}
-	err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	err := b.c.Client.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete pod %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// dropFinalizers drops every finalizer of a pod: the bench's pods have no other owner that
+// needs one once their measurement is over.
+func (b *bench) dropFinalizers(ctx context.Context, p *corev1.Pod) error {
+	if len(p.Finalizers) == 0 {
+		return nil
+	}
+	_, err := b.c.Client.CoreV1().Pods(namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("drop finalizers of pod %s: %w", p.Name, err)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ func main() {
 	fs := flag.NewFlagSet("devcluster", flag.ExitOnError)
 	nodes := fs.Int("nodes", 8, "fake GPU nodes to create")
 	qps := fs.Int("controller-manager-qps", 0, "kube-controller-manager client QPS (0: upstream default)")
+	audit := fs.String("audit-policy", "", "kube-apiserver audit policy file (the log is the cluster's logs/audit.log)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: devcluster up|down [flags]\n")
 		fs.PrintDefaults()
@@ -35,7 +36,7 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*nodes, *qps)
+		err = up(*nodes, *qps, *audit)
 	case "down":
 		err = down()
 	default:
@@ -50,7 +51,7 @@ func main() {
 
 func stateFile(t cluster.Tools) string { return filepath.Join(t.Root, "_output", "dev-cluster") }
 
-func up(nodes, qps int) error {
+func up(nodes, qps int, audit string) error {
 	tools, err := cluster.FindTools()
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func up(nodes, qps int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{
-		Name: "dev", Nodes: nodes, ControllerManagerQPS: qps,
+		Name: "dev", Nodes: nodes, ControllerManagerQPS: qps, AuditPolicy: audit,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 	})
 	if err != nil {

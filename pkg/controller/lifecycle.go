@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -126,12 +127,13 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
 		r.event(run, corev1.EventTypeNormal, ReasonSuspended, ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
 	}
+	pods := slices.Concat(obs.current, obs.older)
 	if obs.job != nil {
-		if err := r.deleteJob(ctx, obs.job); err != nil {
+		if err := r.retireJob(ctx, obs.job, pods); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, r.removePods(ctx, append(obs.current, obs.older...), true)
+	return ctrl.Result{}, r.removeRetired(ctx, pods, obs.job != nil)
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

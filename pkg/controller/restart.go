@@ -67,12 +67,13 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 // left. So the Job controller creates the new pods, at its own rate limit, while the old
 // ones go, instead of after.
 func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
+	retired := false
 	if obs.job != nil && obs.jobAttempt() < run.Status.Attempt {
-		if err := r.deleteJob(ctx, obs.job); err != nil {
+		if err := r.retireJob(ctx, obs.job, obs.older); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.crash(CrashOldJobDeleted)
-		obs.job = nil
+		obs.job, retired = nil, true
 	}
 	var (
 		res       ctrl.Result
@@ -84,7 +85,49 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// The old pods' Job is gone: deleted above or before, or replaced by the current
 	// attempt's, which has its name. Nothing counts them any more. A Job that could not be
 	// created holds back none of this.
-	return res, errors.Join(createErr, r.removePods(ctx, obs.older, true))
+	return res, errors.Join(createErr, r.removeRetired(ctx, obs.older, retired))
+}
+
+// retireJob deletes an attempt's Job, once the tracking finalizers of its running pods are
+// gone. A Job's deletion makes the Job controller drop the finalizer of every pod of it that
+// its cache still shows with one, one request after another, on the same rate-limited client
+// (QPS 20 by default) that creates the next attempt's pods: measured at 2,048 workers, it
+// spent its whole budget on them for a minute after the next Job was created, and created
+// no pod meanwhile. Only running pods lose it here: the Job counts a pod that has ended (or
+// is ending) only through its finalizer, and would replace an uncounted one, behind
+// faultline's back. A running pod that ends in the moment before the Job is deleted may be
+// replaced all the same: by a pod of the old attempt, which the teardown removes like the
+// others (release waits for it).
+func (r *Reconciler) retireJob(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod) error {
+	running, _ := splitRunning(pods)
+	tracked := slices.DeleteFunc(running, func(p *corev1.Pod) bool { return !slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) })
+	if err := forEachPod(tracked, "drop the finalizer of", func(p *corev1.Pod) error { return r.dropTrackingFinalizer(ctx, p) }); err != nil {
+		return err
+	}
+	return r.deleteJob(ctx, job)
+}
+
+// removeRetired removes pods whose Job is gone. Just after retireJob, the finalizers it
+// dropped are still in the cache's copies: dropping them again would double the requests.
+func (r *Reconciler) removeRetired(ctx context.Context, pods []*corev1.Pod, justRetired bool) error {
+	if !justRetired {
+		return r.removePods(ctx, pods, true)
+	}
+	running, ended := splitRunning(pods)
+	return errors.Join(r.removePods(ctx, running, false), r.removePods(ctx, ended, true))
+}
+
+// splitRunning separates the pods that run (not ended, not being stopped, no container
+// failed) from the others.
+func splitRunning(pods []*corev1.Pod) (running, others []*corev1.Pod) {
+	for _, p := range pods {
+		if podLive(p) && p.DeletionTimestamp == nil && !podFailed(p) {
+			running = append(running, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	return running, others
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the
@@ -100,9 +143,10 @@ func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
 // removePods deletes pods and, with strip, drops the Job controller's tracking finalizer:
 // it only exists so that the Job counts the pod, and waiting for the rate-limited Job
 // controller to drop it costs seconds per hundred pods (26 s for 256 pods at its default
-// QPS). Strip only when no Job will count the pods: once their Job is gone, or suspended (a
-// suspended Job neither counts nor replaces the pods it loses). Dropping it never makes a
-// pod vanish before the kubelet has stopped its containers: that is graceful deletion's job.
+// QPS). Strip only when no Job will count the pods: once their Job is gone or, for running
+// pods, about to go (retireJob), or suspended (a suspended Job neither counts nor replaces the pods it loses).
+// Dropping it never makes a pod vanish before the kubelet has stopped its containers: that
+// is graceful deletion's job.
 func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip bool) error {
 	stripOf := func(p *corev1.Pod) bool { return strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) }
 	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && !stripOf(p) })

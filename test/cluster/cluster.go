@@ -47,6 +47,9 @@ type Options struct {
 	ControllerManagerQPS int
 	// ExtraArgs are passed to kwokctl as --extra-args (component=key=value).
 	ExtraArgs []string
+	// AuditPolicy, when set, is the path of a kube-apiserver audit policy; the audit log is
+	// written to the cluster's logs directory (audit.log), which SaveLogs copies.
+	AuditPolicy string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// Setup, when set, runs once the cluster and its nodes are up (e.g. to install the CRDs).
@@ -121,6 +124,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	for _, a := range opts.ExtraArgs {
 		args = append(args, "--extra-args", a)
+	}
+	if opts.AuditPolicy != "" {
+		args = append(args, "--kube-audit-policy", opts.AuditPolicy)
 	}
 	// A cluster that fails to come up keeps its components' logs, and is deleted.
 	fail := func(err error) (*Cluster, error) {
