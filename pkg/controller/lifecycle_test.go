@@ -25,17 +25,7 @@ import (
 // that is when a queue can admit the next workload. Failed pods stay, for their logs.
 func TestFailedRunReleasesItsPods(t *testing.T) {
 	ctx := context.Background()
-	run := &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
-		Spec: v1alpha1.TrainingRunSpec{
-			Workers: 3, Framework: v1alpha1.FrameworkNone,
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer"}}}},
-		},
-		Status: v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhaseFailed, CompletionTime: ptr.To(metav1.NewTime(t0))},
-	}
-	owner := []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
-	attemptLabels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner, Labels: attemptLabels}}
+	run, job, attemptLabels := runWithJob(3, v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhaseFailed, CompletionTime: ptr.To(metav1.NewTime(t0))})
 	pod := func(name string, phase corev1.PodPhase, deleting bool) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID("uid-" + name), Labels: attemptLabels, Finalizers: []string{batchv1.JobTrackingFinalizer}},

@@ -30,17 +30,7 @@ import (
 // counts it through it, and would replace an uncounted one (a pod faultline did not ask for).
 func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	ctx := context.Background()
-	run := &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
-		Spec: v1alpha1.TrainingRunSpec{
-			Workers: 3, Framework: v1alpha1.FrameworkNone,
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer"}}}},
-		},
-		Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting},
-	}
-	owner := []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
-	old := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner, Labels: old}}
+	run, job, old := runWithJob(3, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
 	var pods []*corev1.Pod
 	for i := range 3 {
 		pods = append(pods, &corev1.Pod{
@@ -140,4 +130,21 @@ func count(ops []string, op string) int {
 		}
 	}
 	return n
+}
+
+// runWithJob is ml/llm, a run of that many workers and that status, with its Job of attempt
+// 1 and that attempt's labels.
+func runWithJob(workers int32, st v1alpha1.TrainingRunStatus) (*v1alpha1.TrainingRun, *batchv1.Job, map[string]string) {
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+		Spec: v1alpha1.TrainingRunSpec{
+			Workers: workers, Framework: v1alpha1.FrameworkNone,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer"}}}},
+		},
+		Status: st,
+	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
+	labels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner, Labels: labels}}
+	return run, job, labels
 }
