@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/cli"
@@ -70,6 +71,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 		d.stepf("Cleaning up: the watch, the node agents, the controller and the control plane.")
 		if err != nil && d.ctrlLog != "" {
 			d.say("      controller log (last lines):\n%s", indent(tail(d.ctrlLog, 30), "        "))
+		}
+		if err != nil && d.c != nil {
+			d.dumpState()
 		}
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
@@ -504,4 +508,30 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// dumpState says, when the demo failed, where the run's pods and Jobs were, and keeps the
+// control plane's logs: a failure seen once in many runs is otherwise gone with the cluster.
+func (d *demo) dumpState() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if jobs, err := d.c.Client.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, j := range jobs.Items {
+			d.say("      job %s uid %s attempt %s: active %d, ready %d, failed %d, deleting %v",
+				j.Name, j.UID, j.Labels[v1alpha1.LabelAttempt], j.Status.Active, ptr.Deref(j.Status.Ready, 0), j.Status.Failed, j.DeletionTimestamp != nil)
+		}
+	}
+	if pods, err := d.c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			var gates []string
+			for _, g := range p.Spec.SchedulingGates {
+				gates = append(gates, g.Name)
+			}
+			d.say("      pod %s attempt %s: %s on %q, gates %v, finalizers %v, deleting %v",
+				p.Name, p.Labels[v1alpha1.LabelAttempt], p.Status.Phase, p.Spec.NodeName, gates, p.Finalizers, p.DeletionTimestamp != nil)
+		}
+	}
+	if dir, err := d.c.SaveLogs(filepath.Join(d.c.Tools.Root, "_output", "test-logs")); err == nil {
+		d.say("      control-plane logs kept in %s", dir)
+	}
 }
