@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -127,13 +128,15 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
 		r.event(run, corev1.EventTypeNormal, ReasonSuspended, ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
 	}
-	pods := slices.Concat(obs.current, obs.older)
+	stripped, strip := []*corev1.Pod(nil), slices.Concat(obs.current, obs.older)
 	if obs.job != nil {
-		if err := r.retireJob(ctx, obs.job, pods); err != nil {
+		var err error
+		if stripped, strip, err = r.retireJob(ctx, obs.job, strip); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, r.removeRetired(ctx, pods, obs.job != nil)
+	// retireJob's drops are not in the cache yet: dropping them again would double the requests.
+	return ctrl.Result{}, errors.Join(r.removePods(ctx, stripped, false), r.removePods(ctx, strip, true))
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

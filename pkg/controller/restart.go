@@ -67,13 +67,16 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 // left. So the Job controller creates the new pods, at its own rate limit, while the old
 // ones go, instead of after.
 func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
-	retired := false
+	// stripped: pods whose finalizer retireJob has just dropped, which the cache's copies
+	// still show (dropping it again would double the requests); strip: the others.
+	stripped, strip := []*corev1.Pod(nil), obs.older
 	if obs.job != nil && obs.jobAttempt() < run.Status.Attempt {
-		if err := r.retireJob(ctx, obs.job, obs.older); err != nil {
+		var err error
+		if stripped, strip, err = r.retireJob(ctx, obs.job, obs.older); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.crash(CrashOldJobDeleted)
-		obs.job, retired = nil, true
+		obs.job = nil
 	}
 	var (
 		res       ctrl.Result
@@ -85,7 +88,7 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// The old pods' Job is gone: deleted above or before, or replaced by the current
 	// attempt's, which has its name. Nothing counts them any more. A Job that could not be
 	// created holds back none of this.
-	return res, errors.Join(createErr, r.removeRetired(ctx, obs.older, retired))
+	return res, errors.Join(createErr, r.removePods(ctx, stripped, false), r.removePods(ctx, strip, true))
 }
 
 // retireJob deletes an attempt's Job, once the tracking finalizers of its running pods are
@@ -97,24 +100,14 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 // is ending) only through its finalizer, and would replace an uncounted one, behind
 // faultline's back. A running pod that ends in the moment before the Job is deleted may be
 // replaced all the same: by a pod of the old attempt, which the teardown removes like the
-// others (release waits for it).
-func (r *Reconciler) retireJob(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod) error {
-	running, _ := splitRunning(pods)
-	tracked := slices.DeleteFunc(running, func(p *corev1.Pod) bool { return !slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) })
+// others (release waits for it). It returns the running pods and the others.
+func (r *Reconciler) retireJob(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod) (running, others []*corev1.Pod, err error) {
+	running, others = splitRunning(pods)
+	tracked := slices.DeleteFunc(slices.Clone(running), func(p *corev1.Pod) bool { return !slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) })
 	if err := forEachPod(tracked, "drop the finalizer of", func(p *corev1.Pod) error { return r.dropTrackingFinalizer(ctx, p) }); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return r.deleteJob(ctx, job)
-}
-
-// removeRetired removes pods whose Job is gone. Just after retireJob, the finalizers it
-// dropped are still in the cache's copies: dropping them again would double the requests.
-func (r *Reconciler) removeRetired(ctx context.Context, pods []*corev1.Pod, justRetired bool) error {
-	if !justRetired {
-		return r.removePods(ctx, pods, true)
-	}
-	running, ended := splitRunning(pods)
-	return errors.Join(r.removePods(ctx, running, false), r.removePods(ctx, ended, true))
+	return running, others, r.deleteJob(ctx, job)
 }
 
 // splitRunning separates the pods that run (not ended, not being stopped, no container
