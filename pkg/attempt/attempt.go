@@ -10,6 +10,7 @@ package attempt
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,42 @@ func Number(obj metav1.Object) (n int32, ok bool) {
 		return 0, false
 	}
 	return int32(v), true
+}
+
+// Index reads a pod's completion index from the annotation the Job controller writes,
+// falling back to the label of the same name; ok is false when both are missing or garbled.
+func Index(pod metav1.Object) (i int, ok bool) {
+	v, found := pod.GetAnnotations()[batchv1.JobCompletionIndexAnnotation]
+	if !found {
+		v = pod.GetLabels()[batchv1.JobCompletionIndexAnnotation]
+	}
+	i, err := strconv.Atoi(v)
+	if err != nil || i < 0 {
+		return 0, false
+	}
+	return i, true
+}
+
+// Indexes marks, among n indexes, those in a Job's status list of indexes
+// (status.completedIndexes, status.failedIndexes: "1,3-5,7"). Parts it cannot read, and
+// indexes from n on, are left out.
+func Indexes(list string, n int) []bool {
+	set := make([]bool, n)
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, errA := strconv.Atoi(lo)
+		b, errB := strconv.Atoi(hi)
+		if errA != nil || errB != nil || a < 0 {
+			continue
+		}
+		for i := a; i <= b && i < n; i++ {
+			set[i] = true
+		}
+	}
+	return set
 }
 
 // Held reports whether a pod (or a Job's pod template) waits for the previous attempt's

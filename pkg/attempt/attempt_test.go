@@ -1,6 +1,7 @@
 package attempt
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -211,6 +212,57 @@ func TestNumber(t *testing.T) {
 			n, ok := Number(obj)
 			if n != tc.want || ok != tc.ok {
 				t.Errorf("Number(%q) = %d, %v; want %d, %v", tc.label, n, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestIndex(t *testing.T) {
+	cases := map[string]struct {
+		annotations, labels map[string]string
+		want                int
+		ok                  bool
+	}{
+		"annotation":       {map[string]string{batchv1.JobCompletionIndexAnnotation: "3"}, nil, 3, true},
+		"label":            {nil, map[string]string{batchv1.JobCompletionIndexAnnotation: "4"}, 4, true},
+		"annotation first": {map[string]string{batchv1.JobCompletionIndexAnnotation: "5"}, map[string]string{batchv1.JobCompletionIndexAnnotation: "6"}, 5, true},
+		"garbled":          {map[string]string{batchv1.JobCompletionIndexAnnotation: "x"}, nil, 0, false},
+		"negative":         {map[string]string{batchv1.JobCompletionIndexAnnotation: "-1"}, nil, 0, false},
+		"missing":          {nil, nil, 0, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			i, ok := Index(&metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels})
+			if i != tc.want || ok != tc.ok {
+				t.Errorf("Index = %d, %v; want %d, %v", i, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestIndexes(t *testing.T) {
+	cases := map[string]struct {
+		list string
+		n    int
+		want []int
+	}{
+		"empty":          {"", 4, nil},
+		"single":         {"2", 4, []int{2}},
+		"ranges":         {"0,2-3,5", 6, []int{0, 2, 3, 5}},
+		"beyond n":       {"1,3-9", 5, []int{1, 3, 4}},
+		"garbled parts":  {"x,1,2-y,-3,3", 4, []int{1, 3}},
+		"reversed range": {"3-1", 4, nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got []int
+			for i, in := range Indexes(tc.list, tc.n) {
+				if in {
+					got = append(got, i)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Indexes(%q, %d) = %v, want %v", tc.list, tc.n, got, tc.want)
 			}
 		})
 	}

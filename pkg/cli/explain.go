@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
@@ -253,15 +253,10 @@ func ExplainPod(w io.Writer, pv *PodVerdict) error {
 
 // podIndex is the pod's completion index, or -1.
 func podIndex(p *corev1.Pod) int {
-	v, ok := p.Annotations[batchv1.JobCompletionIndexAnnotation]
-	if !ok {
-		v = p.Labels[batchv1.JobCompletionIndexAnnotation]
+	if i, ok := attempt.Index(p); ok {
+		return i
 	}
-	i, err := strconv.Atoi(v)
-	if err != nil {
-		return -1
-	}
-	return i
+	return -1
 }
 
 // podState is "Failed, container worker exited 1" or "Running".

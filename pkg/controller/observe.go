@@ -35,12 +35,11 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("get job %s: %w", run.Name, err)
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingFields{podsByRun: run.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of %s: %w", run.Name, err)
+	pods, err := r.podsOf(ctx, run)
+	if err != nil {
+		return nil, err
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		n, ok := attempt.Number(p)
 		switch {
 		case !ok || n > run.Status.Attempt:
@@ -53,6 +52,19 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 		}
 	}
 	return o, nil
+}
+
+// podsOf lists the run's pods, of every attempt, from the cache.
+func (r *Reconciler) podsOf(ctx context.Context, run *v1alpha1.TrainingRun) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingFields{podsByRun: run.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of %s: %w", run.Name, err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
 }
 
 // jobAttempt is the attempt of the observed Job, 0 if there is none.

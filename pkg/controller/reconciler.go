@@ -271,9 +271,10 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	vs := verdictStatus(v, d, decided)
 	ep := r.episodeOf(run, podNamed(obs.current, v.RootPod), v.Cause)
 	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)
+	decidedAttempt := run.Status.Attempt
 	res, err := apply(r, ctx, run, obs, vs, d, tr)
 	if err == nil {
-		r.seen.forget(runKey(run))
+		r.seen.forgetAttempt(runKey(run), decidedAttempt)
 	}
 	return res, err
 }

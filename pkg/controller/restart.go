@@ -70,13 +70,27 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// stripped: pods whose finalizer retireJob has just dropped, which the cache's copies
 	// still show (dropping it again would double the requests); strip: the others.
 	stripped, strip := []*corev1.Pod(nil), obs.older
-	if obs.job != nil && obs.jobAttempt() < run.Status.Attempt {
+	sg := r.seen.of(run)
+	for _, p := range obs.older {
+		if createdLate(run, p) {
+			sg.olderPodCreated(p.CreationTimestamp.Time)
+		}
+	}
+	if old := obs.job; old != nil && obs.jobAttempt() < run.Status.Attempt {
 		var err error
-		if stripped, strip, err = r.retireJob(ctx, obs.job, obs.older); err != nil {
+		if stripped, strip, err = r.retireJob(ctx, old, obs.older); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.crash(CrashOldJobDeleted)
 		obs.job = nil
+		// What the cache shows now includes the workers that ended while their finalizers went.
+		pods, err := r.podsOf(ctx, run)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if jobMayCreate(old, pods) {
+			sg.olderPodCreated(r.now().Time)
+		}
 	}
 	var (
 		res       ctrl.Result
@@ -110,17 +124,73 @@ func (r *Reconciler) retireJob(ctx context.Context, job *batchv1.Job, pods []*co
 	return running, others, r.deleteJob(ctx, job)
 }
 
-// splitRunning separates the pods that run (not ended, not being stopped, no container
-// failed) from the others.
+// splitRunning separates the pods that run from the others: those that have ended, or are
+// being stopped, or have a failed container, or are about to be stopped (the node agent's
+// InfrastructureFault or the control plane's DisruptionTarget): the workers most likely to
+// end while their finalizers go.
 func splitRunning(pods []*corev1.Pod) (running, others []*corev1.Pod) {
 	for _, p := range pods {
-		if podLive(p) && p.DeletionTimestamp == nil && !podFailed(p) {
+		if podLive(p) && p.DeletionTimestamp == nil && !podFailed(p) && !podStopping(p) {
 			running = append(running, p)
 		} else {
 			others = append(others, p)
 		}
 	}
 	return running, others
+}
+
+// podStopping reports whether something announced that it stops the pod.
+func podStopping(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Status == corev1.ConditionTrue && (c.Type == v1alpha1.PodConditionInfrastructureFault || c.Type == corev1.DisruptionTarget)
+	})
+}
+
+// jobMayCreate reports whether the Job controller could still create a pod for job, given
+// the pods the cache shows: job has not finished, and some index has no pod that stops a
+// replacement. A pod stops one while it has not ended (podReplacementPolicy Failed waits for
+// it), or once it has ended if the Job counts it: through its tracking finalizer, or already
+// in the Job's status (its index failed or completed, or the pod among the uncounted).
+func jobMayCreate(job *batchv1.Job, pods []*corev1.Pod) bool {
+	if jobFinished(job) {
+		return false
+	}
+	n := int(ptr.Deref(job.Spec.Completions, 0))
+	covered := attempt.Indexes(ptr.Deref(job.Status.FailedIndexes, ""), n)
+	for i, done := range attempt.Indexes(job.Status.CompletedIndexes, n) {
+		covered[i] = covered[i] || done
+	}
+	var uncounted []types.UID
+	if u := job.Status.UncountedTerminatedPods; u != nil {
+		uncounted = slices.Concat(u.Failed, u.Succeeded)
+	}
+	for _, p := range pods {
+		i, ok := attempt.Index(p)
+		if !ok || i >= n || !metav1.IsControlledBy(p, job) {
+			continue
+		}
+		if podLive(p) || slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) || slices.Contains(uncounted, p.UID) {
+			covered[i] = true
+		}
+	}
+	return slices.Contains(covered, false)
+}
+
+// createdLate reports whether pod, of an earlier attempt, was created in a later second than
+// its attempt ended (creation times are whole seconds): by a Job that was still creating
+// pods when the attempt was over. Unlike what this process saw, the attempt's end is in
+// the run's status, so a controller that restarts still sees it.
+func createdLate(run *v1alpha1.TrainingRun, pod metav1.Object) bool {
+	n, ok := attempt.Number(pod)
+	if !ok {
+		return false
+	}
+	for _, rec := range run.Status.Attempts {
+		if rec.Attempt == n && rec.EndTime != nil {
+			return pod.GetCreationTimestamp().After(rec.EndTime.Truncate(time.Second))
+		}
+	}
+	return false
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the
@@ -239,6 +309,18 @@ func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs
 // did not: no event may come for it.
 const recheck = 250 * time.Millisecond
 
+// quietAfterCreation is how long the Job controller must have created no pod of an earlier
+// attempt before the next attempt's Job is created. It keys what it expects by the Job's
+// namespace and name, which the next Job shares (DESIGN.md: stable addresses). A sync of a
+// Job goes on creating its pods (up to 500, at the Job controller's rate limit) after the Job
+// is deleted; once the Job has left the Job controller's cache, those pods are never counted
+// as seen, and a new Job of the same name inherits the expectation: it creates no pod until
+// the expectation expires (5 minutes) and something syncs it again. Measured on the local
+// control plane: a 600-worker Job deleted 4 s after its creation, while it was creating pods,
+// and created again at once: the new Job had no pod after 5 minutes. One sync's creations
+// come a few hundred milliseconds apart at most; creation times are whole seconds.
+const quietAfterCreation = 3 * time.Second
+
 // createAttempt creates the current attempt's Service and Job, after the backoff. With
 // tearingDown, the cache still shows pods of an earlier attempt.
 func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRun, tearingDown bool) (ctrl.Result, error) {
@@ -254,6 +336,10 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	now := r.now()
+	if wait := r.seen.of(run).quietAt().Sub(now.Time); wait > 0 {
+		// The Job controller may still be creating pods of an earlier attempt's Job.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil && older == 0 {
 		tr.TornDownAt = micro(now.Time) // the teardown is over; the backoff, if any, goes on
 		if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
@@ -327,6 +413,7 @@ func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
 		return 0, false, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
+	sg := r.seen.of(run)
 	for i := range pods.Items {
 		switch n, ok := attempt.Number(&pods.Items[i]); {
 		case !ok || n > run.Status.Attempt:
@@ -334,6 +421,9 @@ func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (
 			current = true
 		default:
 			older++
+			if createdLate(run, &pods.Items[i]) {
+				sg.olderPodCreated(pods.Items[i].CreationTimestamp.Time)
+			}
 		}
 	}
 	return older, current, nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -28,11 +30,12 @@ import (
 // Job, then creates the next one held, then deletes the old pods without dropping their
 // finalizers a second time. A failed pod keeps its finalizer while the Job lives: the Job
 // counts it through it, and would replace an uncounted one (a pod faultline did not ask for).
+// So does a running pod that the node agent marked: it is about to end.
 func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	ctx := context.Background()
-	run, job, old := runWithJob(3, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
+	run, job, old := runWithJob(4, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
 	var pods []*corev1.Pod
-	for i := range 3 {
+	for i := range 4 {
 		pods = append(pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
@@ -47,6 +50,8 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	failed.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: 143},
 	}}}}
+	marked := pods[3]
+	marked.Status.Conditions = []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue, Reason: string(v1alpha1.CauseNodeShutdown)}}
 	var (
 		mu  sync.Mutex
 		ops []string
@@ -57,7 +62,7 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 		ops = append(ops, fmt.Sprintf("%s %T %s", op, obj, obj.GetName()))
 	}
 	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-		WithObjects(run, job, pods[0], pods[1], pods[2]).
+		WithObjects(run, job, pods[0], pods[1], pods[2], pods[3]).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
@@ -95,9 +100,9 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 		if n := count(ops, patch); n != 1 {
 			t.Errorf("pod %s: %d finalizer patches, want 1: %q", p.Name, n, ops)
 		}
-		if p == failed {
+		if p == failed || p == marked {
 			if at(patch) < deleted {
-				t.Errorf("failed pod %s: finalizer dropped while its Job could replace it uncounted: %q", p.Name, ops)
+				t.Errorf("%s pod %s: finalizer dropped while its Job could replace it uncounted: %q", p.Status.Phase, p.Name, ops)
 			}
 		} else if at(patch) > deleted {
 			t.Errorf("running pod %s: finalizer dropped after its Job was deleted: %q", p.Name, ops)
@@ -147,4 +152,124 @@ func runWithJob(workers int32, st v1alpha1.TrainingRunStatus) (*v1alpha1.Trainin
 	labels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner, Labels: labels}}
 	return run, job, labels
+}
+
+// TestJobMayCreate: the Job controller can create a pod for an index that no pod holds: none
+// was created yet, or its pod ended without the Job counting it (its tracking finalizer
+// dropped before the Job saw it end). A pod that has not ended holds its index
+// (podReplacementPolicy Failed), and so does one the Job counted.
+func TestJobMayCreate(t *testing.T) {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1"},
+		Spec:       batchv1.JobSpec{Completions: ptr.To[int32](3)},
+	}
+	pod := func(index int, phase corev1.PodPhase, tracked bool) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("llm-%d", index), UID: types.UID(fmt.Sprintf("uid-llm-%d", index)),
+				Annotations:     map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(index)},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+			},
+			Status: corev1.PodStatus{Phase: phase},
+		}
+		if tracked {
+			p.Finalizers = []string{batchv1.JobTrackingFinalizer}
+		}
+		return p
+	}
+	running := func(i int) *corev1.Pod { return pod(i, corev1.PodRunning, false) }
+	ended := pod(2, corev1.PodFailed, false)
+	stranger := running(2)
+	stranger.OwnerReferences[0].UID = "uid-job-0"
+	cases := map[string]struct {
+		status batchv1.JobStatus
+		pods   []*corev1.Pod
+		want   bool
+	}{
+		"every index running":            {pods: []*corev1.Pod{running(0), running(1), running(2)}, want: false},
+		"an index not created yet":       {pods: []*corev1.Pod{running(0), running(1)}, want: true},
+		"ended, finalizer still on":      {pods: []*corev1.Pod{running(0), running(1), pod(2, corev1.PodFailed, true)}, want: false},
+		"ended, uncounted":               {pods: []*corev1.Pod{running(0), running(1), ended}, want: true},
+		"ended, index failed":            {status: batchv1.JobStatus{FailedIndexes: ptr.To("2")}, pods: []*corev1.Pod{running(0), running(1), ended}, want: false},
+		"ended, index completed":         {status: batchv1.JobStatus{CompletedIndexes: "1-2"}, pods: []*corev1.Pod{running(0), ended}, want: false},
+		"ended, among the uncounted":     {status: batchv1.JobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{ended.UID}}}, pods: []*corev1.Pod{running(0), running(1), ended}, want: false},
+		"another Job's pod holds none":   {pods: []*corev1.Pod{running(0), running(1), stranger}, want: true},
+		"finished: the Job creates none": {status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}, pods: []*corev1.Pod{running(0)}, want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			j := job.DeepCopy()
+			j.Status = tc.status
+			if got := jobMayCreate(j, tc.pods); got != tc.want {
+				t.Errorf("jobMayCreate = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNextJobWaitsForTheOldJobsCreations: the Job controller keys what it expects by the
+// Job's name, which the next attempt's Job shares; pods a deleted Job was still creating
+// would leave the next Job with an expectation it never meets (no pod for 5 minutes and
+// more, measured). So while the old Job may have been creating pods when it was deleted, or
+// a pod of the old attempt created after the attempt ended is younger than
+// quietAfterCreation, the next Job waits. A young attempt that had all its pods does not.
+func TestNextJobWaitsForTheOldJobsCreations(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		age     time.Duration // of the old attempt's pods
+		ended   time.Duration // how long ago the old attempt ended
+		workers int           // of the old attempt's 2 pods, those the Job had created
+		wait    time.Duration // before the next Job is created
+	}{
+		"a settled attempt":                 {age: time.Hour, ended: time.Second, workers: 2, wait: 0},
+		"a young attempt with all its pods": {age: time.Second, ended: 500 * time.Millisecond, workers: 2, wait: 0},
+		"a pod created after the end":       {age: time.Second, ended: 2500 * time.Millisecond, workers: 2, wait: quietAfterCreation - time.Second},
+		"the Job was still creating":        {age: time.Hour, ended: time.Second, workers: 1, wait: quietAfterCreation},
+		"both: the later one counts":        {age: time.Second, ended: 2500 * time.Millisecond, workers: 1, wait: quietAfterCreation},
+	} {
+		t.Run(name, func(t *testing.T) {
+			run, job, old := runWithJob(2, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
+				{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0.Add(-tc.ended)))}, {Attempt: 2},
+			}})
+			job.Spec.Completions = ptr.To[int32](2)
+			var pods []*corev1.Pod
+			objs := []client.Object{run, job}
+			for i := range tc.workers {
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{
+						Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
+						Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
+						OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+						CreationTimestamp: metav1.NewTime(t0.Add(-tc.age)),
+						Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
+					},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning},
+				}
+				pods = append(pods, p)
+				objs = append(objs, p)
+			}
+			cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
+
+			res, err := r.teardown(ctx, run, &observed{job: job, older: pods})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := &batchv1.Job{}
+			err = cl.Get(ctx, client.ObjectKeyFromObject(job), next)
+			switch {
+			case tc.wait == 0 && err != nil:
+				t.Fatalf("no next Job after a settled attempt: %v", err)
+			case tc.wait == 0:
+				if n, _ := attempt.Number(next); n != 2 {
+					t.Errorf("the Job is attempt %d, want 2", n)
+				}
+			case err == nil:
+				t.Errorf("the next Job was created at once; want it %s later", tc.wait)
+			case res.RequeueAfter != tc.wait:
+				t.Errorf("requeued after %s, want %s", res.RequeueAfter, tc.wait)
+			}
+		})
+	}
 }

@@ -145,6 +145,26 @@ type sighting struct {
 	scheduled time.Time
 	// released: the API server showed no pod of an earlier attempt (see release).
 	released bool
+	// olderCreated is when the Job controller last created a pod of an earlier attempt after
+	// that attempt had ended, or when it may have been about to (see quietAt).
+	olderCreated time.Time
+}
+
+// olderPodCreated notes that the Job controller created a pod of an earlier attempt at t,
+// after the attempt ended, or may create one from t on.
+func (sg *sighting) olderPodCreated(t time.Time) {
+	if t.After(sg.olderCreated) {
+		sg.olderCreated = t
+	}
+}
+
+// quietAt is when the next attempt's Job may be created: once the Job controller has created
+// no pod of an earlier attempt for quietAfterCreation (see there).
+func (sg *sighting) quietAt() time.Time {
+	if sg.olderCreated.IsZero() {
+		return time.Time{}
+	}
+	return sg.olderCreated.Add(quietAfterCreation)
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
@@ -209,6 +229,14 @@ func (s *sightings) settleStart(ep episode, failure time.Time) time.Time {
 }
 
 func (s *sightings) forget(key types.NamespacedName) { s.runs.Delete(key) }
+
+// forgetAttempt forgets what was seen of a run's attempt, once it is decided; not what is
+// already seen of the next one (a restart's teardown).
+func (s *sightings) forgetAttempt(key types.NamespacedName, attempt int32) {
+	if v, ok := s.runs.Load(key); ok && v.(*sighting).attempt == attempt {
+		s.runs.CompareAndDelete(key, v)
+	}
+}
 
 // noteEvidence notes the agent's evidence on a pod as the informer delivers it (see
 // sightings). Without the run at hand, a traceparent next to evidence may be the run's own

@@ -232,6 +232,40 @@ func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
 	overlaps.check(t)
 }
 
+// TestE2EFaultWhileTheJobCreatesPods: a worker fails while the Job controller is still
+// creating the attempt's pods (100 workers take it about 4 s at its default rate limit). A
+// Job's creations go on after its deletion, and the Job controller keys what it expects to
+// see by the Job's name, which the next attempt's Job shares: created at once, the next Job
+// inherits the expectation of pods it will never see, and gets no pod for 5 minutes or more.
+// The next attempt must come up, without any index ever running twice.
+func TestE2EFaultWhileTheJobCreatesPods(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	const workers = 100
+	run := createRun(ctx, t, c, ns, newRun("early", workers, withoutGPUs()))
+	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
+	var first *corev1.Pod
+	pods, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		i := slices.IndexFunc(pods, cluster.PodRunning)
+		if i >= 0 {
+			first = pods[i]
+		}
+		return i >= 0, nil
+	})
+	if err != nil {
+		t.Fatalf("a worker of attempt 1 Running: %v; pods: %s", err, describePods(pods))
+	}
+	infraFault(ctx, t, c, first, v1alpha1.CauseNodeShutdown)
+	if n := len(podsOfAttempt(ctx, t, c, ns, run.Name, 1)); n >= workers {
+		t.Fatalf("the Job controller had created all %d pods of attempt 1 by the fault: this scenario needs a fault while it creates them", n)
+	}
+
+	waitWorkers(ctx, t, c, ns, run.Name, 2, workers)
+	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
+	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
+	overlaps.check(t)
+}
+
 // TestE2EBareSigtermUsesUnknownBudget: an exit 143 with no evidence is Unknown after the
 // settle window: it spends the unknown budget, not the infrastructure one, and fails the run
 // once that budget is gone.

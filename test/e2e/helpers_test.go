@@ -165,6 +165,14 @@ func withRestartScope(s v1alpha1.RestartScope) runOption {
 	return func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = s }
 }
 
+// withoutGPUs leaves the workers without a GPU, so that a run can be larger than the
+// shared cluster's GPUs.
+func withoutGPUs() runOption {
+	return func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	}
+}
+
 // withPreferredNode makes the scheduler prefer a node (a soft affinity), so that a test can
 // show that a required exclusion overrides where the run would otherwise go.
 func withPreferredNode(node string) runOption {
