@@ -10,7 +10,6 @@ package attempt
 import (
 	"slices"
 	"strconv"
-	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -62,28 +61,6 @@ func Index(pod metav1.Object) (i int, ok bool) {
 		return 0, false
 	}
 	return i, true
-}
-
-// Indexes marks, among n indexes, those in a Job's status list of indexes
-// (status.completedIndexes, status.failedIndexes: "1,3-5,7"). Parts it cannot read, and
-// indexes from n on, are left out.
-func Indexes(list string, n int) []bool {
-	set := make([]bool, n)
-	for part := range strings.SplitSeq(list, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !isRange {
-			hi = lo
-		}
-		a, errA := strconv.Atoi(lo)
-		b, errB := strconv.Atoi(hi)
-		if errA != nil || errB != nil || a < 0 {
-			continue
-		}
-		for i := a; i <= b && i < n; i++ {
-			set[i] = true
-		}
-	}
-	return set
 }
 
 // Held reports whether a pod (or a Job's pod template) waits for the previous attempt's

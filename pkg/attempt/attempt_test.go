@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -235,34 +234,6 @@ func TestIndex(t *testing.T) {
 			i, ok := Index(&metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels})
 			if i != tc.want || ok != tc.ok {
 				t.Errorf("Index = %d, %v; want %d, %v", i, ok, tc.want, tc.ok)
-			}
-		})
-	}
-}
-
-func TestIndexes(t *testing.T) {
-	cases := map[string]struct {
-		list string
-		n    int
-		want []int
-	}{
-		"empty":          {"", 4, nil},
-		"single":         {"2", 4, []int{2}},
-		"ranges":         {"0,2-3,5", 6, []int{0, 2, 3, 5}},
-		"beyond n":       {"1,3-9", 5, []int{1, 3, 4}},
-		"garbled parts":  {"x,1,2-y,-3,3", 4, []int{1, 3}},
-		"reversed range": {"3-1", 4, nil},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			var got []int
-			for i, in := range Indexes(tc.list, tc.n) {
-				if in {
-					got = append(got, i)
-				}
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("Indexes(%q, %d) = %v, want %v", tc.list, tc.n, got, tc.want)
 			}
 		})
 	}

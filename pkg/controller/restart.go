@@ -71,11 +71,11 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// still show (dropping it again would double the requests); strip: the others.
 	stripped, strip := []*corev1.Pod(nil), obs.older
 	sg := r.seen.of(run)
-	for _, p := range obs.older {
-		if createdLate(run, p) {
-			sg.olderPodCreated(p.CreationTimestamp.Time)
-		}
+	older := make([]metav1.Object, len(obs.older))
+	for i, p := range obs.older {
+		older[i] = p
 	}
+	sg.olderPodCreated(lastLateCreation(run, older))
 	if old := obs.job; old != nil && obs.jobAttempt() < run.Status.Attempt {
 		var err error
 		if stripped, strip, err = r.retireJob(ctx, old, obs.older); err != nil {
@@ -88,7 +88,7 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if jobMayCreate(old, pods) {
+		if jobMayCreate(old, pods, stripped) {
 			sg.olderPodCreated(r.now().Time)
 		}
 	}
@@ -147,50 +147,68 @@ func podStopping(p *corev1.Pod) bool {
 }
 
 // jobMayCreate reports whether the Job controller could still create a pod for job, given
-// the pods the cache shows: job has not finished, and some index has no pod that stops a
-// replacement. A pod stops one while it has not ended (podReplacementPolicy Failed waits for
-// it), or once it has ended if the Job counts it: through its tracking finalizer, or already
-// in the Job's status (its index failed or completed, or the pod among the uncounted).
-func jobMayCreate(job *batchv1.Job, pods []*corev1.Pod) bool {
+// the pods the cache shows now and those whose finalizers retireJob dropped: job has not
+// finished, and an index has no pod that stops a replacement. Every pod does while it has
+// not ended (podReplacementPolicy Failed waits for it); once it has, the Job replaces it
+// unless it counted it, which it does through its tracking finalizer: only the Job
+// controller drops that of a pod that has ended, after counting it, except retireJob, which
+// drops it from running pods.
+func jobMayCreate(job *batchv1.Job, pods, stripped []*corev1.Pod) bool {
 	if jobFinished(job) {
 		return false
 	}
-	n := int(ptr.Deref(job.Spec.Completions, 0))
-	covered := attempt.Indexes(ptr.Deref(job.Status.FailedIndexes, ""), n)
-	for i, done := range attempt.Indexes(job.Status.CompletedIndexes, n) {
-		covered[i] = covered[i] || done
-	}
-	var uncounted []types.UID
-	if u := job.Status.UncountedTerminatedPods; u != nil {
-		uncounted = slices.Concat(u.Failed, u.Succeeded)
-	}
+	covered := make([]bool, ptr.Deref(job.Spec.Completions, 0))
 	for _, p := range pods {
 		i, ok := attempt.Index(p)
-		if !ok || i >= n || !metav1.IsControlledBy(p, job) {
+		if !ok || i >= len(covered) || !metav1.IsControlledBy(p, job) {
 			continue
 		}
-		if podLive(p) || slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) || slices.Contains(uncounted, p.UID) {
-			covered[i] = true
-		}
+		uncounted := !podLive(p) && slices.ContainsFunc(stripped, func(s *corev1.Pod) bool { return s.UID == p.UID })
+		covered[i] = covered[i] || !uncounted
 	}
 	return slices.Contains(covered, false)
 }
 
-// createdLate reports whether pod, of an earlier attempt, was created in a later second than
-// its attempt ended (creation times are whole seconds): by a Job that was still creating
-// pods when the attempt was over. Unlike what this process saw, the attempt's end is in
-// the run's status, so a controller that restarts still sees it.
-func createdLate(run *v1alpha1.TrainingRun, pod metav1.Object) bool {
-	n, ok := attempt.Number(pod)
-	if !ok {
-		return false
+// lastLateCreation is when the last of pods, of earlier attempts, was created by a Job that
+// was still creating pods when its attempt was over (zero if none): created in a later second
+// than its attempt ended (creation times are whole seconds; the end is in the run's status,
+// so a controller that restarts still sees it), or a second pod of its index in its attempt,
+// which a Gang attempt's Job creates only to replace a worker it did not count.
+func lastLateCreation(run *v1alpha1.TrainingRun, pods []metav1.Object) time.Time {
+	type slot struct {
+		attempt int32
+		index   int
 	}
+	ended := map[int32]time.Time{}
 	for _, rec := range run.Status.Attempts {
-		if rec.Attempt == n && rec.EndTime != nil {
-			return pod.GetCreationTimestamp().After(rec.EndTime.Truncate(time.Second))
+		if rec.EndTime != nil {
+			ended[rec.Attempt] = rec.EndTime.Truncate(time.Second)
 		}
 	}
-	return false
+	var last time.Time
+	late := func(p metav1.Object) {
+		if t := p.GetCreationTimestamp().Time; t.After(last) {
+			last = t
+		}
+	}
+	seen := map[slot]metav1.Object{}
+	for _, p := range pods {
+		n, ok := attempt.Number(p)
+		if !ok {
+			continue
+		}
+		if end, ok := ended[n]; ok && p.GetCreationTimestamp().After(end) {
+			late(p)
+		}
+		if i, ok := attempt.Index(p); ok {
+			if first, dup := seen[slot{n, i}]; dup { // the later of the two is the replacement
+				late(first)
+				late(p)
+			}
+			seen[slot{n, i}] = p
+		}
+	}
+	return last
 }
 
 // deleteJob deletes a Job; its pods go with it, but removePods does not wait for the
@@ -413,20 +431,18 @@ func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
 		return 0, false, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
-	sg := r.seen.of(run)
+	var earlier []metav1.Object
 	for i := range pods.Items {
 		switch n, ok := attempt.Number(&pods.Items[i]); {
 		case !ok || n > run.Status.Attempt:
 		case n == run.Status.Attempt:
 			current = true
 		default:
-			older++
-			if createdLate(run, &pods.Items[i]) {
-				sg.olderPodCreated(pods.Items[i].CreationTimestamp.Time)
-			}
+			earlier = append(earlier, &pods.Items[i])
 		}
 	}
-	return older, current, nil
+	r.seen.of(run).olderPodCreated(lastLateCreation(run, earlier))
+	return len(earlier), current, nil
 }
 
 // release lets the current attempt's held pods be scheduled, once no pod of an earlier

@@ -155,9 +155,10 @@ func runWithJob(workers int32, st v1alpha1.TrainingRunStatus) (*v1alpha1.Trainin
 }
 
 // TestJobMayCreate: the Job controller can create a pod for an index that no pod holds: none
-// was created yet, or its pod ended without the Job counting it (its tracking finalizer
-// dropped before the Job saw it end). A pod that has not ended holds its index
-// (podReplacementPolicy Failed), and so does one the Job counted.
+// was created yet, or its pod ended uncounted, because the teardown dropped its tracking
+// finalizer while it ran. A pod that has not ended holds its index (podReplacementPolicy
+// Failed), and so does one that ended with its finalizer, or whose finalizer the Job
+// controller dropped once it had counted it.
 func TestJobMayCreate(t *testing.T) {
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-job-1"},
@@ -181,26 +182,28 @@ func TestJobMayCreate(t *testing.T) {
 	ended := pod(2, corev1.PodFailed, false)
 	stranger := running(2)
 	stranger.OwnerReferences[0].UID = "uid-job-0"
+	finished := job.DeepCopy()
+	finished.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}
 	cases := map[string]struct {
-		status batchv1.JobStatus
-		pods   []*corev1.Pod
-		want   bool
+		job            *batchv1.Job
+		pods, stripped []*corev1.Pod
+		want           bool
 	}{
-		"every index running":            {pods: []*corev1.Pod{running(0), running(1), running(2)}, want: false},
-		"an index not created yet":       {pods: []*corev1.Pod{running(0), running(1)}, want: true},
-		"ended, finalizer still on":      {pods: []*corev1.Pod{running(0), running(1), pod(2, corev1.PodFailed, true)}, want: false},
-		"ended, uncounted":               {pods: []*corev1.Pod{running(0), running(1), ended}, want: true},
-		"ended, index failed":            {status: batchv1.JobStatus{FailedIndexes: ptr.To("2")}, pods: []*corev1.Pod{running(0), running(1), ended}, want: false},
-		"ended, index completed":         {status: batchv1.JobStatus{CompletedIndexes: "1-2"}, pods: []*corev1.Pod{running(0), ended}, want: false},
-		"ended, among the uncounted":     {status: batchv1.JobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{ended.UID}}}, pods: []*corev1.Pod{running(0), running(1), ended}, want: false},
-		"another Job's pod holds none":   {pods: []*corev1.Pod{running(0), running(1), stranger}, want: true},
-		"finished: the Job creates none": {status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}, pods: []*corev1.Pod{running(0)}, want: false},
+		"every index running":              {pods: []*corev1.Pod{running(0), running(1), running(2)}, stripped: []*corev1.Pod{running(1)}, want: false},
+		"an index not created yet":         {pods: []*corev1.Pod{running(0), running(1)}, want: true},
+		"ended, finalizer still on":        {pods: []*corev1.Pod{running(0), running(1), pod(2, corev1.PodFailed, true)}, want: false},
+		"ended, counted by the Job":        {pods: []*corev1.Pod{running(0), running(1), ended}, want: false},
+		"ended after the teardown's strip": {pods: []*corev1.Pod{running(0), running(1), ended}, stripped: []*corev1.Pod{running(2)}, want: true},
+		"another Job's pod holds none":     {pods: []*corev1.Pod{running(0), running(1), stranger}, want: true},
+		"finished: the Job creates none":   {job: finished, pods: []*corev1.Pod{running(0)}, want: false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			j := job.DeepCopy()
-			j.Status = tc.status
-			if got := jobMayCreate(j, tc.pods); got != tc.want {
+			j := job
+			if tc.job != nil {
+				j = tc.job
+			}
+			if got := jobMayCreate(j, tc.pods, tc.stripped); got != tc.want {
 				t.Errorf("jobMayCreate = %v, want %v", got, tc.want)
 			}
 		})
@@ -269,6 +272,41 @@ func TestNextJobWaitsForTheOldJobsCreations(t *testing.T) {
 				t.Errorf("the next Job was created at once; want it %s later", tc.wait)
 			case res.RequeueAfter != tc.wait:
 				t.Errorf("requeued after %s, want %s", res.RequeueAfter, tc.wait)
+			}
+		})
+	}
+}
+
+// TestLastLateCreation: a pod that the old Job created after its attempt ended, or to
+// replace a worker it did not count, says that the Job was still creating pods.
+func TestLastLateCreation(t *testing.T) {
+	run := &v1alpha1.TrainingRun{Status: v1alpha1.TrainingRunStatus{Attempt: 3, Attempts: []v1alpha1.AttemptRecord{
+		{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0.Add(-time.Minute)))},
+		{Attempt: 2, EndTime: ptr.To(metav1.NewTime(t0.Add(300 * time.Millisecond)))},
+		{Attempt: 3},
+	}}}
+	pod := func(attemptN, index int, created time.Time) metav1.Object {
+		return &metav1.ObjectMeta{
+			Labels:            map[string]string{v1alpha1.LabelAttempt: fmt.Sprint(attemptN)},
+			Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(index)},
+			CreationTimestamp: metav1.NewTime(created),
+		}
+	}
+	for name, tc := range map[string]struct {
+		pods []metav1.Object
+		want time.Time
+	}{
+		"none":                              {nil, time.Time{}},
+		"created before the end":            {[]metav1.Object{pod(2, 0, t0.Add(-time.Hour)), pod(2, 1, t0.Add(-time.Hour))}, time.Time{}},
+		"created in the second it ended":    {[]metav1.Object{pod(2, 0, t0)}, time.Time{}},
+		"created a second after":            {[]metav1.Object{pod(2, 0, t0.Add(-time.Hour)), pod(2, 1, t0.Add(time.Second))}, t0.Add(time.Second)},
+		"a replacement, in the same second": {[]metav1.Object{pod(2, 1, t0.Add(-time.Hour)), pod(2, 0, t0.Add(-time.Hour)), pod(2, 1, t0)}, t0},
+		"one pod per index of two attempts": {[]metav1.Object{pod(1, 0, t0.Add(-time.Hour)), pod(2, 0, t0.Add(-time.Hour))}, time.Time{}},
+		"an attempt with no end recorded":   {[]metav1.Object{pod(3, 0, t0.Add(time.Hour))}, time.Time{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := lastLateCreation(run, tc.pods); !got.Equal(tc.want) {
+				t.Errorf("lastLateCreation = %v, want %v", got, tc.want)
 			}
 		})
 	}
