@@ -311,3 +311,91 @@ func TestLastLateCreation(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlapTeardown: the next Job is created during the teardown when the Job controller
+// created the last attempt's pods slowly (its default rate limit: 20 a second), and after it
+// when it created them fast (QPS 200: 256 pods within a second or two).
+func TestOverlapTeardown(t *testing.T) {
+	pods := func(attemptN, n int, over time.Duration) []*corev1.Pod {
+		var out []*corev1.Pod
+		for i := range n {
+			created := t0.Add(over * time.Duration(i) / time.Duration(max(n-1, 1))).Truncate(time.Second)
+			out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+				Labels:            map[string]string{v1alpha1.LabelAttempt: fmt.Sprint(attemptN)},
+				CreationTimestamp: metav1.NewTime(created),
+			}})
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		pods []*corev1.Pod
+		want bool
+	}{
+		"256 in 12 s (default rate limit)":     {pods(1, 256, 12*time.Second), true},
+		"256 in 1 s (QPS 200)":                 {pods(1, 256, time.Second), false},
+		"256 in 2 s":                           {pods(1, 256, 2*time.Second), false},
+		"2048 in 9 s (QPS 200)":                {pods(1, 2048, 9*time.Second), false},
+		"2048 in 100 s (default rate limit)":   {pods(1, 2048, 100*time.Second), true},
+		"16 at once":                           {pods(1, 16, 0), true},
+		"the newest attempt's pods count":      {slices.Concat(pods(1, 256, 0), pods(2, 256, 12*time.Second)), true},
+		"an older attempt's leftovers ignored": {slices.Concat(pods(2, 256, 0), pods(1, 3, time.Hour)), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := overlapTeardown(tc.pods); got != tc.want {
+				t.Errorf("overlapTeardown = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFastCreationsWaitForTheTeardown: when the Job controller created the last attempt's
+// pods fast, the next Job is created only once the old pods are gone, without the gate.
+func TestFastCreationsWaitForTheTeardown(t *testing.T) {
+	ctx := context.Background()
+	const workers = 64
+	run, job, old := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
+		{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0))}, {Attempt: 2},
+	}})
+	job.Spec.Completions = ptr.To[int32](workers)
+	objs := []client.Object{run, job}
+	var pods []*corev1.Pod
+	for i := range workers {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
+				Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
+				OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+				CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour)), // all in one second
+				Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+		pods = append(pods, p)
+		objs = append(objs, p)
+	}
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
+
+	if _, err := r.teardown(ctx, run, &observed{job: job, older: pods}); err != nil {
+		t.Fatal(err)
+	}
+	next := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err == nil {
+		t.Fatalf("attempt %s's Job created while the old pods go, though the Job controller creates them fast", next.Labels[v1alpha1.LabelAttempt])
+	}
+	for _, p := range pods { // the kubelet is done with them
+		if err := cl.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.createAttempt(ctx, run, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err != nil {
+		t.Fatalf("no Job once the old pods are gone: %v", err)
+	}
+	if n, _ := attempt.Number(next); n != 2 || attempt.Held(&next.Spec.Template.Spec) {
+		t.Errorf("the Job is attempt %d, held %v; want attempt 2, not held", n, attempt.Held(&next.Spec.Template.Spec))
+	}
+}

@@ -148,6 +148,9 @@ type sighting struct {
 	// olderCreated is when the Job controller last created a pod of an earlier attempt after
 	// that attempt had ended, or when it may have been about to (see quietAt).
 	olderCreated time.Time
+	// overlap: whether the next Job is created during the teardown (see overlapTeardown),
+	// decided at the teardown's first sight of the earlier attempt's pods; nil before.
+	overlap *bool
 }
 
 // olderPodCreated notes that the Job controller created a pod of an earlier attempt at t,
