@@ -153,23 +153,6 @@ type sighting struct {
 	overlap *bool
 }
 
-// olderPodCreated notes that the Job controller created a pod of an earlier attempt at t,
-// after the attempt ended, or may create one from t on.
-func (sg *sighting) olderPodCreated(t time.Time) {
-	if t.After(sg.olderCreated) {
-		sg.olderCreated = t
-	}
-}
-
-// quietAt is when the next attempt's Job may be created: once the Job controller has created
-// no pod of an earlier attempt for quietAfterCreation (see there).
-func (sg *sighting) quietAt() time.Time {
-	if sg.olderCreated.IsZero() {
-		return time.Time{}
-	}
-	return sg.olderCreated.Add(quietAfterCreation)
-}
-
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
 // cancelled shutdown, a fault that did not stop the program) is remembered.
 const evidenceMemory = time.Hour
