@@ -235,25 +235,7 @@ func TestNextJobWaitsForTheOldJobsCreations(t *testing.T) {
 				{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0.Add(-tc.ended)))}, {Attempt: 2},
 			}})
 			job.Spec.Completions = ptr.To[int32](2)
-			var pods []*corev1.Pod
-			objs := []client.Object{run, job}
-			for i := range tc.workers {
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{
-						Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
-						Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
-						OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
-						CreationTimestamp: metav1.NewTime(t0.Add(-tc.age)),
-						Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
-					},
-					Status: corev1.PodStatus{Phase: corev1.PodRunning},
-				}
-				pods = append(pods, p)
-				objs = append(objs, p)
-			}
-			cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
-			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
+			r, cl, pods := oldAttempt(run, job, old, tc.workers, t0.Add(-tc.age))
 
 			res, err := r.teardown(ctx, run, &observed{job: job, older: pods})
 			if err != nil {
@@ -357,25 +339,7 @@ func TestFastCreationsWaitForTheTeardown(t *testing.T) {
 		{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0))}, {Attempt: 2},
 	}})
 	job.Spec.Completions = ptr.To[int32](workers)
-	objs := []client.Object{run, job}
-	var pods []*corev1.Pod
-	for i := range workers {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
-				Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
-				OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
-				CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour)), // all in one second
-				Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
-			},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning},
-		}
-		pods = append(pods, p)
-		objs = append(objs, p)
-	}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
-	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
+	r, cl, pods := oldAttempt(run, job, old, workers, t0.Add(-time.Hour)) // all in one second
 
 	if _, err := r.teardown(ctx, run, &observed{job: job, older: pods}); err != nil {
 		t.Fatal(err)
@@ -398,4 +362,29 @@ func TestFastCreationsWaitForTheTeardown(t *testing.T) {
 	if n, _ := attempt.Number(next); n != 2 || attempt.Held(&next.Spec.Template.Spec) {
 		t.Errorf("the Job is attempt %d, held %v; want attempt 2, not held", n, attempt.Held(&next.Spec.Template.Spec))
 	}
+}
+
+// oldAttempt is a reconciler on a fake API server holding run, its Job of attempt 1 and that
+// many running workers of it, all created at created, that the kubelet keeps once deleted.
+func oldAttempt(run *v1alpha1.TrainingRun, job *batchv1.Job, labels map[string]string, workers int, created time.Time) (*Reconciler, client.Client, []*corev1.Pod) {
+	objs := []client.Object{run, job}
+	var pods []*corev1.Pod
+	for i := range workers {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: labels,
+				Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
+				OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+				CreationTimestamp: metav1.NewTime(created),
+				Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+		pods = append(pods, p)
+		objs = append(objs, p)
+	}
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
+	return r, cl, pods
 }
