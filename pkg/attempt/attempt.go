@@ -134,6 +134,10 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	return job
 }
 
+// StopConditions are the pod conditions that, when True, say that the infrastructure stops
+// the pod: the node agent's InfrastructureFault and the control plane's DisruptionTarget.
+var StopConditions = []corev1.PodConditionType{v1alpha1.PodConditionInfrastructureFault, corev1.DisruptionTarget}
+
 // PodFailurePolicy is the Job's policy for the run's restart scope.
 //
 // Gang: a failure of any kind fails its index (FailIndex, with no retries per index), so
@@ -149,9 +153,9 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 // counting it); application exits fail the index when no per-index retries are allowed, and
 // otherwise count against backoffLimitPerIndex.
 func PodFailurePolicy(run *v1alpha1.TrainingRun) *batchv1.PodFailurePolicy {
-	infra := []batchv1.PodFailurePolicyOnPodConditionsPattern{
-		{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue},
-		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
+	var infra []batchv1.PodFailurePolicyOnPodConditionsPattern
+	for _, t := range StopConditions {
+		infra = append(infra, batchv1.PodFailurePolicyOnPodConditionsPattern{Type: t, Status: corev1.ConditionTrue})
 	}
 	anyExit := &batchv1.PodFailurePolicyOnExitCodesRequirement{
 		Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},

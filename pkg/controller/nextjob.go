@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -66,34 +67,31 @@ const fastCreation = 50
 // release them, and the creations compete with the teardown for the API server. Measured at
 // 256 workers on the local control plane: at the default rate limit, 14.2-14.5 s held
 // against 16 s created after (2026-11-23-s9-256-qps-default-quiet*.md); at QPS 200, 7.3-7.4 s
-// created after against 9.6-12.4 s held. The newest earlier attempt's pods tell how fast the
-// Job controller created them (their creation times are whole seconds, hence the second
-// added to their span).
+// created after against 9.6-12.4 s held. The first pod of each index of the newest earlier
+// attempt tells how fast the Job controller created the gang (a replacement, made later,
+// does not); creation times are whole seconds, hence the second added to their span.
 func overlapTeardown(older []*corev1.Pod) bool {
-	var (
-		newest      int32
-		first, last time.Time
-		n           int
-	)
+	var newest int32
+	firsts := map[int]time.Time{}
 	for _, p := range older {
 		a, ok := attempt.Number(p)
-		if !ok || a < newest {
+		i, indexed := attempt.Index(p)
+		if !ok || !indexed || a < newest {
 			continue
 		}
-		t := p.CreationTimestamp.Time
 		if a > newest {
-			newest, first, last, n = a, t, t, 0
+			newest, firsts = a, map[int]time.Time{}
 		}
-		n++
-		if t.Before(first) {
-			first = t
-		}
-		if t.After(last) {
-			last = t
+		if t, seen := firsts[i]; !seen || p.CreationTimestamp.Time.Before(t) {
+			firsts[i] = p.CreationTimestamp.Time
 		}
 	}
-	span := last.Sub(first) + time.Second
-	return float64(n)/span.Seconds() < fastCreation
+	if len(firsts) == 0 {
+		return true
+	}
+	times := slices.Collect(maps.Values(firsts))
+	span := slices.MaxFunc(times, time.Time.Compare).Sub(slices.MinFunc(times, time.Time.Compare)) + time.Second
+	return float64(len(times))/span.Seconds() < fastCreation
 }
 
 // lastLateCreation is when the last of pods, of earlier attempts, was created by a Job that
@@ -101,7 +99,7 @@ func overlapTeardown(older []*corev1.Pod) bool {
 // than its attempt ended (creation times are whole seconds; the end is in the run's status,
 // so a controller that restarts still sees it), or a second pod of its index in its attempt,
 // which a Gang attempt's Job creates only to replace a worker it did not count.
-func lastLateCreation(run *v1alpha1.TrainingRun, pods []metav1.Object) time.Time {
+func lastLateCreation[P metav1.Object](run *v1alpha1.TrainingRun, pods []P) time.Time {
 	type slot struct {
 		attempt int32
 		index   int
@@ -113,12 +111,12 @@ func lastLateCreation(run *v1alpha1.TrainingRun, pods []metav1.Object) time.Time
 		}
 	}
 	var last time.Time
-	late := func(p metav1.Object) {
+	late := func(p P) {
 		if t := p.GetCreationTimestamp().Time; t.After(last) {
 			last = t
 		}
 	}
-	seen := map[slot]metav1.Object{}
+	seen := map[slot]P{}
 	for _, p := range pods {
 		n, ok := attempt.Number(p)
 		if !ok {

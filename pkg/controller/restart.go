@@ -72,14 +72,13 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// still show (dropping it again would double the requests); strip: the others.
 	stripped, strip := []*corev1.Pod(nil), obs.older
 	sg := r.seen.of(run)
-	if sg.overlap == nil && len(obs.older) > 0 {
-		sg.overlap = ptr.To(overlapTeardown(obs.older))
+	if obs.job == nil || obs.jobAttempt() < run.Status.Attempt {
+		// The next Job is still to be created: when, depends on the old pods (see nextjob.go).
+		if sg.overlap == nil && len(obs.older) > 0 {
+			sg.overlap = ptr.To(overlapTeardown(obs.older))
+		}
+		sg.olderPodCreated(lastLateCreation(run, obs.older))
 	}
-	older := make([]metav1.Object, len(obs.older))
-	for i, p := range obs.older {
-		older[i] = p
-	}
-	sg.olderPodCreated(lastLateCreation(run, older))
 	if old := obs.job; old != nil && obs.jobAttempt() < run.Status.Attempt {
 		var err error
 		if stripped, strip, err = r.retireJob(ctx, old, obs.older); err != nil {
@@ -143,10 +142,10 @@ func splitRunning(pods []*corev1.Pod) (running, others []*corev1.Pod) {
 	return running, others
 }
 
-// podStopping reports whether something announced that it stops the pod.
+// podStopping reports whether the infrastructure announced that it stops the pod.
 func podStopping(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Status == corev1.ConditionTrue && (c.Type == v1alpha1.PodConditionInfrastructureFault || c.Type == corev1.DisruptionTarget)
+		return c.Status == corev1.ConditionTrue && slices.Contains(attempt.StopConditions, c.Type)
 	})
 }
 
@@ -273,7 +272,8 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		// Nothing to do before the backoff's end, or the old pods' deletions, wake us.
 		return ctrl.Result{RequeueAfter: next.Sub(now.Time)}, nil
 	}
-	if overlap := r.seen.of(run).overlap; tearingDown && overlap != nil && !*overlap {
+	sg := r.seen.of(run)
+	if tearingDown && sg.overlap != nil && !*sg.overlap {
 		return ctrl.Result{}, nil // the old pods' deletions wake us
 	}
 	older, current, err := r.leftovers(ctx, run)
@@ -284,7 +284,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	now := r.now()
-	if wait := r.seen.of(run).quietAt().Sub(now.Time); wait > 0 {
+	if wait := sg.quietAt().Sub(now.Time); wait > 0 {
 		// The Job controller may still be creating pods of an earlier attempt's Job.
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
@@ -361,7 +361,7 @@ func (r *Reconciler) leftovers(ctx context.Context, run *v1alpha1.TrainingRun) (
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.Namespace), client.MatchingLabels{v1alpha1.LabelRun: run.Name}); err != nil {
 		return 0, false, fmt.Errorf("list pods of %s: %w", run.Name, err)
 	}
-	var earlier []metav1.Object
+	var earlier []*metav1.PartialObjectMetadata
 	for i := range pods.Items {
 		switch n, ok := attempt.Number(&pods.Items[i]); {
 		case !ok || n > run.Status.Attempt:

@@ -298,14 +298,17 @@ func TestLastLateCreation(t *testing.T) {
 // created the last attempt's pods slowly (its default rate limit: 20 a second), and after it
 // when it created them fast (QPS 200: 256 pods within a second or two).
 func TestOverlapTeardown(t *testing.T) {
+	pod := func(attemptN, index int, created time.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Labels:            map[string]string{v1alpha1.LabelAttempt: fmt.Sprint(attemptN)},
+			Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(index)},
+			CreationTimestamp: metav1.NewTime(created.Truncate(time.Second)),
+		}}
+	}
 	pods := func(attemptN, n int, over time.Duration) []*corev1.Pod {
 		var out []*corev1.Pod
 		for i := range n {
-			created := t0.Add(over * time.Duration(i) / time.Duration(max(n-1, 1))).Truncate(time.Second)
-			out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-				Labels:            map[string]string{v1alpha1.LabelAttempt: fmt.Sprint(attemptN)},
-				CreationTimestamp: metav1.NewTime(created),
-			}})
+			out = append(out, pod(attemptN, i, t0.Add(over*time.Duration(i)/time.Duration(max(n-1, 1)))))
 		}
 		return out
 	}
@@ -321,6 +324,8 @@ func TestOverlapTeardown(t *testing.T) {
 		"16 at once":                           {pods(1, 16, 0), true},
 		"the newest attempt's pods count":      {slices.Concat(pods(1, 256, 0), pods(2, 256, 12*time.Second)), true},
 		"an older attempt's leftovers ignored": {slices.Concat(pods(2, 256, 0), pods(1, 3, time.Hour)), false},
+		"a replacement an hour later ignored":  {append(pods(1, 256, 0), pod(1, 7, t0.Add(time.Hour))), false},
+		"no pod with an index":                 {[]*corev1.Pod{{}}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := overlapTeardown(tc.pods); got != tc.want {
@@ -331,36 +336,57 @@ func TestOverlapTeardown(t *testing.T) {
 }
 
 // TestFastCreationsWaitForTheTeardown: when the Job controller created the last attempt's
-// pods fast, the next Job is created only once the old pods are gone, without the gate.
+// pods fast, the next Job is created only once the old pods are gone, without the gate. A pod
+// the old Job created late may be gone by then, before the API server is asked: the
+// teardown's sight of it still holds the next Job back until the Job controller is quiet.
 func TestFastCreationsWaitForTheTeardown(t *testing.T) {
 	ctx := context.Background()
 	const workers = 64
-	run, job, old := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
-		{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0))}, {Attempt: 2},
-	}})
-	job.Spec.Completions = ptr.To[int32](workers)
-	r, cl, pods := oldAttempt(run, job, old, workers, t0.Add(-time.Hour)) // all in one second
+	for name, late := range map[string]bool{"every pod on time": false, "a late replacement seen only by the teardown": true} {
+		t.Run(name, func(t *testing.T) {
+			run, job, old := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
+				{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0))}, {Attempt: 2},
+			}})
+			job.Spec.Completions = ptr.To[int32](workers)
+			r, cl, pods := oldAttempt(run, job, old, workers, t0.Add(-time.Hour)) // all in one second
+			seen := pods
+			if late { // in the cache, never at the API server by the time it is asked
+				replacement := pods[0].DeepCopy()
+				replacement.Name, replacement.UID = "llm-0-late", "uid-llm-0-late"
+				replacement.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+				seen = append(slices.Clone(pods), replacement)
+			}
 
-	if _, err := r.teardown(ctx, run, &observed{job: job, older: pods}); err != nil {
-		t.Fatal(err)
-	}
-	next := &batchv1.Job{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err == nil {
-		t.Fatalf("attempt %s's Job created while the old pods go, though the Job controller creates them fast", next.Labels[v1alpha1.LabelAttempt])
-	}
-	for _, p := range pods { // the kubelet is done with them
-		if err := cl.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := r.createAttempt(ctx, run, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err != nil {
-		t.Fatalf("no Job once the old pods are gone: %v", err)
-	}
-	if n, _ := attempt.Number(next); n != 2 || attempt.Held(&next.Spec.Template.Spec) {
-		t.Errorf("the Job is attempt %d, held %v; want attempt 2, not held", n, attempt.Held(&next.Spec.Template.Spec))
+			if _, err := r.teardown(ctx, run, &observed{job: job, older: seen}); err != nil {
+				t.Fatal(err)
+			}
+			next := &batchv1.Job{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err == nil {
+				t.Fatalf("attempt %s's Job created while the old pods go, though the Job controller creates them fast", next.Labels[v1alpha1.LabelAttempt])
+			}
+			for _, p := range pods { // the kubelet is done with them
+				if err := cl.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := r.createAttempt(ctx, run, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = cl.Get(ctx, client.ObjectKeyFromObject(job), next)
+			if late {
+				if want := time.Second + quietAfterCreation; err == nil || res.RequeueAfter != want {
+					t.Fatalf("next Job created: %v, requeued after %s; want none yet, and a look again after %s", err == nil, res.RequeueAfter, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("no Job once the old pods are gone: %v", err)
+			}
+			if n, _ := attempt.Number(next); n != 2 || attempt.Held(&next.Spec.Template.Spec) {
+				t.Errorf("the Job is attempt %d, held %v; want attempt 2, not held", n, attempt.Held(&next.Spec.Template.Spec))
+			}
+		})
 	}
 }
 
