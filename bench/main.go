@@ -51,6 +51,7 @@ func main() {
 	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
 	out := flag.String("out", "", "results file (default bench/results/<date>.md)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
+	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
@@ -61,7 +62,7 @@ func main() {
 	if err != nil {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
-	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit,
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
 	for _, s := range cfg.systems {
@@ -146,6 +147,9 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 	fmt.Fprintf(&b, "Systems: %s.", strings.Join(described, "; "))
 	if restarts {
 		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
+	}
+	if cfg.gpuQuota {
+		fmt.Fprintf(&b, " The namespace has a ResourceQuota of %d GPUs (`%s`): the largest gang fits, two do not.", slices.Max(cfg.sizes), gpuQuotaKey)
 	}
 	b.WriteString("\n\n")
 	stem := cfg.stem

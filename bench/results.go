@@ -41,6 +41,8 @@ type sample struct {
 	// the second).
 	firstPodCreated, podsCreated, podsBound time.Duration
 	podTimes                                bool // whether they were measured
+	// writes: the API server's writes over d (nil: not counted).
+	writes writeCounts
 }
 
 // session is one control plane at one controller-manager rate limit.
@@ -225,6 +227,7 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 			}
 		}
 		b.WriteString("\n")
+		r.writesTable(b, sc)
 		r.phaseTable(b, sc)
 		if p := plots[sc]; p != "" {
 			fmt.Fprintf(b, "![time-to-restart, %s](%s)\n\n", sc, p)

@@ -9,10 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,6 +48,8 @@ type config struct {
 	// auditPolicy, when set, turns on the API server's audit log, kept with the session's
 	// component logs.
 	auditPolicy string
+	// gpuQuota: the bench namespace gets a ResourceQuota of as many GPUs as the largest gang.
+	gpuQuota bool
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
@@ -154,6 +158,11 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 	}
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
+	}
+	if cfg.gpuQuota {
+		if err := createGPUQuota(ctx, c, slices.Max(cfg.sizes)); err != nil {
+			return nil, err
+		}
 	}
 	if b.runs, err = client.NewWithWatch(c.Config, client.Options{Scheme: controller.Scheme()}); err != nil {
 		return nil, err
@@ -297,4 +306,36 @@ func startTraceSink() (stop func(), err error) {
 		}
 	}
 	return func() { _ = srv.Close() }, nil
+}
+
+// The GPU quota, and its name for the GPUs that pods request.
+const (
+	gpuQuotaName = "gpus"
+	gpuQuotaKey  = corev1.ResourceName(corev1.DefaultResourceRequestsPrefix + v1alpha1.ResourceGPU)
+)
+
+// createGPUQuota gives the bench namespace a quota of gpus GPUs, and waits until the quota
+// controller has counted what the namespace uses: until then, the API server admits no pod.
+func createGPUQuota(ctx context.Context, c *cluster.Cluster, gpus int) error {
+	q := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: gpuQuotaName, Namespace: namespace},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{gpuQuotaKey: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}},
+	}
+	if _, err := c.Client.CoreV1().ResourceQuotas(namespace).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the GPU quota: %w", err)
+	}
+	return waitQuota(ctx, c, func(int64) bool { return true })
+}
+
+// waitQuota waits until the quota controller has counted the namespace's GPUs in use, and
+// done(the count) holds.
+func waitQuota(ctx context.Context, c *cluster.Cluster, done func(used int64) bool) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.CoreV1().ResourceQuotas(namespace).Get(ctx, gpuQuotaName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		used, counted := got.Status.Used[gpuQuotaKey]
+		return counted && done(used.Value()), nil
+	})
 }

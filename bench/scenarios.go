@@ -107,7 +107,12 @@ func (b *bench) finish(ctx context.Context, s system, name string) error {
 		}
 		return len(pods) == 0, nil
 	})
-	return errors.Join(err, g.Wait())
+	if err := errors.Join(err, g.Wait()); err != nil || !b.cfg.gpuQuota {
+		return err
+	}
+	// The next measurement starts with the whole quota free, not with what the quota
+	// controller has yet to give back.
+	return waitQuota(ctx, b.c, func(used int64) bool { return used == 0 })
 }
 
 // release deletes a pod at once and drops its finalizers.
@@ -146,6 +151,10 @@ func (b *bench) floor(ctx context.Context, n, round int) error {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{labelGang: name}}, Spec: gpuWorker()},
 		},
 	}
+	before, err := b.apiWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if _, err := b.c.Client.BatchV1().Jobs(namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		return err
@@ -154,7 +163,12 @@ func (b *bench) floor(ctx context.Context, n, round int) error {
 	if _, err := b.c.WaitPods(ctx, namespace, s.selector(name), generation(s, n, 0, nil)); err != nil {
 		return err
 	}
-	b.results.add(sample{system: scenarioFloor, workers: n, scenario: scenarioFloor, d: time.Since(start)})
+	d := time.Since(start)
+	after, err := b.apiWrites(ctx)
+	if err != nil {
+		return err
+	}
+	b.results.add(sample{system: scenarioFloor, workers: n, scenario: scenarioFloor, d: d, writes: after.since(before)})
 	return b.finish(ctx, s, name)
 }
 
@@ -240,6 +254,10 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 			}
 		}
 	}
+	before, err := b.apiWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	var victims []*corev1.Pod
 	switch scenario {
@@ -259,7 +277,12 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 	if err != nil {
 		return err
 	}
-	smp := sample{system: s.name(), workers: n, scenario: scenario, d: time.Since(start), gaveUp: !restarted}
+	d := time.Since(start)
+	after, err := b.apiWrites(ctx)
+	if err != nil {
+		return err
+	}
+	smp := sample{system: s.name(), workers: n, scenario: scenario, d: d, gaveUp: !restarted, writes: after.since(before)}
 	if restarted && s.name() == sysFaultline {
 		// The run's own account of the restart, once it has recorded the Running attempt.
 		run, err := waitOwner(ctx, s, name, func(o runtime.Object) bool {
