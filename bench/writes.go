@@ -20,11 +20,14 @@ const (
 	writePodStatus = "pod status"
 	writeBinding   = "bindings"
 	writeEvent     = "events"
+	writeJob       = "Jobs"
+	writeRun       = "runs"
 	writeOther     = "other"
 )
 
 // writeKinds are the columns of the writes table, in order.
-var writeKinds = []string{writePodCreate, writePodDelete, writePodPatch, writePodStatus, writeBinding, writeEvent, writeOther}
+// runs: the systems' own objects (TrainingRuns, JobSets), status included.
+var writeKinds = []string{writePodCreate, writePodDelete, writePodPatch, writePodStatus, writeBinding, writeEvent, writeJob, writeRun, writeOther}
 
 // writeCounts counts successful writes by kind (writeKinds).
 type writeCounts map[string]float64
@@ -81,6 +84,10 @@ func writeKind(resource, subresource, verb string) string {
 		return writeEvent
 	case resource == "bindings" || resource == "pods" && subresource == "binding":
 		return writeBinding
+	case resource == "jobs":
+		return writeJob
+	case resource == "trainingruns" || resource == "jobsets":
+		return writeRun
 	case resource != "pods":
 		return writeOther
 	case subresource == "status":
@@ -118,7 +125,7 @@ func (r *session) writesTable(b *strings.Builder, scenario string) {
 	if !measured {
 		return
 	}
-	b.WriteString("The API server's successful writes (`apiserver_request_total`, 2xx), whoever sent them: from the fault until every worker ran again, " +
+	b.WriteString("The API server's successful writes (`apiserver_request_total`, 2xx; a delete of a pod already being deleted counts, though it changes little), whoever sent them: from the fault until every worker ran again, " +
 		"and for the floor from the Job's creation until every pod ran. The median of the rounds, column by column; *per second* is the total over the median time:\n\n" +
 		"| workers | system |")
 	for _, k := range writeKinds {

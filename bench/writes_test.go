@@ -21,10 +21,11 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 20
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 30
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="batch",resource="jobs",scope="resource",subresource="status",verb="PUT",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="faultline.dev",resource="trainingruns",scope="resource",subresource="status",verb="PUT",version="v1alpha1"} 6
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 4
 `
 	got := parseWrites(metrics)
-	want := writeCounts{writePodCreate: 300, writeBinding: 256, writePodDelete: 250, writePodPatch: 105, writePodStatus: 512, writeEvent: 50, writeOther: 7}
+	want := writeCounts{writePodCreate: 300, writeBinding: 256, writePodDelete: 250, writePodPatch: 105, writePodStatus: 512, writeEvent: 50, writeJob: 3, writeRun: 6, writeOther: 4}
 	for _, k := range writeKinds {
 		if got[k] != want[k] {
 			t.Errorf("%s: got %.0f, want %.0f (all: %v)", k, got[k], want[k], got)
@@ -48,8 +49,8 @@ func TestWritesTableComparesEachSystemWithTheFloor(t *testing.T) {
 	r.writesTable(&b, scenarioShutdown)
 	got := b.String()
 	for _, want := range []string{
-		"| 256 | floor | 256 | 0 | 0 | 256 | 256 | 0 | 32 | 800 | 1.00× | 400 |",
-		"| 256 | faultline | 256 | 256 | 0 | 256 | 256 | 0 | 32 | 1056 | 1.32× | 264 |",
+		"| 256 | floor | 256 | 0 | 0 | 256 | 256 | 0 | 0 | 0 | 32 | 800 | 1.00× | 400 |",
+		"| 256 | faultline | 256 | 256 | 0 | 256 | 256 | 0 | 0 | 0 | 32 | 1056 | 1.32× | 264 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing row %q in:\n%s", want, got)

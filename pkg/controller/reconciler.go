@@ -135,11 +135,20 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if judge {
 		return r.judge(ctx, run, obs)
 	}
-	return ctrl.Result{}, r.updateProgress(ctx, run, obs)
+	return r.updateProgress(ctx, run, obs)
 }
 
-// updateProgress records readiness and the attempt's start; it writes only on change.
-func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) error {
+// progressInterval is how often at most a run's status records a change in the count of its
+// ready workers alone. A gang of 256 becomes ready one worker after another over 12 s at the
+// controller-manager's default rate limit: a write each cost the API server 240 writes of a
+// restart's 2,400 (2026-11-23-s10-256-writes.md), beside the pod writes that the restart
+// waits for. Every other change (the phase, the attempt's start or running time, the trace)
+// is written at once, and so is the count with it.
+const progressInterval = time.Second
+
+// updateProgress records readiness and the attempt's start; it writes only on change, and a
+// change in the count of ready workers alone at most once per progressInterval.
+func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	before := run.Status.DeepCopy()
 	now := r.now()
 	st := &run.Status
@@ -178,12 +187,35 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	if equality.Semantic.DeepEqual(before, st) {
 		// Not worth a write of its own, which would hold back the next step: the next
 		// write records it, with the time it was first seen.
-		return nil
+		return ctrl.Result{}, nil
+	}
+	sg := r.seen.of(run)
+	if onlyReadyCount(before, st) {
+		if wait := sg.progressWritten.Add(progressInterval).Sub(now.Time); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 	}
 	if !scheduledAt.IsZero() {
 		st.Trace.ScheduledAt = micro(scheduledAt)
 	}
-	return r.writeStatus(ctx, run)
+	if err := r.writeStatus(ctx, run); err != nil {
+		return ctrl.Result{}, err
+	}
+	sg.progressWritten = now.Time
+	return ctrl.Result{}, nil
+}
+
+// onlyReadyCount reports whether after differs from before in the count of ready workers
+// alone: ReadyWorkers and the message of the Ready condition that states it.
+func onlyReadyCount(before, after *v1alpha1.TrainingRunStatus) bool {
+	a, b := before.DeepCopy(), after.DeepCopy()
+	for _, st := range []*v1alpha1.TrainingRunStatus{a, b} {
+		st.ReadyWorkers = 0
+		if c := meta.FindStatusCondition(st.Conditions, ConditionReady); c != nil {
+			c.Message = ""
+		}
+	}
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // attemptCreated records that the current attempt's Job exists: its start, and the end of a
@@ -237,7 +269,7 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		SettleDeadline: now.Add(time.Hour),
 	})
 	if v.RootPod == "" {
-		return ctrl.Result{}, r.updateProgress(ctx, run, obs)
+		return r.updateProgress(ctx, run, obs)
 	}
 	if !v.Conclusive && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
 		failedAt := v.FailedAt

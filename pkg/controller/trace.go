@@ -151,6 +151,8 @@ type sighting struct {
 	// overlap: whether the next Job is created during the teardown (see overlapTeardown),
 	// decided at the teardown's first sight of the earlier attempt's pods; nil before.
 	overlap *bool
+	// progressWritten: when updateProgress last wrote the attempt's status.
+	progressWritten time.Time
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
