@@ -183,6 +183,22 @@ func TestE2EMaintenanceRestarts(t *testing.T) {
 // (kwok deletes a pod at once): the pod stays until the test removes it.
 const slowKubelet = "test.faultline.dev/slow-kubelet"
 
+// stopSlowly makes the kubelet of pod slow to stop it, once deleted, until stopped is called.
+func stopSlowly(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) (stopped func()) {
+	t.Helper()
+	finalizer := func(patch string) {
+		t.Helper()
+		if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("patch finalizers of %s: %v", pod.Name, err)
+		}
+	}
+	finalizer(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, slowKubelet))
+	return func() {
+		t.Helper()
+		finalizer(fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, slowKubelet))
+	}
+}
+
 // TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone: the next attempt's Job is created while an
 // old worker is still stopping, so the Job controller makes the new pods during the
 // teardown, not after it; they stay held by the scheduling gate, never bound, until the
@@ -193,13 +209,7 @@ func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
 	ctx, c, ns, _ := scenario(t)
 	run, pods := runningRun(ctx, t, c, ns, newRun("held", 4))
 	slow := pods[2]
-	finalizer := func(patch string) {
-		t.Helper()
-		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, slow.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("patch finalizers of %s: %v", slow.Name, err)
-		}
-	}
-	finalizer(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, slowKubelet))
+	stopped := stopSlowly(ctx, t, c, slow)
 
 	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
 	infraFault(ctx, t, c, pods[1], v1alpha1.CauseNodeShutdown)
@@ -222,13 +232,48 @@ func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
 		t.Fatalf("old worker %s is not being deleted", slow.Name)
 	}
 
-	finalizer(fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, slowKubelet))
+	stopped()
 	waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
 	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
 	if n := overlaps.heldPods(); n != 4 {
 		t.Errorf("the monitor saw %d held pods, want the 4 of attempt 2", n)
 	}
+	overlaps.check(t)
+}
+
+// TestE2EQuotaForOneGangCreatesTheNextJobAfterTheTeardown: the namespace's quota has room
+// for one gang's GPUs. Held pods count against it beside the old ones still stopping, and the
+// API server would refuse them (the Job controller then retries on its own backoff): so the
+// next attempt's Job is created only once the old workers are gone.
+func TestE2EQuotaForOneGangCreatesTheNextJobAfterTheTeardown(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	const workers = 4
+	gpuQuota(ctx, t, c, ns, workers)
+	run, pods := runningRun(ctx, t, c, ns, newRun("quota", workers))
+	slow := pods[2]
+	stopped := stopSlowly(ctx, t, c, slow)
+
+	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
+	infraFault(ctx, t, c, pods[1], v1alpha1.CauseNodeShutdown)
+	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.Name == slow.Name && p.DeletionTimestamp != nil }), nil
+	}); err != nil {
+		t.Fatalf("old worker %s being deleted: %v", slow.Name, err)
+	}
+	// Without the quota, the next Job is created at once now (TestE2ENextAttemptIsHeld...).
+	requireRunStays(ctx, t, c, ns, run.Name, 3*time.Second, "attempt 2's Job created while old worker "+slow.Name+" stops", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Attempt == 2 && r.Status.Phase != v1alpha1.PhaseRestarting
+	})
+	if n := len(podsOfAttempt(ctx, t, c, ns, run.Name, 2)); n != 0 {
+		t.Fatalf("%d pods of attempt 2 while old worker %s stops", n, slow.Name)
+	}
+
+	stopped()
+	waitWorkers(ctx, t, c, ns, run.Name, 2, workers)
+	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
+	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
 	overlaps.check(t)
 }
 
