@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -76,7 +75,7 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	if obs.job == nil || obs.jobAttempt() < run.Status.Attempt {
 		// The next Job is still to be created: when, depends on the old pods (see nextjob.go).
 		if sg.overlap == nil && len(obs.older) > 0 {
-			sg.overlap = ptr.To(overlapTeardown(obs.older) && r.quotaRoom(ctx, run))
+			sg.overlap = ptr.To(overlapTeardown(obs.older))
 		}
 		sg.olderPodCreated(lastLateCreation(run, obs.older))
 	}
@@ -107,19 +106,6 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// attempt's, which has its name. Nothing counts them any more. A Job that could not be
 	// created holds back none of this.
 	return res, errors.Join(createErr, r.removePods(ctx, stripped, false), r.removePods(ctx, strip, true))
-}
-
-// quotaRoom reports whether the namespace's quotas, as the API server shows them now, admit
-// the run's next attempt beside the pods they count (see quotaRoom in nextjob.go). A quota
-// it cannot read counts as no room: the Job is then created once the old pods are gone,
-// which every quota admits.
-func (r *Reconciler) quotaRoom(ctx context.Context, run *v1alpha1.TrainingRun) bool {
-	quotas := &corev1.ResourceQuotaList{}
-	if err := r.APIReader.List(ctx, quotas, client.InNamespace(run.Namespace)); err != nil {
-		log.FromContext(ctx).Error(err, "list resource quotas; the next attempt's Job is created once the old pods are gone")
-		return false
-	}
-	return quotaRoom(quotas.Items, &corev1.Pod{ObjectMeta: run.Spec.Template.ObjectMeta, Spec: run.Spec.Template.Spec}, int(run.Spec.Workers))
 }
 
 // retireJob deletes an attempt's Job, once the tracking finalizers of its running pods are

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,8 +10,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -416,105 +413,6 @@ func oldAttempt(run *v1alpha1.TrainingRun, job *batchv1.Job, labels map[string]s
 		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
 	return r, cl, pods
-}
-
-func TestQuotaRoom(t *testing.T) {
-	gpu := corev1.ResourceName(v1alpha1.ResourceGPU)
-	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Resources: corev1.ResourceRequirements{
-		Limits:   corev1.ResourceList{gpu: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("8Gi")},
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
-	}}}}}
-	quota := func(hard, used corev1.ResourceList) corev1.ResourceQuota {
-		return corev1.ResourceQuota{Spec: corev1.ResourceQuotaSpec{Hard: hard}, Status: corev1.ResourceQuotaStatus{Hard: hard, Used: used}}
-	}
-	list := func(kv ...any) corev1.ResourceList {
-		out := corev1.ResourceList{}
-		for i := 0; i < len(kv); i += 2 {
-			out[corev1.ResourceName(kv[i].(string))] = resource.MustParse(kv[i+1].(string))
-		}
-		return out
-	}
-	for name, tc := range map[string]struct {
-		quotas []corev1.ResourceQuota
-		want   bool
-	}{
-		"no quota":                                        {nil, true},
-		"GPUs for two gangs":                              {[]corev1.ResourceQuota{quota(list("requests.nvidia.com/gpu", "512"), list("requests.nvidia.com/gpu", "256"))}, true},
-		"GPUs for one gang":                               {[]corev1.ResourceQuota{quota(list("requests.nvidia.com/gpu", "256"), list("requests.nvidia.com/gpu", "256"))}, false},
-		"GPUs for one gang and a bit":                     {[]corev1.ResourceQuota{quota(list("requests.nvidia.com/gpu", "300"), list("requests.nvidia.com/gpu", "256"))}, false},
-		"pods for one gang":                               {[]corev1.ResourceQuota{quota(list("pods", "300"), list("pods", "256"))}, false},
-		"count/pods for two":                              {[]corev1.ResourceQuota{quota(list("count/pods", "600"), list("count/pods", "256"))}, true},
-		"cpu, by its bare name":                           {[]corev1.ResourceQuota{quota(list("cpu", "1000"), list("cpu", "512"))}, false},
-		"cpu requests with room":                          {[]corev1.ResourceQuota{quota(list("requests.cpu", "1024"), list("requests.cpu", "512"))}, true},
-		"memory limits, one gang":                         {[]corev1.ResourceQuota{quota(list("limits.memory", "3Ti"), list("limits.memory", "2Ti"))}, false},
-		"memory requests default to limits":               {[]corev1.ResourceQuota{quota(list("requests.memory", "3Ti"), list("requests.memory", "2Ti"))}, false},
-		"cpu the pod does not ask for (a LimitRange may)": {[]corev1.ResourceQuota{quota(list("limits.cpu", "10000"), list("limits.cpu", "1"))}, false},
-		"a resource the pod does not ask for":             {[]corev1.ResourceQuota{quota(list("requests.example.com/fpga", "1"), list("requests.example.com/fpga", "1"))}, true},
-		"not a pod's resource":                            {[]corev1.ResourceQuota{quota(list("services", "1", "requests.storage", "1Gi"), list("services", "1", "requests.storage", "1Gi"))}, true},
-		"not counted yet":                                 {[]corev1.ResourceQuota{quota(list("requests.nvidia.com/gpu", "1024"), nil)}, false},
-		"the tightest of two quotas":                      {[]corev1.ResourceQuota{quota(list("pods", "1000"), list("pods", "256")), quota(list("requests.nvidia.com/gpu", "256"), list("requests.nvidia.com/gpu", "256"))}, false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := quotaRoom(tc.quotas, pod, 256); got != tc.want {
-				t.Errorf("quotaRoom = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestQuotaWithoutRoomWaitsForTheTeardown: where the Job controller creates pods slowly, the
-// next Job is created held during the teardown, unless the namespace's quotas have no room for
-// its pods beside the old ones (the API server would refuse them, and the Job controller back
-// off), or cannot be read: then it is created once the old pods are gone.
-func TestQuotaWithoutRoomWaitsForTheTeardown(t *testing.T) {
-	ctx := context.Background()
-	const workers = 16 // created at once: slowly enough for an overlap (see overlapTeardown)
-	pods := func(n string) corev1.ResourceList {
-		return corev1.ResourceList{corev1.ResourcePods: resource.MustParse(n)}
-	}
-	for name, tc := range map[string]struct {
-		quota    *corev1.ResourceQuota
-		unread   bool
-		overlaps bool
-	}{
-		"no quota":           {overlaps: true},
-		"room for two gangs": {quota: &corev1.ResourceQuota{Spec: corev1.ResourceQuotaSpec{Hard: pods("32")}, Status: corev1.ResourceQuotaStatus{Used: pods("16")}}, overlaps: true},
-		"room for one gang":  {quota: &corev1.ResourceQuota{Spec: corev1.ResourceQuotaSpec{Hard: pods("20")}, Status: corev1.ResourceQuotaStatus{Used: pods("16")}}},
-		"quotas unreadable":  {unread: true},
-	} {
-		t.Run(name, func(t *testing.T) {
-			run, job, old := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
-				{Attempt: 1, EndTime: ptr.To(metav1.NewTime(t0))}, {Attempt: 2},
-			}})
-			job.Spec.Completions = ptr.To[int32](workers)
-			r, cl, pods := oldAttempt(run, job, old, workers, t0.Add(-time.Hour))
-			if tc.quota != nil {
-				tc.quota.Name, tc.quota.Namespace = "team", "ml"
-				if err := cl.Create(ctx, tc.quota); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tc.unread {
-				r.APIReader = interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-					if _, ok := list.(*corev1.ResourceQuotaList); ok {
-						return apierrors.NewForbidden(corev1.Resource("resourcequotas"), "", errors.New("no RBAC"))
-					}
-					return c.List(ctx, list, opts...)
-				}})
-			}
-			if _, err := r.teardown(ctx, run, &observed{job: job, older: pods}); err != nil {
-				t.Fatal(err)
-			}
-			next := &batchv1.Job{}
-			err := cl.Get(ctx, client.ObjectKeyFromObject(job), next)
-			if created := err == nil; created != tc.overlaps {
-				t.Fatalf("next Job created during the teardown: %v, want %v", created, tc.overlaps)
-			}
-			if tc.overlaps && !attempt.Held(&next.Spec.Template.Spec) {
-				t.Errorf("the Job created during the teardown does not hold its pods")
-			}
-		})
-	}
 }
 
 // TestReadyCountWrittenAtMostOncePerInterval: while a gang becomes ready worker by worker,

@@ -242,41 +242,6 @@ func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
 	overlaps.check(t)
 }
 
-// TestE2EQuotaForOneGangCreatesTheNextJobAfterTheTeardown: the namespace's quota has room
-// for one gang's GPUs. Held pods count against it beside the old ones still stopping, and the
-// API server would refuse them (the Job controller then retries on its own backoff): so the
-// next attempt's Job is created only once the old workers are gone.
-func TestE2EQuotaForOneGangCreatesTheNextJobAfterTheTeardown(t *testing.T) {
-	t.Parallel()
-	ctx, c, ns, _ := scenario(t)
-	const workers = 4
-	gpuQuota(ctx, t, c, ns, workers)
-	run, pods := runningRun(ctx, t, c, ns, newRun("quota", workers))
-	slow := pods[2]
-	stopped := stopSlowly(ctx, t, c, slow)
-
-	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
-	infraFault(ctx, t, c, pods[1], v1alpha1.CauseNodeShutdown)
-	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
-		return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.Name == slow.Name && p.DeletionTimestamp != nil }), nil
-	}); err != nil {
-		t.Fatalf("old worker %s being deleted: %v", slow.Name, err)
-	}
-	// Without the quota, the next Job is created at once now (TestE2ENextAttemptIsHeld...).
-	requireRunStays(ctx, t, c, ns, run.Name, 3*time.Second, "attempt 2's Job created while old worker "+slow.Name+" stops", func(r *v1alpha1.TrainingRun) bool {
-		return r.Status.Attempt == 2 && r.Status.Phase != v1alpha1.PhaseRestarting
-	})
-	if n := len(podsOfAttempt(ctx, t, c, ns, run.Name, 2)); n != 0 {
-		t.Fatalf("%d pods of attempt 2 while old worker %s stops", n, slow.Name)
-	}
-
-	stopped()
-	waitWorkers(ctx, t, c, ns, run.Name, 2, workers)
-	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
-	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
-	overlaps.check(t)
-}
-
 // TestE2EFaultWhileTheJobCreatesPods: a worker fails while the Job controller is still
 // creating the attempt's pods (100 workers take it about 4 s at its default rate limit). A
 // Job's creations go on after its deletion, and the Job controller keys what it expects to

@@ -773,32 +773,3 @@ func requireNodeExcluded(t *testing.T, tmpl *corev1.PodTemplateSpec, node string
 		}
 	}
 }
-
-// gpuQuota gives namespace ns a ResourceQuota of gpus GPUs, and waits until the quota
-// controller has counted it: until then the API server admits no pod that asks for GPUs.
-func gpuQuota(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, gpus int64) {
-	t.Helper()
-	key := corev1.ResourceName(corev1.DefaultResourceRequestsPrefix + v1alpha1.ResourceGPU)
-	q := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{key: *resource.NewQuantity(gpus, resource.DecimalSI)}},
-	}
-	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create quota: %v", err)
-	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.Client.CoreV1().ResourceQuotas(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Client.CoreV1().ResourceQuotas(ns).Watch(ctx, o)
-		},
-	}
-	if _, err := watchtools.UntilWithSync(ctx, lw, &corev1.ResourceQuota{}, nil, func(e watch.Event) (bool, error) {
-		got, ok := e.Object.(*corev1.ResourceQuota)
-		_, counted := got.Status.Used[key]
-		return ok && counted, nil
-	}); err != nil {
-		t.Fatalf("quota %s counted: %v", q.Name, err)
-	}
-}
