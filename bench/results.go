@@ -160,6 +160,15 @@ func (r *session) systems(scenario string) []string {
 	return out
 }
 
+// cells are the cells of a markdown table's row, one per name: " a | b |".
+func cells(names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, " %s |", n)
+	}
+	return b.String()
+}
+
 // wholeSecs writes a duration measured to the second.
 func wholeSecs(d time.Duration) string { return fmt.Sprintf("%.0f s", d.Seconds()) }
 
@@ -252,11 +261,8 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 		"The phases are the restart's critical path: when the next attempt's Job was created during the teardown, its pods held until the old ones were gone, " +
 		"create counts nothing and schedule counts from the teardown's end. " +
 		"From the Job's creation: its first and last pod created (the Job controller) and its last pod bound (the scheduler), to the second:\n\n" +
-		"| workers | round | time-to-restart |")
-	for _, p := range restartPhases {
-		fmt.Fprintf(b, " %s |", p)
-	}
-	b.WriteString(" pods created first / last, bound |\n| ---: | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
+		"| workers | round | time-to-restart |" + cells(restartPhases) + " pods created first / last, bound |\n" +
+		"| ---: | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
 	for _, n := range r.sizes() {
 		ss := r.pick(sysFaultline, scenario, n)
 		if len(ss) == 0 {

@@ -127,11 +127,8 @@ func (r *session) writesTable(b *strings.Builder, scenario string) {
 	}
 	b.WriteString("The API server's successful writes (`apiserver_request_total`, 2xx; a delete of a pod already being deleted counts, though it changes little), whoever sent them: from the fault until every worker ran again, " +
 		"and for the floor from the Job's creation until every pod ran. The median of the rounds, column by column; *per second* is the total over the median time:\n\n" +
-		"| workers | system |")
-	for _, k := range writeKinds {
-		fmt.Fprintf(b, " %s |", k)
-	}
-	b.WriteString(" total | ÷ floor | per second |\n| ---: | --- |" + strings.Repeat(" ---: |", len(writeKinds)+3) + "\n")
+		"| workers | system |" + cells(writeKinds) + " total | ÷ floor | per second |\n" +
+		"| ---: | --- |" + strings.Repeat(" ---: |", len(writeKinds)+3) + "\n")
 	for _, n := range r.sizes() {
 		floor := r.pick(scenarioFloor, scenarioFloor, n)
 		floorTotal := medianWrites(floor).total()

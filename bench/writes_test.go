@@ -48,14 +48,10 @@ func TestWritesTableComparesEachSystemWithTheFloor(t *testing.T) {
 	var b strings.Builder
 	r.writesTable(&b, scenarioShutdown)
 	got := b.String()
-	for _, want := range []string{
+	requireRows(t, got,
 		"| 256 | floor | 256 | 0 | 0 | 256 | 256 | 0 | 0 | 0 | 32 | 800 | 1.00× | 400 |",
 		"| 256 | faultline | 256 | 256 | 0 | 256 | 256 | 0 | 0 | 0 | 32 | 1056 | 1.32× | 264 |",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("missing row %q in:\n%s", want, got)
-		}
-	}
+	)
 	if strings.Contains(got, sysJobSetDefault) {
 		t.Errorf("a system whose writes were not counted has a row:\n%s", got)
 	}
