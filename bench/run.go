@@ -14,8 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -330,12 +333,19 @@ func createGPUQuota(ctx context.Context, c *cluster.Cluster, gpus int) error {
 // waitQuota waits until the quota controller has counted the namespace's GPUs in use, and
 // done(the count) holds.
 func waitQuota(ctx context.Context, c *cluster.Cluster, done func(used int64) bool) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := c.Client.CoreV1().ResourceQuotas(namespace).Get(ctx, gpuQuotaName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "resourcequotas", namespace, fields.OneTermEqualSelector("metadata.name", gpuQuotaName))
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.ResourceQuota{}, nil, func(e watch.Event) (bool, error) {
+		q, ok := e.Object.(*corev1.ResourceQuota)
+		if !ok {
+			return false, nil
 		}
-		used, counted := got.Status.Used[gpuQuotaKey]
+		used, counted := q.Status.Used[gpuQuotaKey]
 		return counted && done(used.Value()), nil
 	})
+	if err != nil {
+		return fmt.Errorf("the quota controller's count of %s: %w", gpuQuotaName, err)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -52,11 +53,10 @@ const (
 
 // index is a pod's completion index (-1 when it has none).
 func index(p *corev1.Pod) int {
-	i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-	if err != nil {
-		return -1
+	if i, ok := attempt.Index(p); ok {
+		return i
 	}
-	return i
+	return -1
 }
 
 // faultline: a TrainingRun with the default failure policy.

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // The API server's writes, by what they wrote. On this machine the API server and etcd share
@@ -86,7 +89,7 @@ func writeKind(resource, subresource, verb string) string {
 		return writeBinding
 	case resource == "jobs":
 		return writeJob
-	case resource == "trainingruns" || resource == "jobsets":
+	case resource == v1alpha1.ResourceTrainingRun || resource == cluster.JobSetGVR.Resource:
 		return writeRun
 	case resource != "pods":
 		return writeOther

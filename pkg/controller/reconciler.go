@@ -208,14 +208,12 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 // onlyReadyCount reports whether after differs from before in the count of ready workers
 // alone: ReadyWorkers and the message of the Ready condition that states it.
 func onlyReadyCount(before, after *v1alpha1.TrainingRunStatus) bool {
-	a, b := before.DeepCopy(), after.DeepCopy()
-	for _, st := range []*v1alpha1.TrainingRunStatus{a, b} {
-		st.ReadyWorkers = 0
-		if c := meta.FindStatusCondition(st.Conditions, ConditionReady); c != nil {
-			c.Message = ""
-		}
+	a := after.DeepCopy() // after, with before's count
+	a.ReadyWorkers = before.ReadyWorkers
+	if c, was := meta.FindStatusCondition(a.Conditions, ConditionReady), meta.FindStatusCondition(before.Conditions, ConditionReady); c != nil && was != nil {
+		c.Message = was.Message
 	}
-	return equality.Semantic.DeepEqual(a, b)
+	return equality.Semantic.DeepEqual(before, a)
 }
 
 // attemptCreated records that the current attempt's Job exists: its start, and the end of a

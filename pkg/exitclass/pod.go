@@ -1,13 +1,12 @@
 package exitclass
 
 import (
-	"strconv"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // termination is the container exit that stands for the pod's failure.
@@ -25,18 +24,10 @@ type termination struct {
 // podIndex reads the completion index from the annotation, falling back to the label of the
 // same name (set since Kubernetes 1.28); -1 when absent or malformed.
 func podIndex(pod *corev1.Pod) int {
-	s, ok := pod.Annotations[batchv1.JobCompletionIndexAnnotation]
-	if !ok {
-		s, ok = pod.Labels[batchv1.JobCompletionIndexAnnotation]
+	if i, ok := attempt.Index(pod); ok {
+		return i
 	}
-	if !ok {
-		return -1
-	}
-	i, err := strconv.Atoi(s)
-	if err != nil || i < 0 {
-		return -1
-	}
-	return i
+	return -1
 }
 
 // failingContainer picks the exit that stands for the pod: the earliest non-zero exit, else a

@@ -394,11 +394,10 @@ func attemptSelector(run string, attempt int32) labels.Selector {
 
 // podIndex is the pod's completion index, or -1.
 func podIndex(p *corev1.Pod) int {
-	i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-	if err != nil {
-		return -1
+	if i, ok := attempt.Index(p); ok {
+		return i
 	}
-	return i
+	return -1
 }
 
 // waitWorkers waits until every index 0..workers-1 of the attempt has exactly one Running pod
