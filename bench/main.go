@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/faultline-dev/faultline/pkg/controller"
 )
 
 // Scenarios by flag name.
@@ -52,6 +54,7 @@ func main() {
 	out := flag.String("out", "", "results file (default bench/results/<date>.md)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
+	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
@@ -62,7 +65,7 @@ func main() {
 	if err != nil {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
-	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota,
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
 	for _, s := range cfg.systems {
@@ -145,8 +148,11 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 		described = append(described, systemDescriptions[sys])
 	}
 	fmt.Fprintf(&b, "Systems: %s.", strings.Join(described, "; "))
-	if restarts {
+	if cfg.measuresFloor() {
 		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
+	}
+	if slices.Contains(cfg.systems, flagFaultline) {
+		fmt.Fprintf(&b, " faultline's controller: client rate limit QPS %d, burst %d.", cfg.controllerQPS, 2*cfg.controllerQPS)
 	}
 	if cfg.gpuQuota {
 		fmt.Fprintf(&b, " The namespace has a ResourceQuota of %d GPUs (`%s`): the largest gang fits, two do not.", slices.Max(cfg.sizes), gpuQuotaKey)

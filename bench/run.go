@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,9 +54,16 @@ type config struct {
 	auditPolicy string
 	// gpuQuota: the bench namespace gets a ResourceQuota of as many GPUs as the largest gang.
 	gpuQuota bool
+	// controllerQPS is faultline's controller's client rate limit (its burst is twice that).
+	controllerQPS int
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
+}
+
+// measuresFloor: the floor is what restarts (b, c) are compared with.
+func (c config) measuresFloor() bool {
+	return slices.Contains(c.scenarios, scenarioShutdownFlag) || slices.Contains(c.scenarios, scenarioXIDFlag)
 }
 
 // binaries are built once for every session.
@@ -198,7 +206,8 @@ func (b *bench) startController(ctx context.Context) error {
 		return err
 	}
 	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
-		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof)
+		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof,
+		"--kube-api-qps", strconv.Itoa(b.cfg.controllerQPS), "--kube-api-burst", strconv.Itoa(2*b.cfg.controllerQPS))
 	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
 	if err != nil {
 		return err
@@ -232,8 +241,10 @@ func (b *bench) scenarios(ctx context.Context) error {
 	for _, n := range b.cfg.sizes {
 		for r := range b.cfg.rounds {
 			fmt.Fprintf(os.Stderr, "%s: %d workers, round %d\n", qpsLabel(b.results.qps), n, r+1)
-			if err := b.floor(ctx, n, r); err != nil {
-				return fmt.Errorf("floor, %d workers: %w", n, err)
+			if b.cfg.measuresFloor() {
+				if err := b.floor(ctx, n, r); err != nil {
+					return fmt.Errorf("floor, %d workers: %w", n, err)
+				}
 			}
 			for _, sc := range b.cfg.scenarios {
 				for _, s := range b.systems() {

@@ -22,6 +22,8 @@ import (
 func newControllerCommand() *cobra.Command {
 	opts := controller.Options{}
 	var kubeconfig, crashAt string
+	var qps float32
+	var burst int
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
@@ -38,7 +40,7 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("load kubeconfig: %w", err)
 			}
-			cfg.QPS, cfg.Burst = 200, 400
+			cfg.QPS, cfg.Burst = qps, burst
 			opts.Plugins.Logger = logger
 			if opts.Plugins.PluginDir == "" {
 				// Next to this binary, where `make build` puts the plugins.
@@ -81,6 +83,8 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `Prometheus metrics address ("0" disables)`)
 	f.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", `healthz/readyz address ("0" disables)`)
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", `net/http/pprof address, for profiling ("0" disables)`)
+	f.Float32Var(&qps, "kube-api-qps", controller.DefaultKubeAPIQPS, "requests a second to the API server, over the burst")
+	f.IntVar(&burst, "kube-api-burst", controller.DefaultKubeAPIBurst, "requests to the API server at once before --kube-api-qps applies")
 	f.IntVar(&opts.Workers, "workers", controller.DefaultWorkers, "runs reconciled concurrently")
 	f.StringVar(&opts.Plugins.PluginDir, "plugin-dir", "", "directory searched for framework plugins (faultline-plugin-<framework>) before PATH (default: this binary's directory)")
 	f.DurationVar(&opts.Plugins.CallTimeout, "plugin-call-timeout", framework.DefaultCallTimeout, "deadline of every call to a framework plugin; a plugin that misses it is killed")

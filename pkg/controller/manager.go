@@ -60,6 +60,17 @@ var _ Frameworks = (*framework.Host)(nil)
 // run of the cluster, and a failed run's decision waits behind them.
 const DefaultWorkers = 32
 
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the controller's client rate limit. A
+// restart's teardown writes twice per worker (a finalizer dropped, a pod deleted) in one
+// burst: the burst covers a 200-worker gang at once. A larger gang's teardown is held by the
+// API server, not by this limit: measured at 2,048 workers on the local control plane, QPS
+// 1000 (burst 2000) tore down no faster than QPS 200 (27-43 s against 27-33 s), and 128
+// requests in flight instead of forEachPod's 32 made it slower (2026-11-23-s11-2048-qps200-*.md).
+const (
+	DefaultKubeAPIQPS   = 200
+	DefaultKubeAPIBurst = 400
+)
+
 // LeaderElectionID names the Lease that controller replicas compete for.
 const LeaderElectionID = "faultline-controller." + v1alpha1.GroupName
 
