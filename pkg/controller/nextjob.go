@@ -57,8 +57,16 @@ func jobMayCreate(job *batchv1.Job, pods, stripped []*corev1.Pod) bool {
 }
 
 // fastCreation is the rate of pod creation, in pods a second, from which the next attempt's
-// Job is created after the teardown rather than during it (see overlapTeardown).
-const fastCreation = 50
+// Job is created after the teardown rather than during it (see overlapTeardown). Holding
+// hides the creations behind the teardown, but adds writes to it: the creations and their
+// events (two a pod) compete with the teardown's three, and releasing a pod is one more. So
+// it pays while creating n pods takes longer than n writes three times over, below a third of
+// the API server's write rate: about 75 a second on this 2-core machine's (200-250). Measured
+// at 256 workers (2026-11-23-s11-256-qps50-100-*.md): at controller-manager QPS 50 (51-64 pods
+// a second) 6.2-6.9 s held against 6.6-7.4 s after; at QPS 100 (85-128 a second) 6.5-7.8 s
+// held against 5.9-6.8 s after. At 2,048 workers and QPS 50 (about 51 a second, the burst
+// included), creating after the teardown would add the whole 40 s of creations to it.
+const fastCreation = 75
 
 // overlapTeardown decides whether the next attempt's Job is created while the old pods go,
 // its pods held by the scheduling gate until they are gone, or once they are gone. Holding
