@@ -58,15 +58,16 @@ func jobMayCreate(job *batchv1.Job, pods, stripped []*corev1.Pod) bool {
 
 // fastCreation is the rate of pod creation, in pods a second, from which the next attempt's
 // Job is created after the teardown rather than during it (see overlapTeardown). Holding
-// hides the creations behind the teardown, but adds writes to it: the creations and their
-// events (two a pod) compete with the teardown's three, and releasing a pod is one more. So
-// it pays while creating n pods takes longer than n writes three times over, below a third of
-// the API server's write rate: about 75 a second on this 2-core machine's (200-250). Measured
-// at 256 workers (2026-11-23-s11-256-qps50-100-*.md): at controller-manager QPS 50 (51-64 pods
-// a second) 6.2-6.9 s held against 6.6-7.4 s after; at QPS 100 (85-128 a second) 6.5-7.8 s
-// held against 5.9-6.8 s after. At 2,048 workers and QPS 50 (about 51 a second, the burst
-// included), creating after the teardown would add the whole 40 s of creations to it.
-const fastCreation = 75
+// hides the creations behind the teardown, but only what creating takes beyond binding, which
+// follows it either way (kube-scheduler binds 50 pods a second by default), and it adds to the
+// teardown three writes a pod (the creation, its event, the release) on an API server that
+// takes 200-250 a second here. So it pays while 1/rate > 1/50 + 3/220: below about 30 pods a
+// second. Measured: at the default rate limit (20 a second) held is the faster (256 workers:
+// 14.2-14.5 s against 16 s); at controller-manager QPS 50 (48-64 a second) after is, by
+// 9-10 s at 2,048 workers (69.8-73.1 s against 80.4-82.1 s, 2026-11-23-s11-2048-qps50*.md)
+// and by nothing at 256 (6.2-6.9 s held, 6.6-7.4 s after); at QPS 100 after is, at 256
+// (5.9-6.8 s against 6.5-7.8 s, 2026-11-23-s11-256-qps50-100-*.md).
+const fastCreation = 30
 
 // overlapTeardown decides whether the next attempt's Job is created while the old pods go,
 // its pods held by the scheduling gate until they are gone, or once they are gone. Holding

@@ -295,8 +295,8 @@ func TestLastLateCreation(t *testing.T) {
 }
 
 // TestOverlapTeardown: the next Job is created during the teardown when the Job controller
-// created the last attempt's pods slowly (its default rate limit: 20 a second; QPS 50), and
-// after it when it created them fast (QPS 100 and 200: 256 pods within a second or two).
+// created the last attempt's pods slowly (its default rate limit: 20 a second), and after it
+// when it created them about as fast as the scheduler binds them or faster (QPS 50 and more).
 func TestOverlapTeardown(t *testing.T) {
 	pod := func(attemptN, index int, created time.Time) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
@@ -319,8 +319,9 @@ func TestOverlapTeardown(t *testing.T) {
 		"256 in 12 s (default rate limit)":     {pods(1, 256, 12*time.Second), true},
 		"256 in 1 s (QPS 200)":                 {pods(1, 256, time.Second), false},
 		"256 in 2 s (QPS 100)":                 {pods(1, 256, 2*time.Second), false},
-		"256 in 4 s (QPS 50)":                  {pods(1, 256, 4*time.Second), true},
-		"2048 in 39 s (QPS 50)":                {pods(1, 2048, 39*time.Second), true},
+		"256 in 4 s (QPS 50)":                  {pods(1, 256, 4*time.Second), false},
+		"2048 in 42 s (QPS 50)":                {pods(1, 2048, 42*time.Second), false},
+		"256 in 10 s":                          {pods(1, 256, 10*time.Second), true},
 		"2048 in 9 s (QPS 200)":                {pods(1, 2048, 9*time.Second), false},
 		"2048 in 100 s (default rate limit)":   {pods(1, 2048, 100*time.Second), true},
 		"16 at once":                           {pods(1, 16, 0), true},
@@ -343,7 +344,7 @@ func TestOverlapTeardown(t *testing.T) {
 // teardown's sight of it still holds the next Job back until the Job controller is quiet.
 func TestFastCreationsWaitForTheTeardown(t *testing.T) {
 	ctx := context.Background()
-	const workers = 96 // created in one second: faster than fastCreation
+	const workers = 64 // created in one second: faster than fastCreation
 	for name, late := range map[string]bool{"every pod on time": false, "a late replacement seen only by the teardown": true} {
 		t.Run(name, func(t *testing.T) {
 			run, job, old := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Attempts: []v1alpha1.AttemptRecord{
