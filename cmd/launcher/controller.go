@@ -29,6 +29,10 @@ func newControllerCommand() *cobra.Command {
 		Short: "Run the in-cluster TrainingRun controller",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if qps <= 0 || burst <= 0 {
+				// client-go would read 0 as its own default (QPS 5) and a negative QPS as no limit.
+				return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", qps, burst)
+			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 			if kubeconfig != "" {

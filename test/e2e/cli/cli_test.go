@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -134,6 +135,20 @@ func TestCLIUnreachableCluster(t *testing.T) {
 	c := cluster.Shared(t) // for the binary; the command goes elsewhere
 	r := launcher(t.Context(), t, c, "", "--server", "https://127.0.0.1:1", "get")
 	requireOutput(t, r, 2, "stderr", "cannot reach the Kubernetes API server at https://127.0.0.1:1", "make cluster-up")
+}
+
+// TestCLIControllerRefusesANonPositiveRateLimit: client-go would read a QPS of 0 as its own
+// default (5 a second) and a negative one as no limit at all; the controller says so instead.
+func TestCLIControllerRefusesANonPositiveRateLimit(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t) // for the binary; the controller stops before it reaches the cluster
+	// A controller that took the flags would run until killed: the deadline turns that into a failure.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, args := range [][]string{{"--kube-api-qps", "0"}, {"--kube-api-qps", "-1"}, {"--kube-api-burst", "0"}} {
+		r := launcher(ctx, t, c, "", append([]string{"controller", "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, args...)...)
+		requireOutput(t, r, 2, "stderr", "--kube-api-qps", "--kube-api-burst", "must be positive")
+	}
 }
 
 // TestCLISuspendResumeDelete: suspend stops the workers without counting a failure, resume
