@@ -108,7 +108,15 @@ func summarize(ds []time.Duration) stats {
 	}
 	sorted := slices.Clone(ds)
 	slices.Sort(sorted)
-	return stats{n: len(sorted), median: sorted[len(sorted)/2], min: sorted[0], max: sorted[len(sorted)-1]}
+	return stats{n: len(sorted), median: midpoint(sorted), min: sorted[0], max: sorted[len(sorted)-1]}
+}
+
+// midpoint is the median of sorted values: the middle one, or the mean of the two middle ones
+// (reports before session 11 took the upper of the two, so a median of two rounds was the
+// slower round).
+func midpoint[T ~int64 | ~float64](sorted []T) T {
+	n := len(sorted)
+	return (sorted[(n-1)/2] + sorted[n/2]) / 2
 }
 
 func (s stats) String() string {

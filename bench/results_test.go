@@ -76,6 +76,9 @@ func TestSummaryAndRatio(t *testing.T) {
 	if s.median != 2*time.Second || s.min != time.Second || s.max != 3*time.Second || s.String() != "2.00 s (1.00 s–3.00 s)" {
 		t.Errorf("summary %+v (%s)", s, s)
 	}
+	if got := summarize([]time.Duration{2 * time.Second, time.Second}).String(); got != "1.50 s (1.00 s–2.00 s)" {
+		t.Errorf("the median of two rounds is their mean, got %q", got)
+	}
 	if got := summarize(nil).String(); got != "–" {
 		t.Errorf("empty summary %q", got)
 	}

@@ -181,7 +181,7 @@ func medianWrites(ss []sample) writeCounts {
 		}
 		if len(vs) > 0 {
 			slices.Sort(vs)
-			out[k] = vs[len(vs)/2] // as summarize does
+			out[k] = midpoint(vs)
 		}
 	}
 	return out
