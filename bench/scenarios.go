@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -49,7 +50,7 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 	byIndex := map[int]*corev1.Pod{}
 	for _, p := range pods {
 		if cluster.PodRunning(p) {
-			byIndex[index(p)] = p
+			byIndex[attempt.IndexOrNone(p)] = p
 		}
 	}
 	return byIndex, nil
@@ -220,7 +221,7 @@ func (b *bench) crashLoop(ctx context.Context, sel labels.Selector, idx int, ini
 				if !initial[p.UID] {
 					fresh[p.UID] = true
 				}
-				if index(p) == idx && cluster.PodRunning(p) && !failed[p.UID] {
+				if attempt.IndexOrNone(p) == idx && cluster.PodRunning(p) && !failed[p.UID] {
 					failed[p.UID] = true
 					if err := b.c.FailPod(ctx, namespace, p.Name, appError); err != nil {
 						delete(failed, p.UID) // tried again on the pod's next change

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -50,14 +49,6 @@ const (
 	sysJobSet        = "JobSet (FailJobSet)"
 	sysJobSetDefault = "JobSet (default)"
 )
-
-// index is a pod's completion index (-1 when it has none).
-func index(p *corev1.Pod) int {
-	if i, ok := attempt.Index(p); ok {
-		return i
-	}
-	return -1
-}
 
 // faultline: a TrainingRun with the default failure policy.
 type faultline struct{ runs client.WithWatch }

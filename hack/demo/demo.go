@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/cli"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -246,7 +246,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	// 7. A bug.
 	victim := next[min(5, len(next)-1)]
 	d.stepf("A bug: worker index %d exits 1 (\"ValueError: loss is NaN\"). No node signal comes within the\n"+
-		"      settle window (1s after the exit), so the application is to blame.", podIndex(victim))
+		"      settle window (1s after the exit), so the application is to blame.", attempt.IndexOrNone(victim))
 	bug := time.Now()
 	if err := d.c.FailPod(ctx, namespace, victim.Name, cluster.Failure{ExitCode: 1, Message: "ValueError: loss is NaN"}); err != nil {
 		return err
@@ -423,8 +423,8 @@ func running(attempt int32, workers int) func(*v1alpha1.TrainingRun) bool {
 }
 
 // attemptPods returns the Running pods of an attempt, by index.
-func (d *demo) attemptPods(ctx context.Context, attempt int) ([]*corev1.Pod, error) {
-	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: runName, v1alpha1.LabelAttempt: strconv.Itoa(attempt)})
+func (d *demo) attemptPods(ctx context.Context, number int) ([]*corev1.Pod, error) {
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: runName, v1alpha1.LabelAttempt: strconv.Itoa(number)})
 	var out []*corev1.Pod
 	_, err := d.c.WaitPods(ctx, namespace, sel, func(pods []*corev1.Pod) (bool, error) {
 		out = out[:0]
@@ -435,7 +435,7 @@ func (d *demo) attemptPods(ctx context.Context, attempt int) ([]*corev1.Pod, err
 		}
 		return len(out) == d.opts.Workers, nil
 	})
-	sort.Slice(out, func(i, j int) bool { return podIndex(out[i]) < podIndex(out[j]) })
+	sort.Slice(out, func(i, j int) bool { return attempt.IndexOrNone(out[i]) < attempt.IndexOrNone(out[j]) })
 	return out, err
 }
 
@@ -468,18 +468,10 @@ func hasFault(p *corev1.Pod) bool {
 	return false
 }
 
-func podIndex(p *corev1.Pod) int {
-	i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-	if err != nil {
-		return -1
-	}
-	return i
-}
-
 func indexes(pods []*corev1.Pod) string {
 	var s []string
 	for _, p := range pods {
-		s = append(s, strconv.Itoa(podIndex(p)))
+		s = append(s, strconv.Itoa(attempt.IndexOrNone(p)))
 	}
 	return strings.Join(s, ", ")
 }

@@ -63,6 +63,18 @@ func Index(pod metav1.Object) (i int, ok bool) {
 	return i, true
 }
 
+// NoIndex stands for the completion index of a pod that has none, where an int is wanted
+// (an index in a verdict, a report, a map by index).
+const NoIndex = -1
+
+// IndexOrNone is Index, with NoIndex for a pod without an index.
+func IndexOrNone(pod metav1.Object) int {
+	if i, ok := Index(pod); ok {
+		return i
+	}
+	return NoIndex
+}
+
 // Held reports whether a pod (or a Job's pod template) waits for the previous attempt's
 // pods to be gone.
 func Held(spec *corev1.PodSpec) bool {

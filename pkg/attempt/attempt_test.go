@@ -231,9 +231,17 @@ func TestIndex(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			i, ok := Index(&metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels})
+			pod := &metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels}
+			i, ok := Index(pod)
 			if i != tc.want || ok != tc.ok {
 				t.Errorf("Index = %d, %v; want %d, %v", i, ok, tc.want, tc.ok)
+			}
+			want := NoIndex
+			if tc.ok {
+				want = tc.want
+			}
+			if got := IndexOrNone(pod); got != want {
+				t.Errorf("IndexOrNone = %d, want %d", got, want)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // timestampSlack absorbs the second granularity of Kubernetes timestamps (metav1.Time is
@@ -72,7 +73,7 @@ func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints [
 	if !isFailed(pod, term, facts, known) {
 		return false
 	}
-	*f = podFailure{pod: pod, index: podIndex(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term}
+	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term}
 	f.gather(hints, msg)
 	f.failedAt = f.failureTime()
 	f.decide()

@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // termination is the container exit that stands for the pod's failure.
@@ -19,15 +18,6 @@ type termination struct {
 	found bool
 	// statusUnknown: the state is ContainerStatusUnknown, so exitCode is a placeholder.
 	statusUnknown bool
-}
-
-// podIndex reads the completion index from the annotation, falling back to the label of the
-// same name (set since Kubernetes 1.28); -1 when absent or malformed.
-func podIndex(pod *corev1.Pod) int {
-	if i, ok := attempt.Index(pod); ok {
-		return i
-	}
-	return -1
 }
 
 // failingContainer picks the exit that stands for the pod: the earliest non-zero exit, else a

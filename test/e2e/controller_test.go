@@ -538,7 +538,7 @@ func TestE2EIndexScopeReplacesOnePod(t *testing.T) {
 		keep := map[types.UID]bool{}
 		for _, p := range ps {
 			switch {
-			case podIndex(p) == 1 && p.UID != victim.UID && cluster.PodRunning(p):
+			case attempt.IndexOrNone(p) == 1 && p.UID != victim.UID && cluster.PodRunning(p):
 				replacement = p
 			case (p.UID == pods[0].UID || p.UID == pods[2].UID) && cluster.PodRunning(p):
 				keep[p.UID] = true

@@ -392,20 +392,12 @@ func attemptSelector(run string, attempt int32) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run, v1alpha1.LabelAttempt: strconv.Itoa(int(attempt))})
 }
 
-// podIndex is the pod's completion index, or -1.
-func podIndex(p *corev1.Pod) int {
-	if i, ok := attempt.Index(p); ok {
-		return i
-	}
-	return -1
-}
-
 // waitWorkers waits until every index 0..workers-1 of the attempt has exactly one Running pod
 // and no other live pod, and returns them by index.
-func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, attempt int32, workers int) map[int]*corev1.Pod {
+func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, attemptN int32, workers int) map[int]*corev1.Pod {
 	t.Helper()
 	var byIndex map[int]*corev1.Pod
-	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, attempt), func(pods []*corev1.Pod) (bool, error) {
+	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, attemptN), func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
 			if !cluster.PodLive(p) {
@@ -414,7 +406,7 @@ func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run 
 			if !cluster.PodRunning(p) {
 				return false, nil
 			}
-			i := podIndex(p)
+			i := attempt.IndexOrNone(p)
 			if _, dup := byIndex[i]; dup || i < 0 || i >= workers {
 				return false, nil
 			}
@@ -423,7 +415,7 @@ func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run 
 		return len(byIndex) == workers, nil
 	})
 	if err != nil {
-		t.Fatalf("all %d workers of %s attempt %d Running: %v; pods: %s", workers, run, attempt, err, describePods(pods))
+		t.Fatalf("all %d workers of %s attempt %d Running: %v; pods: %s", workers, run, attemptN, err, describePods(pods))
 	}
 	return byIndex
 }
@@ -446,7 +438,7 @@ func describePods(pods []*corev1.Pod) string {
 			del = ",deleting"
 		}
 		parts = append(parts, fmt.Sprintf("%s(attempt=%s,index=%d,%s%s,node=%s)",
-			p.Name, p.Labels[v1alpha1.LabelAttempt], podIndex(p), p.Status.Phase, del, p.Spec.NodeName))
+			p.Name, p.Labels[v1alpha1.LabelAttempt], attempt.IndexOrNone(p), p.Status.Phase, del, p.Spec.NodeName))
 	}
 	if len(parts) == 0 {
 		return "<none>"
@@ -534,7 +526,7 @@ func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, 
 					continue
 				}
 				if cluster.PodLive(p) {
-					live[podIndex(p)] = append(live[podIndex(p)], p)
+					live[attempt.IndexOrNone(p)] = append(live[attempt.IndexOrNone(p)], p)
 				}
 			}
 			for i, ps := range live {
@@ -726,7 +718,7 @@ func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
 					owner = string(ref.UID)
 				}
 				fmt.Fprintf(&b, "pod %s uid=%s attempt=%s index=%d phase=%s deleting=%v node=%s owner=%s created=%s\n",
-					p.Name, p.UID, p.Labels[v1alpha1.LabelAttempt], podIndex(p), p.Status.Phase, p.DeletionTimestamp != nil,
+					p.Name, p.UID, p.Labels[v1alpha1.LabelAttempt], attempt.IndexOrNone(p), p.Status.Phase, p.DeletionTimestamp != nil,
 					p.Spec.NodeName, owner, p.CreationTimestamp.Format(time.RFC3339))
 			}
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -72,8 +72,7 @@ func TestE2ESubstrateIsTheRealJobController(t *testing.T) {
 	}
 	byIndex := map[int]*corev1.Pod{}
 	for _, p := range running {
-		i, _ := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-		byIndex[i] = p
+		byIndex[attempt.IndexOrNone(p)] = p
 	}
 
 	// Index 0: the infrastructure fault is marked on the pod before it exits 143, as the node
