@@ -53,6 +53,8 @@ type session struct {
 	samples []sample
 	steady  *steadyResult
 	profile string // what the profile of the controller showed, if taken
+	// teardowns: faultline's teardowns in the audit log, when the session kept one.
+	teardowns []teardownAudit
 	// metricsAddr serves the session's controller's metrics.
 	metricsAddr string
 }
@@ -256,6 +258,7 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 	if r.steady != nil {
 		r.steady.markdown(b)
 	}
+	auditTable(b, r.teardowns)
 	if r.profile != "" {
 		b.WriteString(r.profile + "\n\n")
 	}

@@ -153,13 +153,18 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 		return nil, err
 	}
 	defer func() { _ = c.Stop() }()
+	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes}}
 	if cfg.auditPolicy != "" {
 		defer func() {
 			dir, err := c.SaveLogs(filepath.Join(c.Tools.Root, "_output", "bench-logs"))
 			fmt.Fprintf(os.Stderr, "session logs: %s %v\n", dir, err)
+			if err == nil {
+				if b.results.teardowns, err = auditTeardowns(filepath.Join(dir, "audit.log")); err != nil {
+					fmt.Fprintf(os.Stderr, "audit log: %v\n", err)
+				}
+			}
 		}()
 	}
-	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes}}
 	defer b.stopAgents()
 	if v, err := c.Client.Discovery().ServerVersion(); err == nil {
 		b.results.k8s = v.GitVersion

@@ -91,7 +91,7 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		}
 		// The Job is suspended (or gone): the stopped pods may leave without it, so that the
 		// run frees its nodes at once (when a queue such as Kueue admits the next workload).
-		if err := r.removePods(ctx, live, true); err != nil {
+		if err := r.removePods(ctx, r.seen.of(run), live, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -136,7 +136,8 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		}
 	}
 	// retireJob's drops are not in the cache yet: dropping them again would double the requests.
-	return ctrl.Result{}, errors.Join(r.removePods(ctx, stripped, false), r.removePods(ctx, strip, true))
+	sg := r.seen.of(run)
+	return ctrl.Result{}, errors.Join(r.removePods(ctx, sg, stripped, false), r.removePods(ctx, sg, strip, true))
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

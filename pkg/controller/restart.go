@@ -105,7 +105,7 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	// The old pods' Job is gone: deleted above or before, or replaced by the current
 	// attempt's, which has its name. Nothing counts them any more. A Job that could not be
 	// created holds back none of this.
-	return res, errors.Join(createErr, r.removePods(ctx, stripped, false), r.removePods(ctx, strip, true))
+	return res, errors.Join(createErr, r.removePods(ctx, sg, stripped, false), r.removePods(ctx, sg, strip, true))
 }
 
 // retireJob deletes an attempt's Job, once the tracking finalizers of its running pods are
@@ -163,13 +163,28 @@ func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
 // it only exists so that the Job counts the pod, and waiting for the rate-limited Job
 // controller to drop it costs seconds per hundred pods (26 s for 256 pods at its default
 // QPS). Strip only when no Job will count the pods: once their Job is gone or, for running
-// pods, about to go (retireJob), or suspended (a suspended Job neither counts nor replaces the pods it loses).
-// Dropping it never makes a pod vanish before the kubelet has stopped its containers: that
-// is graceful deletion's job.
-func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip bool) error {
+// pods, about to go (retireJob), or suspended (a suspended Job neither counts nor replaces
+// the pods it loses). Dropping it never makes a pod vanish before the kubelet has stopped its
+// containers: that is graceful deletion's job. Each pod is removed once by this process (see
+// sighting.removed), whatever the cache still shows of it.
+func (r *Reconciler) removePods(ctx context.Context, sg *sighting, pods []*corev1.Pod, strip bool) error {
 	stripOf := func(p *corev1.Pod) bool { return strip && slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer) }
-	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && !stripOf(p) })
-	return forEachPod(work, "remove", func(p *corev1.Pod) error { return r.removePod(ctx, p, stripOf(p)) })
+	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
+		return sg.removed[p.UID] || p.DeletionTimestamp != nil && !stripOf(p)
+	})
+	if sg.removed == nil {
+		sg.removed = map[types.UID]bool{}
+	}
+	var mu sync.Mutex
+	return forEachPod(work, "remove", func(p *corev1.Pod) error {
+		if err := r.removePod(ctx, p, stripOf(p)); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sg.removed[p.UID] = true
+		return nil
+	})
 }
 
 // forEachPod calls write for every pod, 32 at a time: one request per pod, since a
@@ -258,7 +273,7 @@ func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs
 			run.Status.Attempt, run.Name, fresh)
 	}
 	// No Job counts them any more, so their tracking finalizers go too.
-	return ctrl.Result{}, r.removePods(ctx, orphans, true)
+	return ctrl.Result{}, r.removePods(ctx, r.seen.of(run), orphans, true)
 }
 
 // recheck is how soon to look again when the API server shows a leftover that the cache

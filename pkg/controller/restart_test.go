@@ -127,6 +127,71 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	}
 }
 
+// TestEachPodRemovedOnceWhateverTheCacheShows: the cache shows a pod unchanged for most of
+// a second after faultline dropped its finalizer and deleted it, and the reconciles in
+// between must not request either again (the audit log of a 256-worker teardown showed 50
+// such requests, some pods deleted four times). A removal that failed is tried again.
+func TestEachPodRemovedOnceWhateverTheCacheShows(t *testing.T) {
+	ctx := context.Background()
+	_, _, labels := runWithJob(3, v1alpha1.TrainingRunStatus{})
+	var pods []*corev1.Pod
+	for i := range 3 {
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: labels,
+				Finalizers: []string{batchv1.JobTrackingFinalizer, kubeletStopping},
+			},
+			Spec:   corev1.PodSpec{NodeName: "gpu-1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	var (
+		mu     sync.Mutex
+		ops    []string
+		failed bool
+	)
+	record := func(op string, obj client.Object) {
+		mu.Lock()
+		defer mu.Unlock()
+		ops = append(ops, op+" "+obj.GetName())
+	}
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(pods[0], pods[1], pods[2]).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				record("patch", obj)
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				record("delete", obj)
+				mu.Lock()
+				defer mu.Unlock()
+				if obj.GetName() == "llm-2" && !failed {
+					failed = true
+					return fmt.Errorf("etcdserver: request timed out")
+				}
+				return c.Delete(ctx, obj, opts...)
+			},
+		}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}
+	sg := &sighting{}
+	for i, want := range [][]string{
+		{"patch llm-0", "delete llm-0", "patch llm-1", "delete llm-1", "patch llm-2", "delete llm-2"},
+		{"patch llm-2", "delete llm-2"}, // the failed one, again
+		nil,
+	} {
+		ops = nil
+		err := r.removePods(ctx, sg, pods, true) // the same stale copies every time
+		if (err != nil) != (i == 0) {
+			t.Errorf("call %d: error %v", i+1, err)
+		}
+		slices.Sort(ops)
+		slices.Sort(want)
+		if !slices.Equal(ops, want) {
+			t.Errorf("call %d: requests %q, want %q", i+1, ops, want)
+		}
+	}
+}
+
 func count(ops []string, op string) int {
 	n := 0
 	for _, o := range ops {

@@ -153,6 +153,11 @@ type sighting struct {
 	overlap *bool
 	// progressWritten: when updateProgress last wrote the attempt's status.
 	progressWritten time.Time
+	// removed: pods whose removal (see removePods) this process requested and the API server
+	// took. The cache shows such a pod unchanged until its update arrives, most of a second
+	// under load, and every reconcile in between would request it again: 50 requests a
+	// teardown of 256 workers, some pods deleted four times (2026-11-24-s12-256-qps200-audit-before.md).
+	removed map[types.UID]bool
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
