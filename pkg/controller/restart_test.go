@@ -34,55 +34,24 @@ import (
 func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	ctx := context.Background()
 	run, job, old := runWithJob(4, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
-	var pods []*corev1.Pod
-	for i := range 4 {
-		pods = append(pods, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: old,
-				// The kubelet keeps each one until its containers have stopped.
-				Finalizers: []string{batchv1.JobTrackingFinalizer, kubeletStopping},
-			},
-			Spec:   corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "worker"}}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning},
-		})
-	}
+	pods := trackedWorkers(4, old)
 	failed := pods[0]
 	failed.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: 143},
 	}}}}
 	marked := pods[3]
 	marked.Status.Conditions = []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue, Reason: string(v1alpha1.CauseNodeShutdown)}}
-	var (
-		mu  sync.Mutex
-		ops []string
-	)
-	record := func(op string, obj client.Object) {
-		mu.Lock()
-		defer mu.Unlock()
-		ops = append(ops, fmt.Sprintf("%s %T %s", op, obj, obj.GetName()))
-	}
+	rec := &writes{}
 	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, pods[0], pods[1], pods[2], pods[3]).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				record("patch", obj)
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-				record("delete", obj)
-				return c.Delete(ctx, obj, opts...)
-			},
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				record("create", obj)
-				return c.Create(ctx, obj, opts...)
-			},
-		}).Build()
+		WithInterceptorFuncs(rec.funcs(nil)).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
 
 	if _, err := r.teardown(ctx, run, &observed{job: job, older: pods}); err != nil {
 		t.Fatal(err)
 	}
+	ops := rec.ops
 
 	at := func(op string) int {
 		i := slices.Index(ops, op)
@@ -134,53 +103,27 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 func TestEachPodRemovedOnceWhateverTheCacheShows(t *testing.T) {
 	ctx := context.Background()
 	_, _, labels := runWithJob(3, v1alpha1.TrainingRunStatus{})
-	var pods []*corev1.Pod
-	for i := range 3 {
-		pods = append(pods, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: labels,
-				Finalizers: []string{batchv1.JobTrackingFinalizer, kubeletStopping},
-			},
-			Spec:   corev1.PodSpec{NodeName: "gpu-1"},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning},
-		})
-	}
-	var (
-		mu     sync.Mutex
-		ops    []string
-		failed bool
-	)
-	record := func(op string, obj client.Object) {
-		mu.Lock()
-		defer mu.Unlock()
-		ops = append(ops, op+" "+obj.GetName())
-	}
+	pods := trackedWorkers(3, labels)
+	rec := &writes{}
+	failed := false
 	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(pods[0], pods[1], pods[2]).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				record("patch", obj)
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-				record("delete", obj)
-				mu.Lock()
-				defer mu.Unlock()
-				if obj.GetName() == "llm-2" && !failed {
-					failed = true
-					return fmt.Errorf("etcdserver: request timed out")
-				}
-				return c.Delete(ctx, obj, opts...)
-			},
-		}).Build()
+		WithInterceptorFuncs(rec.funcs(func(op string, obj client.Object) error {
+			if op == "delete" && obj.GetName() == "llm-2" && !failed {
+				failed = true
+				return fmt.Errorf("etcdserver: request timed out")
+			}
+			return nil
+		})).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}
 	sg := &sighting{}
 	for i, want := range [][]string{
-		{"patch llm-0", "delete llm-0", "patch llm-1", "delete llm-1", "patch llm-2", "delete llm-2"},
-		{"patch llm-2", "delete llm-2"}, // the failed one, again
+		{"patch *v1.Pod llm-0", "delete *v1.Pod llm-0", "patch *v1.Pod llm-1", "delete *v1.Pod llm-1", "patch *v1.Pod llm-2", "delete *v1.Pod llm-2"},
+		{"patch *v1.Pod llm-2", "delete *v1.Pod llm-2"}, // the failed one, again
 		nil,
 	} {
-		ops = nil
+		rec.ops = nil
 		err := r.removePods(ctx, sg, pods, true) // the same stale copies every time
+		ops := rec.ops
 		if (err != nil) != (i == 0) {
 			t.Errorf("call %d: error %v", i+1, err)
 		}
@@ -189,6 +132,63 @@ func TestEachPodRemovedOnceWhateverTheCacheShows(t *testing.T) {
 		if !slices.Equal(ops, want) {
 			t.Errorf("call %d: requests %q, want %q", i+1, ops, want)
 		}
+	}
+}
+
+// trackedWorkers are n running pods ml/llm-<i> with those labels and the Job's tracking
+// finalizer.
+func trackedWorkers(n int, labels map[string]string) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: labels,
+				// The kubelet keeps each one until its containers have stopped.
+				Finalizers: []string{batchv1.JobTrackingFinalizer, kubeletStopping},
+			},
+			Spec:   corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "worker"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	return pods
+}
+
+// writes records the writes a fake client takes, "verb *Type name" in order; fail, if set,
+// may refuse one before it reaches the client.
+type writes struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (w *writes) funcs(fail func(op string, obj client.Object) error) interceptor.Funcs {
+	record := func(op string, obj client.Object) error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.ops = append(w.ops, fmt.Sprintf("%s %T %s", op, obj, obj.GetName()))
+		if fail != nil {
+			return fail(op, obj)
+		}
+		return nil
+	}
+	return interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := record("patch", obj); err != nil {
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := record("delete", obj); err != nil {
+				return err
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := record("create", obj); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
 	}
 }
 
