@@ -66,8 +66,8 @@ func auditClient(ua string) string {
 	return program
 }
 
-// readAudit reads the audit log's pod and Job requests outside the agent's namespace, in
-// the order the API server received them.
+// readAudit reads the audit log's pod and Job requests in the bench's namespace (not the
+// agent DaemonSet's), in the order the API server received them.
 func readAudit(r io.Reader) ([]auditEvent, error) {
 	var out []auditEvent
 	sc := bufio.NewScanner(r)
