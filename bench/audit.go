@@ -157,21 +157,24 @@ func auditTable(b *strings.Builder, ts []teardownAudit) {
 	}
 	b.WriteString("| all | |")
 	for _, t := range ts {
-		var o outcome
-		for _, c := range t.by {
-			o.ok, o.failed = o.ok+c.ok, o.failed+c.failed
-		}
+		o := t.total()
 		fmt.Fprintf(b, " %d + %d |", o.ok, o.failed)
 	}
 	b.WriteString("\n| seconds, requests a second | |")
 	for _, t := range ts {
-		n := 0
-		for _, c := range t.by {
-			n += c.ok + c.failed
-		}
-		fmt.Fprintf(b, " %.2f s, %.0f |", t.took.Seconds(), float64(n)/t.took.Seconds())
+		o := t.total()
+		fmt.Fprintf(b, " %.2f s, %.0f |", t.took.Seconds(), float64(o.ok+o.failed)/t.took.Seconds())
 	}
 	b.WriteString("\n\n")
+}
+
+// total is the teardown's requests, whoever sent them.
+func (t teardownAudit) total() outcome {
+	var o outcome
+	for _, c := range t.by {
+		o.ok, o.failed = o.ok+c.ok, o.failed+c.failed
+	}
+	return o
 }
 
 // auditTeardowns reads a session's saved audit log.

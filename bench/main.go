@@ -152,7 +152,7 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
 	}
 	if slices.Contains(cfg.systems, flagFaultline) {
-		fmt.Fprintf(&b, " faultline's controller: client rate limit QPS %d, burst %d.", cfg.controllerQPS, 2*cfg.controllerQPS)
+		fmt.Fprintf(&b, " faultline's controller: client rate limit QPS %d, burst %d.", cfg.controllerQPS, cfg.controllerBurst())
 	}
 	if cfg.gpuQuota {
 		fmt.Fprintf(&b, " The namespace has a ResourceQuota of %d GPUs (`%s`): the largest gang fits, two do not.", slices.Max(cfg.sizes), gpuQuotaKey)

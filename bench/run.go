@@ -54,12 +54,16 @@ type config struct {
 	auditPolicy string
 	// gpuQuota: the bench namespace gets a ResourceQuota of as many GPUs as the largest gang.
 	gpuQuota bool
-	// controllerQPS is faultline's controller's client rate limit (its burst is twice that).
+	// controllerQPS is faultline's controller's client rate limit (see controllerBurst).
 	controllerQPS int
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
 }
+
+// controllerBurst is the burst of faultline's controller's client: twice its QPS, as the
+// controller's own defaults are.
+func (c config) controllerBurst() int { return 2 * c.controllerQPS }
 
 // measuresFloor: the floor is what restarts (b, c) are compared with.
 func (c config) measuresFloor() bool {
@@ -212,7 +216,7 @@ func (b *bench) startController(ctx context.Context) error {
 	}
 	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
 		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof,
-		"--kube-api-qps", strconv.Itoa(b.cfg.controllerQPS), "--kube-api-burst", strconv.Itoa(2*b.cfg.controllerQPS))
+		"--kube-api-qps", strconv.Itoa(b.cfg.controllerQPS), "--kube-api-burst", strconv.Itoa(b.cfg.controllerBurst()))
 	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
 	if err != nil {
 		return err
