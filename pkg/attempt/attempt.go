@@ -108,7 +108,14 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 		tmpl.Spec.InitContainers[i].Env = append(append([]corev1.EnvVar{}, env...), tmpl.Spec.InitContainers[i].Env...)
 	}
 	for i := range tmpl.Spec.Containers {
-		tmpl.Spec.Containers[i].Env = append(append([]corev1.EnvVar{}, env...), tmpl.Spec.Containers[i].Env...)
+		c := &tmpl.Spec.Containers[i]
+		c.Env = append(append([]corev1.EnvVar{}, env...), c.Env...)
+		if c.TerminationMessagePolicy == "" {
+			// TensorFlow, JAX and PyTorch never write /dev/termination-log: without the
+			// fallback a failed worker's message is empty, and no framework hint can read
+			// the error it printed. The kubelet keeps the log's last 80 lines, 2 KiB at most.
+			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+		}
 	}
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)

@@ -74,6 +74,9 @@ func TestJobGang(t *testing.T) {
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("env order (-want +got): FAULTLINE_INDEX must come first for $(VAR) expansion, the user's last\n%s", diff)
 	}
+	if got := tmpl.Spec.Containers[0].TerminationMessagePolicy; got != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("terminationMessagePolicy = %q, want FallbackToLogsOnError: the frameworks print their errors, hints read them", got)
+	}
 	if run.Spec.Template.Labels[v1alpha1.LabelRun] != "" || len(run.Spec.Template.Spec.Containers[0].Env) != 1 {
 		t.Error("Job() modified the run's template")
 	}
@@ -259,5 +262,21 @@ func TestPorts(t *testing.T) {
 	}
 	if len(job.Spec.Template.Spec.Containers[1].Ports) != 0 || len(run.Spec.Template.Spec.Containers[0].Ports) != 1 {
 		t.Error("ports went to the sidecar, or the run's template was modified")
+	}
+}
+
+// TestTerminationMessagePolicyKeepsTheUsersChoice: a worker container whose policy the user
+// set keeps it; only an unset one falls back to the logs.
+func TestTerminationMessagePolicyKeepsTheUsersChoice(t *testing.T) {
+	run := makeRun(func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageReadFile
+		r.Spec.Template.Spec.Containers = append(r.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: "s"})
+	})
+	cs := Job(run, Options{Attempt: 1}).Spec.Template.Spec.Containers
+	if cs[0].TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("worker's policy = %q, want the user's File", cs[0].TerminationMessagePolicy)
+	}
+	if cs[1].TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("sidecar's policy = %q, want FallbackToLogsOnError", cs[1].TerminationMessagePolicy)
 	}
 }
