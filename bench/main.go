@@ -12,7 +12,8 @@
 //
 // Every result states the kube-controller-manager's client rate limit; each rate limit gets
 // its own control plane. The report (tables, ratios and PNG plots) goes to
-// bench/results/<date>.md.
+// _output/bench/<time>/report.md unless -out names another file: bench/results/ keeps only
+// the reports that the docs cite (bench/results/README.md), so a run leaves the tree clean.
 package main
 
 import (
@@ -51,7 +52,7 @@ func main() {
 	steadyWindow := flag.Duration("steady-window", 60*time.Second, "scenario d: measurement window")
 	profileWorkers := flag.Int("profile-workers", 256, "profile the controller during faultline's first node-shutdown restart of this gang size (0: never)")
 	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
-	out := flag.String("out", "", "results file (default bench/results/<date>.md)")
+	out := flag.String("out", "", "report file; its plots and profiles go beside it, named after it (default "+defaultOut(time.Time{})+" with the time the run starts; to keep a report in the tree, name a file in bench/results/)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
@@ -80,7 +81,7 @@ func main() {
 	}
 	path := *out
 	if path == "" {
-		path = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+".md")
+		path = defaultOut(time.Now())
 	}
 	cfg.stem = strings.TrimSuffix(path, filepath.Ext(path))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -103,6 +104,17 @@ func main() {
 	if runErr != nil {
 		fail(1, runErr)
 	}
+}
+
+// defaultOut is where a run's report goes unless -out says otherwise: under _output/, which
+// git ignores, so that `make bench` never dirties the tree; one directory a run, named for
+// its start time, so that a run never overwrites another's report, plots or profiles.
+func defaultOut(start time.Time) string {
+	stamp := "<YYYYMMDD-HHMMSS>"
+	if !start.IsZero() {
+		stamp = start.Format("20060102-150405")
+	}
+	return filepath.Join("_output", "bench", stamp, "report.md")
 }
 
 func ints(list string, least int) ([]int, error) {
