@@ -18,7 +18,6 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -201,7 +200,7 @@ func ClassifyPod(ctx context.Context, kube kubernetes.Interface, namespace, name
 		case err != nil:
 			// Without read access to nodes the facts stay unknown, as for the controller.
 		default:
-			nodes[n] = controller.NodeFactsOf(node)
+			nodes[n] = exitclass.FactsOfNode(node)
 		}
 	}
 	v := exitclass.Classify(exitclass.Observation{Pods: pods, Nodes: nodes, Now: now, SettleDeadline: now})

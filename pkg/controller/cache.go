@@ -37,7 +37,7 @@ func slimPod(obj any) (any, error) {
 	return p, nil
 }
 
-// slimNode keeps what NodeFactsOf reads (metadata, spec, conditions): a Node's status
+// slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions): a Node's status
 // (images, addresses, capacity, system info) is most of it, in every Node of the cluster.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)

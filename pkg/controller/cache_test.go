@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // The cached pod keeps everything exitclass and the teardown read (labels, annotations,
@@ -81,10 +82,10 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	slim := obj.(*corev1.Node)
-	if got, want := NodeFactsOf(slim), NodeFactsOf(full); !reflect.DeepEqual(got, want) {
+	if got, want := exitclass.FactsOfNode(slim), exitclass.FactsOfNode(full); !reflect.DeepEqual(got, want) {
 		t.Fatalf("facts of the slim node %+v, of the full one %+v", got, want)
 	}
-	if f := NodeFactsOf(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" {
+	if f := exitclass.FactsOfNode(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" {
 		t.Fatalf("the test node should have every fact, or the comparison above proves little: %+v", f)
 	}
 	if slim.ManagedFields != nil || slim.Status.Images != nil || slim.Status.Capacity != nil {

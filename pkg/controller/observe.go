@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -95,30 +94,9 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 			// Other errors: facts unknown, which exitclass treats as no evidence.
 			continue
 		}
-		facts[name] = NodeFactsOf(node)
+		facts[name] = exitclass.FactsOfNode(node)
 	}
 	return facts
-}
-
-// NodeFactsOf extracts a node's facts.
-func NodeFactsOf(node *corev1.Node) exitclass.NodeFacts {
-	f := exitclass.NodeFacts{Unschedulable: node.Spec.Unschedulable}
-	for _, c := range node.Status.Conditions {
-		switch c.Type {
-		case corev1.NodeReady:
-			f.NotReady = c.Status != corev1.ConditionTrue
-		case v1alpha1.NodeConditionGPUHealthy:
-			if c.Status == corev1.ConditionFalse {
-				f.GPUUnhealthyReason = c.Reason
-			}
-		}
-	}
-	if v, ok := node.Annotations[v1alpha1.AnnotationShutdownDetectedAt]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			f.ShutdownDetectedAt = &t
-		}
-	}
-	return f
 }
 
 func metav1IsControlledBy(obj client.Object, run *v1alpha1.TrainingRun) bool {

@@ -161,8 +161,23 @@ func (b *podBuilder) condition(t corev1.PodConditionType, status corev1.Conditio
 	return b
 }
 
+// infraFault marks the pod as the node agent does: the InfrastructureFault condition and,
+// beside it, the evidence that names the pod's node (set node first) and the time.
 func (b *podBuilder) infraFault(cause v1alpha1.Cause, when time.Time) *podBuilder {
+	return b.bareCondition(cause, when).faultEvidence(v1alpha1.FaultEvidence{
+		Source: "test-agent", Node: b.p.Spec.NodeName, Cause: cause, DetectedAt: when.Format(time.RFC3339Nano),
+	})
+}
+
+// bareCondition is the InfrastructureFault condition alone, without the agent's evidence.
+func (b *podBuilder) bareCondition(cause v1alpha1.Cause, when time.Time) *podBuilder {
 	return b.condition(v1alpha1.PodConditionInfrastructureFault, corev1.ConditionTrue, string(cause), "from the node agent", when)
+}
+
+// startedAt sets when the main container started.
+func (b *podBuilder) startedAt(t time.Time) *podBuilder {
+	b.terminated().StartedAt = metav1.NewTime(t)
+	return b
 }
 
 func (b *podBuilder) disruption(reason string, when time.Time) *podBuilder {
@@ -177,9 +192,15 @@ func (b *podBuilder) faultEvidence(fe v1alpha1.FaultEvidence) *podBuilder {
 	return b.annotation(v1alpha1.AnnotationFaultEvidence, string(raw))
 }
 
+// gpuXID writes what the node agent writes for an XID on the pod's GPU: the evidence with the
+// XID table's cause and, for an infrastructure cause, the InfrastructureFault condition.
 func (b *podBuilder) gpuXID(node string, gpu int, xid uint64, when time.Time) *podBuilder {
+	cause := LookupXID(xid).Cause
+	if cause.Class() == v1alpha1.ClassInfrastructure {
+		b.bareCondition(cause, when)
+	}
 	return b.faultEvidence(v1alpha1.FaultEvidence{
-		Source: "nvml-event", Node: node, Cause: v1alpha1.CauseGPUFault,
+		Source: "nvml-event", Node: node, Cause: cause,
 		DetectedAt: when.Format(time.RFC3339Nano),
 		GPU:        &v1alpha1.GPUEvidence{UUID: "GPU-" + strconv.Itoa(gpu), Index: gpu, XID: xid},
 	})

@@ -192,7 +192,7 @@ func (f *podFailure) signal() int32 {
 
 // evidenceXID is the XID that counts among the pod's evidence, or 0.
 func (f *podFailure) evidenceXID() uint64 {
-	if f.xid != 0 && !LookupXID(f.xid).Secondary {
+	if f.xid != 0 && f.feWhy == "" && !LookupXID(f.xid).Secondary {
 		return f.xid
 	}
 	if f.basis == basisNodeGPU {

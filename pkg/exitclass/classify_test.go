@@ -271,25 +271,30 @@ func TestClassifyNodeShutdown(t *testing.T) {
 		"agent's InfrastructureFault condition decides, whatever the exit code": {
 			pods:         []*corev1.Pod{worker(3, 1, at(1)).infraFault(v1alpha1.CauseNodeShutdown, at(0.5)).obj()},
 			want:         infra(v1alpha1.CauseNodeShutdown, "r-3", 3, 1),
-			wantBasis:    "with the node agent's InfrastructureFault condition (NodeShutdown: from the node agent)",
+			wantBasis:    "while the node was shutting down (test-agent at 12:01:00.500)",
 			wantEvidence: []string{"condition faultline.dev/InfrastructureFault=True, reason NodeShutdown"},
+		},
+		"agent's InfrastructureFault condition with a cause other than a shutdown": {
+			pods:      []*corev1.Pod{worker(3, 1, at(1)).infraFault(v1alpha1.CauseNodeMaintenance, at(0.5)).obj()},
+			want:      infra(v1alpha1.CauseNodeMaintenance, "r-3", 3, 1),
+			wantBasis: "with the node agent's InfrastructureFault condition (NodeMaintenance: from the node agent)",
 		},
 		"InfrastructureFault outranks OOMKilled": {
 			pods: []*corev1.Pod{worker(3, 137, at(1)).containerReason("OOMKilled").infraFault(v1alpha1.CauseGPUFault, at(0.5)).obj()},
 			want: infra(v1alpha1.CauseGPUFault, "r-3", 3, 137),
 		},
 		"InfrastructureFault with an application cause is a contradiction, ignored": {
-			pods:         []*corev1.Pod{worker(3, 1, at(1)).infraFault(v1alpha1.CauseAppGPUError, at(0.5)).obj()},
+			pods:         []*corev1.Pod{worker(3, 1, at(1)).bareCondition(v1alpha1.CauseAppGPUError, at(0.5)).obj()},
 			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
 			wantEvidence: []string{"reason AppGPUError: from the node agent (not an infrastructure cause; ignored)"},
 		},
 		"InfrastructureFault with a reason that is no cause is ignored": {
-			pods:         []*corev1.Pod{worker(3, 1, at(1)).infraFault("Meteor", at(0.5)).obj()},
+			pods:         []*corev1.Pod{worker(3, 1, at(1)).bareCondition("Meteor", at(0.5)).obj()},
 			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
 			wantEvidence: []string{"reason Meteor: from the node agent (not an infrastructure cause; ignored)"},
 		},
 		"InfrastructureFault PeerFailure is no root cause": {
-			pods: []*corev1.Pod{worker(3, 143, at(1)).infraFault(v1alpha1.CausePeerFailure, at(0.5)).obj()},
+			pods: []*corev1.Pod{worker(3, 143, at(1)).bareCondition(v1alpha1.CausePeerFailure, at(0.5)).obj()},
 			want: unknown("r-3", 3, 143),
 		},
 		"InfrastructureFault not True is no evidence": {
@@ -432,7 +437,8 @@ func TestClassifyFaultEvidence(t *testing.T) {
 		},
 		"the XID decides, not the cause written beside it": {
 			pods: []*corev1.Pod{worker(3, 1, at(1)).faultEvidence(v1alpha1.FaultEvidence{
-				Source: "nvml-event", Cause: v1alpha1.CauseGPUFault, GPU: &v1alpha1.GPUEvidence{Index: 1, XID: 13},
+				Source: "nvml-event", Node: "gpu-3", Cause: v1alpha1.CauseGPUFault, DetectedAt: at(0.9).Format(time.RFC3339Nano),
+				GPU: &v1alpha1.GPUEvidence{Index: 1, XID: 13},
 			}).obj()},
 			want: app(v1alpha1.CauseAppGPUError, "r-3", 3, 1, true).withXID(13),
 		},
@@ -445,19 +451,19 @@ func TestClassifyFaultEvidence(t *testing.T) {
 			pods: []*corev1.Pod{worker(3, 1, at(1)).gpuXID("gpu-3", 2, 999, at(0.9)).obj()},
 			want: infra(v1alpha1.CauseGPUFault, "r-3", 3, 1).withXID(999),
 		},
-		"shutdown evidence written on the pod": {
-			pods: []*corev1.Pod{worker(3, 143, at(5)).faultEvidence(v1alpha1.FaultEvidence{
+		"shutdown evidence with the agent's condition": {
+			pods: []*corev1.Pod{worker(3, 143, at(5)).bareCondition(v1alpha1.CauseNodeShutdown, at(3.12)).faultEvidence(v1alpha1.FaultEvidence{
 				Source: "logind", Node: "gpu-3", Cause: v1alpha1.CauseNodeShutdown, DetectedAt: at(3.12).Format(time.RFC3339Nano),
 			}).obj()},
 			want:      infra(v1alpha1.CauseNodeShutdown, "r-3", 3, 143),
 			wantBasis: "while the node was shutting down (logind at 12:01:03.120)",
 		},
 		"evidence with another infrastructure cause and no XID": {
-			pods: []*corev1.Pod{worker(3, 143, at(5)).faultEvidence(v1alpha1.FaultEvidence{
-				Source: "nvml-health", Cause: v1alpha1.CauseGPUFault, Detail: "row remap pending",
+			pods: []*corev1.Pod{worker(3, 143, at(5)).bareCondition(v1alpha1.CauseGPUFault, at(4)).faultEvidence(v1alpha1.FaultEvidence{
+				Source: "nvml-health", Node: "gpu-3", Cause: v1alpha1.CauseGPUFault, DetectedAt: at(4).Format(time.RFC3339Nano), Detail: "row remap pending",
 			}).obj()},
 			want:      infra(v1alpha1.CauseGPUFault, "r-3", 3, 143),
-			wantBasis: "with fault evidence from nvml-health (GPUFault)",
+			wantBasis: "with the node agent's InfrastructureFault condition (GPUFault: from the node agent)",
 		},
 		"malformed JSON is an unreadable-evidence line, not a panic": {
 			pods:         []*corev1.Pod{worker(3, 1, at(1)).annotation(v1alpha1.AnnotationFaultEvidence, `{"cause": "GPUFault",`).obj()},
@@ -469,12 +475,16 @@ func TestClassifyFaultEvidence(t *testing.T) {
 			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
 			wantEvidence: []string{"fault evidence from x: Gremlins (not a cause faultline knows; ignored)"},
 		},
-		"unreadable detectedAt keeps the cause": {
-			pods: []*corev1.Pod{worker(3, 1, at(1)).faultEvidence(v1alpha1.FaultEvidence{
-				Source: "nvml-event", Cause: v1alpha1.CauseGPUFault, DetectedAt: "yesterday", GPU: &v1alpha1.GPUEvidence{XID: 48},
+		"unreadable detectedAt is not attested": {
+			pods: []*corev1.Pod{worker(3, 1, at(1)).bareCondition(v1alpha1.CauseGPUFault, at(0.5)).faultEvidence(v1alpha1.FaultEvidence{
+				Source: "nvml-event", Node: "gpu-3", Cause: v1alpha1.CauseGPUFault, DetectedAt: "yesterday", GPU: &v1alpha1.GPUEvidence{XID: 48},
 			}).obj()},
-			want:         infra(v1alpha1.CauseGPUFault, "r-3", 3, 1).withXID(48),
-			wantEvidence: []string{`at an unreadable time ("yesterday")`},
+			want: app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{
+				`at an unreadable time ("yesterday")`,
+				"(not attested: it has a missing or unreadable time; ignored)",
+				"reason GPUFault: from the node agent (not attested: its evidence has a missing or unreadable time; ignored)",
+			},
 		},
 	})
 }
@@ -549,10 +559,17 @@ func TestClassifyHints(t *testing.T) {
 			wantBasis:    "with a termination message matching the jax hint for OOMKilled",
 			wantEvidence: []string{"termination message matches the jax hint for OOMKilled (/RESOURCE_EXHAUSTED: Out of memory/)"},
 		},
-		"infrastructure hint is infrastructure evidence": {
-			pods:  []*corev1.Pod{worker(3, 1, at(1)).message("NCCL WARN NET/IB : NVLink error on link 3").obj()},
-			hints: []HintPattern{nvlink},
-			want:  infra(v1alpha1.CauseGPUFault, "r-3", 3, 1),
+		"an infrastructure hint is the program's word, not node evidence": {
+			pods:         []*corev1.Pod{worker(3, 1, at(1)).message("NCCL WARN NET/IB : NVLink error on link 3").obj()},
+			hints:        []HintPattern{nvlink},
+			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantBasis:    "with no infrastructure evidence (ignored: its output matches the nccl hint for GPUFault, which only node evidence could prove)",
+			wantEvidence: []string{"matches the nccl hint for GPUFault (/NCCL.*NVLink error/): the program's output, not node evidence; ignored"},
+		},
+		"an infrastructure hint does not hide the hints after it": {
+			pods:  []*corev1.Pod{worker(3, 143, at(1)).message("NVLink error; coordination service heartbeat lost").obj()},
+			hints: []HintPattern{{Pattern: `NVLink error`, Cause: v1alpha1.CauseGPUFault, Source: "nccl"}, peer},
+			want:  unknown("r-3", 3, 143),
 		},
 		"node evidence outranks a program's message": {
 			pods:  []*corev1.Pod{worker(3, 1, at(1)).message("RESOURCE_EXHAUSTED: Out of memory").obj()},
@@ -614,4 +631,84 @@ func TestClassifyZeroDeadlineIsFinal(t *testing.T) {
 	if !got.Final || got.Conclusive || !got.WaitUntil.IsZero() {
 		t.Errorf("Final=%v Conclusive=%v WaitUntil=%v, want final, not conclusive, no wait", got.Final, got.Conclusive, got.WaitUntil)
 	}
+}
+
+// TestClassifyAttestation: infrastructure is proven only by the node agent's condition with
+// its evidence beside it, for the pod's own node and inside the failing container's life;
+// everything a tenant or the program itself could write is noted and ignored.
+func TestClassifyAttestation(t *testing.T) {
+	gpuFault := func(node string, when time.Time) v1alpha1.FaultEvidence {
+		return v1alpha1.FaultEvidence{Source: "nvml-event", Node: node, Cause: v1alpha1.CauseGPUFault, DetectedAt: when.Format(time.RFC3339Nano),
+			GPU: &v1alpha1.GPUEvidence{UUID: "GPU-1", Index: 1, XID: 79}}
+	}
+	runRuleCases(t, map[string]ruleCase{
+		"the annotation alone, as a tenant with the edit role writes it, is not infrastructure": {
+			pods:      []*corev1.Pod{worker(3, 1, at(1)).faultEvidence(gpuFault("gpu-3", at(0.9))).obj()},
+			want:      app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantBasis: "with no infrastructure evidence (ignored: its fault evidence is not attested (it has no faultline.dev/InfrastructureFault condition beside it in the pod's status))",
+			wantEvidence: []string{
+				"(not attested: it has no faultline.dev/InfrastructureFault condition beside it in the pod's status; ignored)",
+			},
+		},
+		"the condition without the agent's evidence is not infrastructure": {
+			pods:         []*corev1.Pod{worker(3, 143, at(1)).bareCondition(v1alpha1.CauseNodeShutdown, at(0.5)).obj()},
+			want:         unknown("r-3", 3, 143),
+			wantEvidence: []string{"(not attested: no faultline.dev/fault-evidence beside it names the node and the time; ignored)"},
+		},
+		"evidence that names another node": {
+			pods: []*corev1.Pod{worker(3, 1, at(1)).bareCondition(v1alpha1.CauseGPUFault, at(0.9)).faultEvidence(gpuFault("gpu-9", at(0.9))).obj()},
+			want: app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{
+				"(not attested: it names node gpu-9, not the pod's node gpu-3; ignored)",
+				"(not attested: its evidence names node gpu-9, not the pod's node gpu-3; ignored)",
+			},
+		},
+		"evidence from before the container started is stale": {
+			pods: []*corev1.Pod{worker(3, 143, at(10)).startedAt(at(5)).infraFault(v1alpha1.CauseNodeShutdown, at(1)).obj()},
+			want: unknown("r-3", 3, 143),
+			wantEvidence: []string{
+				"(not attested: it was recorded before the container started at 12:01:05.000; ignored)",
+			},
+		},
+		"evidence from well after the exit did not cause it": {
+			pods:         []*corev1.Pod{worker(3, 1, at(1)).infraFault(v1alpha1.CauseNodeShutdown, at(2.5)).obj()},
+			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{"(not attested: it was recorded after the container had exited; ignored)"},
+		},
+		"evidence changed to another cause than the condition's": {
+			pods: []*corev1.Pod{worker(3, 1, at(1)).bareCondition(v1alpha1.CauseNodeShutdown, at(0.9)).faultEvidence(gpuFault("gpu-3", at(0.9))).obj()},
+			want: app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{
+				"reason NodeShutdown: from the node agent (not attested: its evidence says GPUFault; ignored)",
+			},
+		},
+		"evidence inside the life of a container that started after the pod": {
+			pods: []*corev1.Pod{worker(3, 143, at(10)).startedAt(at(5)).infraFault(v1alpha1.CauseNodeShutdown, at(6)).obj()},
+			want: infra(v1alpha1.CauseNodeShutdown, "r-3", 3, 143),
+		},
+		"a program-caused XID recorded for another node is not the pod's": {
+			pods: []*corev1.Pod{worker(3, 1, at(1)).faultEvidence(v1alpha1.FaultEvidence{
+				Source: "nvml-event", Node: "gpu-8", Cause: v1alpha1.CauseAppGPUError, DetectedAt: at(0.9).Format(time.RFC3339Nano),
+				GPU: &v1alpha1.GPUEvidence{Index: 0, XID: 31},
+			}).obj()},
+			want: app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+		},
+		"a shutdown announced before the container started is stale": {
+			pods:         []*corev1.Pod{worker(3, 1, at(3600)).startedAt(at(1800)).obj()},
+			nodes:        map[string]NodeFacts{"gpu-3": {ShutdownDetectedAt: ptrTime(at(0))}},
+			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{"node gpu-3: logind PrepareForShutdown at 12:01:00.000 (before the container started at 12:31:00.000; not counted)"},
+		},
+		"a GPU unhealthy since before the container started does not explain its exit": {
+			pods:         []*corev1.Pod{worker(3, 1, at(3600)).startedAt(at(1800)).obj()},
+			nodes:        map[string]NodeFacts{"gpu-3": {GPUUnhealthyReason: "Xid79", GPUUnhealthySince: ptrTime(at(0))}},
+			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{"node gpu-3: faultline.dev/GPUHealthy=False, reason Xid79 since 12:01:00.000 (before the container started at 12:31:00.000; not counted)"},
+		},
+		"a GPU that turned unhealthy while the container ran": {
+			pods:  []*corev1.Pod{worker(3, 1, at(3600)).startedAt(at(1800)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {GPUUnhealthyReason: "Xid79", GPUUnhealthySince: ptrTime(at(3599))}},
+			want:  infra(v1alpha1.CauseGPUFault, "r-3", 3, 1).withXID(79),
+		},
+	})
 }

@@ -2,6 +2,7 @@ package exitclass
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,8 +58,11 @@ func (f *podFailure) describe() []string {
 	}
 	if c := f.infraCond; c != nil {
 		line := pod + "condition " + v1alpha1.PodConditionInfrastructureFault + "=True, reason " + c.Reason + quote(c.Message)
-		if !isInfraCause(v1alpha1.Cause(c.Reason)) {
+		switch {
+		case !isInfraCause(v1alpha1.Cause(c.Reason)):
 			line += " (not an infrastructure cause; ignored)"
+		case f.condWhy != "":
+			line += " (not attested: " + f.condWhy + "; ignored)"
 		}
 		ev = append(ev, line)
 	}
@@ -87,7 +91,18 @@ func (f *podFailure) describe() []string {
 		ev = append(ev, pod+"termination message matches the "+h.Source+" hint for "+string(h.Cause)+
 			" (/"+h.Pattern.String()+"/)")
 	}
+	if h := f.infraHint; h != nil {
+		ev = append(ev, pod+"termination message matches the "+h.Source+" hint for "+string(h.Cause)+
+			" (/"+h.Pattern.String()+"/): the program's output, not node evidence; ignored")
+	}
 	return ev
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 func (f *podFailure) faultEvidenceLine() string {
@@ -121,8 +136,11 @@ func (f *podFailure) faultEvidenceLine() string {
 		}
 	}
 	line += quote(fe.Detail)
-	if f.faultEvidenceCause() == "" && (fe.GPU == nil || fe.GPU.XID == 0) {
+	switch {
+	case f.evidenceClaim() == "" && (fe.GPU == nil || fe.GPU.XID == 0):
 		line += " (not a cause faultline knows; ignored)"
+	case f.feWhy != "":
+		line += " (not attested: it " + f.feWhy + "; ignored)"
 	}
 	return line
 }
@@ -137,13 +155,20 @@ func (f *podFailure) describeNode(ev []string) []string {
 	}
 	if at := f.facts.ShutdownDetectedAt; at != nil {
 		line := node + "logind PrepareForShutdown at " + clock(*at)
-		if f.shutdownLate {
-			line += " (after the container had exited; not counted)"
+		if f.shutdownWhy != "" {
+			line += " (" + f.shutdownWhy + "; not counted)"
 		}
 		ev = append(ev, line)
 	}
 	if r := f.facts.GPUUnhealthyReason; r != "" {
-		ev = append(ev, node+v1alpha1.NodeConditionGPUHealthy+"=False, reason "+r)
+		line := node + v1alpha1.NodeConditionGPUHealthy + "=False, reason " + r
+		if since := f.facts.GPUUnhealthySince; since != nil {
+			line += " since " + clock(*since)
+		}
+		if f.gpuWhy != "" {
+			line += " (" + f.gpuWhy + "; not counted)"
+		}
+		ev = append(ev, line)
 	}
 	switch {
 	case f.facts.Gone:
@@ -161,24 +186,21 @@ func (f *podFailure) describeNode(ev []string) []string {
 func (f *podFailure) basisPhrase() string {
 	const shuttingDown = "while the node was shutting down ("
 	switch f.basis {
-	case basisCondition:
-		return "with the node agent's InfrastructureFault condition (" + f.infraCond.Reason + quote(f.infraCond.Message) + ")"
-	case basisFaultEvidence:
-		if f.xid != 0 {
+	case basisCondition, basisFaultEvidence:
+		// Either way the agent's evidence is there, attested: its signal says it best.
+		switch {
+		case f.xid != 0:
 			s := "after XID " + strconv.FormatUint(f.xid, 10) + " (" + LookupXID(f.xid).Name + ")"
 			if f.fe.GPU != nil {
 				s += " on GPU " + strconv.Itoa(f.fe.GPU.Index)
 			}
 			return s
+		case f.cause == v1alpha1.CauseNodeShutdown:
+			return shuttingDown + f.fe.Source + " at " + clock(f.feAt) + ")"
+		case f.basis == basisCondition:
+			return "with the node agent's InfrastructureFault condition (" + f.infraCond.Reason + quote(f.infraCond.Message) + ")"
 		}
-		at := ""
-		if !f.feAt.IsZero() {
-			at = " at " + clock(f.feAt)
-		}
-		if f.cause == v1alpha1.CauseNodeShutdown {
-			return shuttingDown + f.fe.Source + at + ")"
-		}
-		return "with fault evidence from " + f.fe.Source + " (" + string(f.cause) + at + ")"
+		return "with fault evidence from " + f.fe.Source + " (" + string(f.cause) + " at " + clock(f.feAt) + ")"
 	case basisDisruption:
 		if f.cause == v1alpha1.CauseNodeShutdown {
 			return shuttingDown + "DisruptionTarget: " + f.disruption.Reason + ")"
@@ -203,13 +225,35 @@ func (f *podFailure) basisPhrase() string {
 	case basisHint:
 		return "with a termination message matching the " + f.hint.Source + " hint for " + string(f.cause)
 	}
+	var phrase string
 	switch {
 	case f.peerOnly():
-		return "with a termination message that only blames a peer (" + f.hint.Source + " hint) and no other failure to blame"
+		phrase = "with a termination message that only blames a peer (" + f.hint.Source + " hint) and no other failure to blame"
 	case f.cause == v1alpha1.CauseAppExit:
-		return "with no infrastructure evidence"
+		phrase = "with no infrastructure evidence"
 	case f.term.found && !f.term.statusUnknown && isNonSpecificExit(f.term.exitCode):
-		return "with no evidence of who sent the signal"
+		phrase = "with no evidence of who sent the signal"
+	default:
+		phrase = "with no evidence either way"
 	}
-	return "with no evidence either way"
+	return phrase + f.ignoredPhrase()
+}
+
+// ignoredPhrase names the evidence that was there and did not count, so that an explanation
+// never leaves a reader wondering why a fault they can see on the pod was not believed.
+func (f *podFailure) ignoredPhrase() string {
+	var ignored []string
+	switch {
+	case f.condWhy != "":
+		ignored = append(ignored, "its "+v1alpha1.PodConditionInfrastructureFault+" condition is not attested ("+f.condWhy+")")
+	case f.feWhy != "":
+		ignored = append(ignored, "its fault evidence is not attested (it "+f.feWhy+")")
+	}
+	if h := f.infraHint; h != nil {
+		ignored = append(ignored, "its output matches the "+h.Source+" hint for "+string(h.Cause)+", which only node evidence could prove")
+	}
+	if len(ignored) == 0 {
+		return ""
+	}
+	return " (ignored: " + strings.Join(ignored, "; ") + ")"
 }

@@ -27,15 +27,23 @@
 // programs print arbitrary errors and never the reverse; OOMKilled is the exception among the
 // node-level facts because it is the kernel's statement about this very container.
 //
-//  1. Condition faultline.dev/InfrastructureFault=True: its reason is the cause, whatever the
-//     exit code. A reason that is not an infrastructure cause is noted and ignored: the Job's
-//     podFailurePolicy treats the condition as infrastructure whatever its reason, so an
-//     application cause there would be a contradiction (program-caused XIDs travel in the
-//     annotation, rule 2).
-//  2. Annotation faultline.dev/fault-evidence (JSON v1alpha1.FaultEvidence): with a GPU XID,
-//     LookupXID decides: GPUFault (a CUDA error right after a fatal XID on the pod's GPU is the
-//     GPU's fault) or AppGPUError (a program-caused XID, Application). A Secondary XID (45)
-//     decides nothing. Without an XID its cause field decides. Malformed JSON never panics: it
+//  1. Condition faultline.dev/InfrastructureFault=True, attested: its reason is the cause,
+//     whatever the exit code. Attested means what only the node agent can write: the
+//     condition is in the pod's status (which the edit role cannot write; admission keeps
+//     everyone but the agent of the pod's node off it), and beside it the evidence
+//     annotation of the same cause names the pod's own node (spec.nodeName) and a time
+//     inside the failing container's life (see "Times" below). A condition without that is
+//     noted and ignored (stale, or its evidence changed). A reason that is not an
+//     infrastructure cause is noted and ignored: the Job's podFailurePolicy treats the
+//     condition as infrastructure whatever its reason, so an application cause there would
+//     be a contradiction (program-caused XIDs travel in the annotation, rule 2).
+//  2. Annotation faultline.dev/fault-evidence (JSON v1alpha1.FaultEvidence) on its own: it is
+//     metadata, which anyone who may edit the pod can write, so it may point at the
+//     application but never prove infrastructure. With a GPU XID, LookupXID decides what it
+//     claims: AppGPUError (a program-caused XID, Application) counts when attested (the
+//     pod's node, a time inside its life); GPUFault needs rule 1. A Secondary XID (45)
+//     decides nothing. Without an XID its cause field is the claim. Unattested or
+//     infrastructure-only evidence is noted and ignored; malformed JSON never panics: it
 //     becomes an evidence line saying the annotation is unreadable.
 //  3. Condition DisruptionTarget=True, unless it was set more than a second (the granularity
 //     of Kubernetes timestamps) after the container had exited:
@@ -54,27 +62,36 @@
 //     shutting down) → NodeShutdown; NodeLost → NodeLost; OutOfnvidia.com/gpu → GPUFault;
 //     UnexpectedAdmissionError → GPUFault when the pod requests nvidia.com/gpu (the device
 //     plugin failed to allocate; the program never ran), otherwise no evidence.
-//  5. The node's shutdown announcement (faultline.dev/shutdown-detected-at) at or before the
-//     exit → NodeShutdown, for any exit code: programs exit 143, 137, 1 or even 0 when the
-//     node goes down under them. An announcement after the exit is noted and not counted.
+//  5. The node's shutdown announcement (faultline.dev/shutdown-detected-at) inside the failing
+//     container's life → NodeShutdown, for any exit code: programs exit 143, 137, 1 or even 0
+//     when the node goes down under them. An announcement after the exit, or before the
+//     container started (stale), is noted and not counted.
 //  6. Container reason OOMKilled → OOMKilled (Application).
-//  7. The node's faultline.dev/GPUHealthy=False and a non-zero exit → GPUFault. This is
-//     node-level (the pod's own GPU may be healthy) and so weaker than rule 2, but still
-//     infrastructure. It is not limited to pods requesting nvidia.com/gpu, since GPUs
-//     allocated through DRA do not show up as that resource.
+//  7. The node's faultline.dev/GPUHealthy=False, turned so inside the failing container's life
+//     (a GPU unhealthy since before it started explains nothing of its exit), and a non-zero
+//     exit → GPUFault. This is node-level (the pod's own GPU may be healthy) and so weaker
+//     than rule 1, but still infrastructure. It is not limited to pods requesting
+//     nvidia.com/gpu, since GPUs allocated through DRA do not show up as that resource.
 //  8. The node Gone or NotReady → NodeLost.
 //  9. A hint matching the termination message of the pod's failing container: an
-//     infrastructure cause counts as infrastructure evidence, an application cause as that
-//     application cause. Hints are tried in order; the first match wins. A PeerFailure hint
-//     marks the pod as a peer (below) and decides nothing else.
+//     application cause counts as that application cause. Hints are tried in order; the
+//     first match wins. A PeerFailure hint marks the pod as a peer (below) and decides
+//     nothing else. A hint with an infrastructure cause is the program's own word, not node
+//     evidence: it is noted and skipped (the hints after it still match).
 //  10. Otherwise the exit code alone: 143 or 137 (SIGTERM/SIGKILL from someone), a lost
 //     container, exit 0 in a failed pod, or only a PeerFailure message → Unknown; any other
 //     non-zero exit → AppExit.
 //
-// What the node agent writes onto the pod (rules 1 and 2) is not compared with the exit time:
-// it is about this pod by construction, and the agent may finish writing just after the
-// container exits, which is what the settle window waits for. Node-level facts without a time
-// (GPU health, readiness) are not compared either.
+// # Times
+//
+// A signal counts for a failure when it was recorded inside the failing container's life: not
+// before the container started (its startedAt, else the pod's creation; an earlier
+// incarnation's signal, or a node's from before the program ran, is stale) and not more than
+// a second (the granularity of Kubernetes timestamps) after the container exited. This holds
+// for the agent's evidence (rules 1 and 2), the node's shutdown announcement (5) and its GPU
+// health (7). When the evidence is written does not matter: the agent may finish writing just
+// after the container exits, which is what the settle window waits for. Readiness has no
+// time and is not compared.
 //
 // Rules 1-9 are evidence; a pod decided by one of them with a cause of class Infrastructure
 // or Application is conclusive. AppExit from rule 10 is not: the node agent may still be

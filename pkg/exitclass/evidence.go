@@ -47,17 +47,26 @@ type podFailure struct {
 	conclusive bool
 	peerHint   bool // the termination message matched a PeerFailure hint
 
+	// lifeStart is when the failing container started, else when the pod was created: a
+	// signal from before it (an earlier incarnation's, or a node's long before) is stale.
+	lifeStart time.Time
+
 	// Facts found on the way.
-	hint           *Hint                // the first hint that matched
+	hint           *Hint                // the first hint that matched (never an infrastructure one)
+	infraHint      *Hint                // the first infrastructure hint that matched: not counted
 	infraCond      *corev1.PodCondition // faultline.dev/InfrastructureFault=True
 	disruption     *corev1.PodCondition // DisruptionTarget=True
 	disruptionLate bool                 // set after the container had exited: not the cause
-	shutdownLate   bool                 // node shutdown announced after the exit: not the cause
+	shutdownWhy    string               // why the node's shutdown announcement does not count
+	gpuWhy         string               // why the node's GPUHealthy=False does not count
 	fe             *v1alpha1.FaultEvidence
 	feErr          error
 	feAt           time.Time
 	feAtErr        error
 	xid            uint64
+	// feWhy and condWhy say why the evidence annotation and the InfrastructureFault condition
+	// were not counted ("" when they were, or are absent): see attest.
+	feWhy, condWhy string
 }
 
 // assess fills f with the failure of pod and reports whether the pod has failed; f is left
@@ -76,6 +85,10 @@ func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints [
 	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term}
 	f.gather(hints, msg)
 	f.failedAt = f.failureTime()
+	f.lifeStart = term.startedAt
+	if f.lifeStart.IsZero() {
+		f.lifeStart = pod.CreationTimestamp.Time
+	}
 	f.decide()
 	return true
 }
@@ -112,11 +125,22 @@ func (f *podFailure) gather(hints []Hint, msg string) {
 	// Regular expressions cost; most pods of a large gang carry no message at all.
 	if msg != "" {
 		for i := range hints {
-			if hints[i].Pattern != nil && hints[i].Pattern.MatchString(msg) {
-				f.hint = &hints[i]
-				f.peerHint = hints[i].Cause == v1alpha1.CausePeerFailure
-				break
+			h := &hints[i]
+			if h.Pattern == nil || !h.Pattern.MatchString(msg) {
+				continue
 			}
+			if h.Cause.Class() == v1alpha1.ClassInfrastructure {
+				// The program's own words may point at a peer or at itself, never prove the
+				// node: anyone can print "uncorrectable ECC error". Noted, and the hints after
+				// it still have their say.
+				if f.infraHint == nil {
+					f.infraHint = h
+				}
+				continue
+			}
+			f.hint = h
+			f.peerHint = h.Cause == v1alpha1.CausePeerFailure
+			break
 		}
 	}
 }
@@ -139,7 +163,6 @@ func (f *podFailure) failureTime() time.Time {
 	if f.disruption != nil {
 		pick(f.disruption.LastTransitionTime.Time)
 	}
-	pick(f.feAt)
 	if f.pod.DeletionTimestamp != nil {
 		pick(f.pod.DeletionTimestamp.Time)
 	}
@@ -152,18 +175,82 @@ func happenedBy(at, failedAt time.Time) bool {
 	return at.IsZero() || failedAt.IsZero() || at.Before(failedAt.Add(timestampSlack))
 }
 
+// outsideLife says why a signal recorded at "at" cannot have caused this failure: it came
+// before the failing container started (stale: an earlier incarnation's, or a node signal
+// from before the program ran) or after the container had exited; "" when it falls inside.
+// Unknown times rule nothing out.
+func (f *podFailure) outsideLife(at time.Time) string {
+	switch {
+	case at.IsZero():
+		return ""
+	case !f.lifeStart.IsZero() && at.Before(f.lifeStart.Add(-timestampSlack)):
+		return "before the container started at " + clock(f.lifeStart)
+	case !happenedBy(at, f.failedAt):
+		return "after the container had exited"
+	}
+	return ""
+}
+
+// attest says why the evidence annotation cannot be this pod's (a phrase whose subject is the
+// evidence), "" when it can be: the node
+// agent writes it for the pods of its own node, at the moment it sees the signal, so it names
+// the pod's node and a time within the failing container's life.
+func (f *podFailure) attest() string {
+	fe := f.fe
+	switch {
+	case fe.Node == "":
+		return "names no node"
+	case fe.Node != f.node:
+		return "names node " + fe.Node + ", not the pod's node " + orNone(f.node)
+	case f.feAtErr != nil || f.feAt.IsZero():
+		return "has a missing or unreadable time"
+	}
+	if why := f.outsideLife(f.feAt); why != "" {
+		return "was recorded " + why
+	}
+	return ""
+}
+
+// conditionCause is the infrastructure cause the InfrastructureFault condition proves, or "".
+// Only the node agent writes it, into the pod's status (which the edit role cannot write,
+// and admission keeps everyone else off it); it counts with the agent's evidence beside it,
+// attested (see attest) and of the same cause. A condition without that is noted (condWhy)
+// and ignored: a stale condition, or one whose evidence someone changed.
+func (f *podFailure) conditionCause() v1alpha1.Cause {
+	c := f.infraCond
+	if c == nil || !isInfraCause(v1alpha1.Cause(c.Reason)) {
+		return ""
+	}
+	switch {
+	case f.fe == nil:
+		f.condWhy = "no " + v1alpha1.AnnotationFaultEvidence + " beside it names the node and the time"
+	case f.feWhy != "":
+		f.condWhy = "its evidence " + f.feWhy
+	case f.fe.Cause != v1alpha1.Cause(c.Reason):
+		f.condWhy = "its evidence says " + string(f.fe.Cause)
+	default:
+		return v1alpha1.Cause(c.Reason)
+	}
+	return ""
+}
+
 // decide sets the pod's own cause: the first rule that applies, in the order of the package
 // doc, wins.
 func (f *podFailure) decide() {
 	if f.disruption != nil {
 		f.disruptionLate = !happenedBy(f.disruption.LastTransitionTime.Time, f.failedAt)
 	}
+	if f.fe != nil {
+		f.feWhy = f.attest()
+	}
+	condCause := f.conditionCause()
+	feCause := f.faultEvidenceCause(condCause != "")
 	shutdown := f.nodeShutdown()
-	feCause := f.faultEvidenceCause()
+	gpu := f.nodeGPU()
 	statusCause := f.statusReasonCause()
 	switch {
-	case f.infraCond != nil && isInfraCause(v1alpha1.Cause(f.infraCond.Reason)):
-		f.set(v1alpha1.Cause(f.infraCond.Reason), basisCondition)
+	case condCause != "":
+		f.set(condCause, basisCondition)
 	case feCause != "":
 		f.set(feCause, basisFaultEvidence)
 	case f.disruption != nil && !f.disruptionLate:
@@ -174,7 +261,7 @@ func (f *podFailure) decide() {
 		f.set(v1alpha1.CauseNodeShutdown, basisNodeShutdown)
 	case f.term.reason == containerReasonOOMKilled:
 		f.set(v1alpha1.CauseOOMKilled, basisOOM)
-	case f.facts.GPUUnhealthyReason != "" && f.term.exitCode != 0:
+	case gpu:
 		f.set(v1alpha1.CauseGPUFault, basisNodeGPU)
 	case f.known && (f.facts.Gone || f.facts.NotReady):
 		f.set(v1alpha1.CauseNodeLost, basisNodeLost)
@@ -215,9 +302,24 @@ func isNonSpecificExit(code int32) bool {
 	return code == 128+15 || code == 128+9
 }
 
-// faultEvidenceCause is the cause the annotation supports, or "". An XID decides through the
-// shared table, whatever cause the writer put beside it; a Secondary XID decides nothing.
-func (f *podFailure) faultEvidenceCause() v1alpha1.Cause {
+// faultEvidenceCause is the cause the annotation alone decides, or "": an application cause
+// (a program-caused XID), attested. An infrastructure cause needs the condition (conditionCause;
+// counted says it was): the annotation is metadata, which anyone who may edit the pod can write.
+func (f *podFailure) faultEvidenceCause(counted bool) v1alpha1.Cause {
+	c := f.evidenceClaim()
+	switch {
+	case c == "" || counted || f.feWhy != "":
+		return ""
+	case c.Class() == v1alpha1.ClassInfrastructure:
+		f.feWhy = "has no " + v1alpha1.PodConditionInfrastructureFault + " condition beside it in the pod's status"
+		return ""
+	}
+	return c
+}
+
+// evidenceClaim is the cause the annotation claims, or "". An XID decides through the shared
+// table, whatever cause the writer put beside it; a Secondary XID decides nothing.
+func (f *podFailure) evidenceClaim() v1alpha1.Cause {
 	if f.fe == nil {
 		return ""
 	}
@@ -234,17 +336,27 @@ func (f *podFailure) faultEvidenceCause() v1alpha1.Cause {
 	return ""
 }
 
-// nodeShutdown: the node announced a shutdown before the pod failed.
+// nodeShutdown: the node announced a shutdown while the failing container ran.
 func (f *podFailure) nodeShutdown() bool {
 	at := f.facts.ShutdownDetectedAt
 	if at == nil {
 		return false
 	}
-	if !happenedBy(*at, f.failedAt) {
-		f.shutdownLate = true
+	f.shutdownWhy = f.outsideLife(*at)
+	return f.shutdownWhy == ""
+}
+
+// nodeGPU: the node's GPUs turned unhealthy while the failing container ran, and it exited
+// non-zero. A GPU that was unhealthy before it started says nothing about its exit: the
+// condition stays until the GPU is healthy again, and every later bug there would be blamed.
+func (f *podFailure) nodeGPU() bool {
+	if f.facts.GPUUnhealthyReason == "" || f.term.exitCode == 0 {
 		return false
 	}
-	return true
+	if since := f.facts.GPUUnhealthySince; since != nil {
+		f.gpuWhy = f.outsideLife(*since)
+	}
+	return f.gpuWhy == ""
 }
 
 // disruptionCause maps a DisruptionTarget reason to a cause.

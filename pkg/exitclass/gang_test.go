@@ -94,10 +94,11 @@ func TestClassifyGang(t *testing.T) {
 				Basis:    "after XID 79 (GPU has fallen off the bus) on GPU 3",
 				Evidence: []string{
 					"pod r-3: container trainer exited 1 at 12:01:01.000",
+					"pod r-3: condition faultline.dev/InfrastructureFault=True, reason GPUFault: from the node agent",
 					"pod r-3: fault evidence from nvml-event on node gpu-3 at 12:01:00.900: GPUFault, GPU 3 (GPU-3) XID 79 (GPU has fallen off the bus, GPUFault; fatal: the GPU needs a reset or drain)",
 					"node gpu-3: no facts observed",
 					"index 4 (pod r-4) has evidence of its own: OOMKilled (because it ran out of memory (OOMKilled)); the root stays index 3 (pod r-3)",
-					"index 5 (pod r-5) has evidence of its own: NodeShutdown (with the node agent's InfrastructureFault condition (NodeShutdown: from the node agent)); the root stays index 3 (pod r-3)",
+					"index 5 (pod r-5) has evidence of its own: NodeShutdown (while the node was shutting down (test-agent at 12:01:01.100)); the root stays index 3 (pod r-3)",
 				},
 				Peers: []PeerFailure{
 					{Pod: "r-4", Index: 4, ExitCode: 137, Reason: "own evidence: OOMKilled", Node: "gpu-4", FailedAt: at(1.2), OwnCause: v1alpha1.CauseOOMKilled},

@@ -39,12 +39,38 @@ type NodeFacts struct {
 	// GPUUnhealthyReason is the reason of faultline.dev/GPUHealthy=False (e.g. "Xid79"); ""
 	// while the GPUs are healthy.
 	GPUUnhealthyReason string
+	// GPUUnhealthySince is that condition's lastTransitionTime (nil: unknown).
+	GPUUnhealthySince *time.Time
 	// ShutdownDetectedAt is the faultline.dev/shutdown-detected-at annotation, if set.
 	ShutdownDetectedAt *time.Time
 	// Unschedulable is node.Spec.Unschedulable: the node is cordoned, which is what
 	// `kubectl drain` does before it evicts. It turns an eviction through the Eviction API
 	// into NodeMaintenance; leave it false if unknown.
 	Unschedulable bool
+}
+
+// FactsOfNode reads what Classify needs to know about a node from its Node object.
+func FactsOfNode(node *corev1.Node) NodeFacts {
+	f := NodeFacts{Unschedulable: node.Spec.Unschedulable}
+	for _, c := range node.Status.Conditions {
+		switch c.Type {
+		case corev1.NodeReady:
+			f.NotReady = c.Status != corev1.ConditionTrue
+		case v1alpha1.NodeConditionGPUHealthy:
+			if c.Status == corev1.ConditionFalse {
+				f.GPUUnhealthyReason = c.Reason
+				if !c.LastTransitionTime.IsZero() {
+					f.GPUUnhealthySince = &c.LastTransitionTime.Time
+				}
+			}
+		}
+	}
+	if v, ok := node.Annotations[v1alpha1.AnnotationShutdownDetectedAt]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			f.ShutdownDetectedAt = &t
+		}
+	}
+	return f
 }
 
 // Hint is a compiled framework failure hint.

@@ -13,6 +13,7 @@ type termination struct {
 	container  string
 	exitCode   int32
 	reason     string
+	startedAt  time.Time
 	finishedAt time.Time
 	// found: some container has a terminated state.
 	found bool
@@ -58,6 +59,7 @@ func failingContainer(pod *corev1.Pod) (termination, string) {
 				container:     cs.Name,
 				exitCode:      t.ExitCode,
 				reason:        t.Reason,
+				startedAt:     t.StartedAt.Time,
 				finishedAt:    at,
 				found:         true,
 				statusUnknown: rank == 2,

@@ -364,15 +364,12 @@ func TestE2EExcludeFaultyNode(t *testing.T) {
 	}
 	t.Logf("attempt 1: %s", describePods([]*corev1.Pod{pods[0], pods[1]}))
 
-	annotateFaultEvidence(ctx, t, c, victim, v1alpha1.FaultEvidence{
-		Source:     "nodeagent",
-		Node:       node,
-		Cause:      v1alpha1.CauseGPUFault,
-		DetectedAt: time.Now().UTC().Format(time.RFC3339Nano),
-		GPU:        &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", Index: 0, XID: 79},
-		Detail:     "Xid 79: GPU has fallen off the bus",
+	markAsAgent(ctx, t, c, victim, v1alpha1.FaultEvidence{
+		Source: "nodeagent",
+		Cause:  v1alpha1.CauseGPUFault,
+		GPU:    &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", Index: 0, XID: 79},
+		Detail: "Xid 79: GPU has fallen off the bus",
 	})
-	markInfrastructureFault(ctx, t, c, victim, v1alpha1.CauseGPUFault)
 	failWorker(ctx, t, c, victim, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"})
 
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2", func(r *v1alpha1.TrainingRun) bool { return r.Status.Attempt >= 2 })

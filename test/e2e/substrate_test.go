@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -116,24 +114,6 @@ func TestE2ESubstrateIsTheRealJobController(t *testing.T) {
 	}
 	if cond := jobCondition(failed, batchv1.JobFailureTarget); cond.Reason != batchv1.JobReasonPodFailurePolicy {
 		t.Fatalf("FailureTarget reason = %q (%s), want %q", cond.Reason, cond.Message, batchv1.JobReasonPodFailurePolicy)
-	}
-}
-
-// markInfrastructureFault writes the pod condition that the node agent writes.
-func markInfrastructureFault(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod, cause v1alpha1.Cause) {
-	t.Helper()
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type:               v1alpha1.PodConditionInfrastructureFault,
-		Status:             corev1.ConditionTrue,
-		Reason:             string(cause),
-		Message:            "test: node is shutting down",
-		LastTransitionTime: metav1.Now(),
-	}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatalf("mark pod %s: %v", pod.Name, err)
 	}
 }
 

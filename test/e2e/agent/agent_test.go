@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -115,7 +114,7 @@ func TestE2ENodeShutdownMarksPodsBeforeFailure(t *testing.T) {
 	now := time.Now()
 	v := exitclass.Classify(exitclass.Observation{
 		Pods:  failed,
-		Nodes: map[string]exitclass.NodeFacts{node: controller.NodeFactsOf(n)},
+		Nodes: map[string]exitclass.NodeFacts{node: exitclass.FactsOfNode(n)},
 		Now:   now, SettleDeadline: now.Add(time.Hour),
 	})
 	if v.Class != v1alpha1.ClassInfrastructure || v.Cause != v1alpha1.CauseNodeShutdown || !v.Final {
