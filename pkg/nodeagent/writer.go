@@ -169,8 +169,9 @@ func (w *Writer) MarkPod(ctx context.Context, ref types.NamespacedName, ev v1alp
 	return wrote, nil
 }
 
-// previous is the evidence on the pod: what this agent wrote (remembered), else the
-// annotation, unless this agent withdrew it (withdrawn) and the cache may not show that yet.
+// previous is the evidence on the pod: what this agent wrote (remembered), else an
+// annotation that an agent of this node wrote before it (see agentWrote), unless this agent
+// withdrew it (withdrawn) and the cache may not show that yet.
 func (w *Writer) previous(pod *corev1.Pod) (ev v1alpha1.FaultEvidence, known, remembered, withdrawn bool) {
 	w.mu.Lock()
 	ev, remembered = w.written[pod.UID]
@@ -179,10 +180,19 @@ func (w *Writer) previous(pod *corev1.Pod) (ev v1alpha1.FaultEvidence, known, re
 	if remembered {
 		return ev, true, true, withdrawn
 	}
-	if p := parseEvidence(pod.Annotations); p != nil && !withdrawn {
+	if p := parseEvidence(pod.Annotations); p != nil && !withdrawn && w.agentWrote(pod, *p) {
 		return *p, true, false, withdrawn
 	}
 	return v1alpha1.FaultEvidence{}, false, false, withdrawn
+}
+
+// agentWrote reports whether evidence found on a pod is an agent's of this node (this one
+// before a restart): it names this node, and its InfrastructureFault condition, which only an
+// agent writes (in the pod's status), stands beside it. Anything else may have been planted
+// by whoever can edit the pod, to hide the evidence that the first-evidence rule would keep
+// off: it is replaced, not kept.
+func (w *Writer) agentWrote(pod *corev1.Pod, ev v1alpha1.FaultEvidence) bool {
+	return ev.Node == w.cfg.Node && isInfrastructure(ev.Cause) && hasInfraCondition(pod, ev.Cause)
 }
 
 // WithdrawPod takes shutdown evidence off a pod that is still running after logind

@@ -85,6 +85,21 @@ func (b *podBuilder) evidence(ev v1alpha1.FaultEvidence) *podBuilder {
 	return b
 }
 
+// annotate writes the evidence annotation alone, as anyone who may edit the pod can.
+func (b *podBuilder) annotate(ev v1alpha1.FaultEvidence) *podBuilder {
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		panic(err)
+	}
+	if b.p.Annotations == nil {
+		b.p.Annotations = map[string]string{}
+	}
+	b.p.Annotations[v1alpha1.AnnotationFaultEvidence] = string(raw)
+	return b
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
 func makeNode() *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: "7"}}
 }
@@ -193,6 +208,14 @@ func TestMarkPodDecisions(t *testing.T) {
 		"earlier evidence stays (written by a previous agent)": {
 			pod: makePod("p").run("r").evidence(ShutdownEvidence(node, t0)).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
 			wantCondition: v1alpha1.CauseNodeShutdown,
+		},
+		"an annotation planted without the condition does not hide the agent's evidence": {
+			pod: makePod("p").run("r").annotate(ShutdownEvidence(node, t0)).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
+			wantPatches: 1, wantCondition: v1alpha1.CauseGPUFault, wantAnnotation: ptrTo(xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault)),
+		},
+		"an annotation of another node is not this agent's": {
+			pod: makePod("p").run("r").evidence(ShutdownEvidence("gpu-8", t0)).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
+			wantPatches: 1, wantCondition: v1alpha1.CauseGPUFault, wantAnnotation: ptrTo(xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault)),
 		},
 		"secondary XID superseded: condition added, annotation rewritten": {
 			pod: makePod("p").run("r").evidence(xidEvidence("GPU-a", 45, v1alpha1.CauseAppGPUError)).obj(), ev: xidEvidence("GPU-a", 48, v1alpha1.CauseGPUFault),
