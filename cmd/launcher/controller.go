@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/faultline-dev/faultline/pkg/controller"
+	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -27,14 +28,39 @@ func newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
-		Args:  cobra.NoArgs,
+		Long: `Run the TrainingRun controller: what the Deployment of ` + "`launcher install`" + ` runs, one replica
+leading through a Lease. Outside a cluster (--kubeconfig) there is no pod namespace for the
+Lease: pass --leader-election-namespace (` + election.InstallNamespace + ` to stand by beside the installed
+controller), or --leader-elect=false where no other faultline controller acts on the cluster.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if qps <= 0 || burst <= 0 {
 				// client-go would read 0 as its own default (QPS 5) and a negative QPS as no limit.
 				return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", qps, burst)
 			}
+			if kubeconfig != "" {
+				// Without this, a mistyped path reaches client-go as an empty configuration,
+				// whose error speaks of KUBERNETES_MASTER.
+				if _, err := os.Stat(kubeconfig); err != nil {
+					return fmt.Errorf("--kubeconfig: %w", err)
+				}
+			}
+			leaseNS, err := election.LeaseNamespace(election.Config{
+				Enabled: opts.LeaderElection, LeaseNamespace: opts.LeaderElectionNamespace, WatchNamespace: opts.Namespace,
+			}, election.PodNamespace)
+			if err != nil {
+				return err
+			}
+			opts.LeaderElectionNamespace = leaseNS
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
+			if !opts.LeaderElection {
+				// First, so that whoever reads the log of a controller that doubles another's
+				// restarts finds why at its top.
+				logger.Warn("leader election is off (--" + election.FlagLeaderElect + "=false): this controller acts on every TrainingRun it watches; no other faultline controller may act on this cluster")
+			} else {
+				logger.Info("leader election on: acting only while holding the Lease", "namespace", leaseNS, "lease", controller.LeaderElectionID)
+			}
 			if kubeconfig != "" {
 				if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
 					return err
@@ -81,9 +107,9 @@ func newControllerCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster config or $KUBECONFIG)")
-	f.StringVar(&opts.Namespace, "namespace", "", "watch only this namespace (default: all)")
-	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among replicas through a Lease")
-	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace, or the pod's own)")
+	f.StringVar(&opts.Namespace, election.FlagNamespace, "", "watch only this namespace (default: all)")
+	f.BoolVar(&opts.LeaderElection, election.FlagLeaderElect, true, "elect a leader among replicas through a Lease (false: only where no other faultline controller acts on the cluster)")
+	f.StringVar(&opts.LeaderElectionNamespace, election.FlagLeaseNamespace, "", "namespace of the leader Lease (default: --namespace, or the pod's own; outside a cluster one of them is required, e.g. "+election.InstallNamespace+" to stand by beside the installed controller)")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `Prometheus metrics address ("0" disables)`)
 	f.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", `healthz/readyz address ("0" disables)`)
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", `net/http/pprof address, for profiling ("0" disables)`)
