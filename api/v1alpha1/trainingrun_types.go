@@ -96,6 +96,13 @@ type TrainingRunSpec struct {
 	// restarts in place would rejoin its gang as a duplicate task.
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.restartPolicy) || self.spec.restartPolicy == 'Never'",message="spec.template.spec.restartPolicy must be Never (or unset): faultline restarts workers itself, an in-place restart would register a duplicate task",fieldPath=".spec.restartPolicy"
 	// +kubebuilder:validation:XValidation:rule="has(self.spec) && size(self.spec.containers) >= 1",message="spec.template.spec.containers must name at least one container: add the worker container",fieldPath=".spec.containers"
+	// Keys under faultline.dev/ on the workers are faultline's own: the node agent's fault
+	// evidence, the trace context, the run and attempt labels. A template that carried them
+	// would put them on every worker, and evidence on a pod must come from the node agent.
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.annotations) || !self.metadata.annotations.exists(k, k.startsWith('faultline.dev/'))",message="spec.template.metadata.annotations must not use keys under faultline.dev/: faultline writes those itself (fault evidence comes only from its node agent); remove them",fieldPath=".metadata.annotations"
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.labels) || !self.metadata.labels.exists(k, k.startsWith('faultline.dev/'))",message="spec.template.metadata.labels must not use keys under faultline.dev/: faultline sets the run and attempt labels itself; remove them",fieldPath=".metadata.labels"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.readinessGates) || !self.spec.readinessGates.exists(g, g.conditionType.startsWith('faultline.dev/'))",message="spec.template.spec.readinessGates must not name faultline.dev/ conditions: only faultline's node agent writes them; remove the gate",fieldPath=".spec.readinessGates"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.schedulingGates) || !self.spec.schedulingGates.exists(g, g.name.startsWith('faultline.dev/'))",message="spec.template.spec.schedulingGates must not name faultline.dev/ gates: faultline adds and removes its own; remove the gate",fieldPath=".spec.schedulingGates"
 	Template corev1.PodTemplateSpec `json:"template"`
 
 	// FailurePolicy decides what each kind of failure does.

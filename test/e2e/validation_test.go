@@ -129,6 +129,19 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			"spec.restartScope", `Unsupported value: "Pod"`},
 		{"unknown-success-policy", func(s map[string]any) { s["successPolicy"] = "Majority" },
 			"spec.successPolicy", `Unsupported value: "Majority"`},
+		// A template would copy these onto every worker: evidence must come from the node agent.
+		{"template-evidence-annotation", func(s map[string]any) {
+			templateMeta(s)["annotations"] = map[string]any{v1alpha1.AnnotationFaultEvidence: `{"source":"nvml-event","cause":"GPUFault"}`}
+		}, "spec.template.metadata.annotations", "must not use keys under faultline.dev/"},
+		{"template-attempt-label", func(s map[string]any) {
+			templateMeta(s)["labels"] = map[string]any{v1alpha1.LabelAttempt: "9"}
+		}, "spec.template.metadata.labels", "must not use keys under faultline.dev/"},
+		{"template-infrastructure-readiness-gate", func(s map[string]any) {
+			podSpec(s)["readinessGates"] = []any{map[string]any{"conditionType": v1alpha1.PodConditionInfrastructureFault}}
+		}, "spec.template.spec.readinessGates", "must not name faultline.dev/ conditions"},
+		{"template-faultline-scheduling-gate", func(s map[string]any) {
+			podSpec(s)["schedulingGates"] = []any{map[string]any{"name": v1alpha1.SchedulingGatePreviousAttempt}}
+		}, "spec.template.spec.schedulingGates", "must not name faultline.dev/ gates"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -231,6 +244,17 @@ func validSpec() map[string]any {
 // podSpec returns spec.template.spec of a spec built by validSpec.
 func podSpec(spec map[string]any) map[string]any {
 	return spec["template"].(map[string]any)["spec"].(map[string]any)
+}
+
+// templateMeta is the template's metadata, created if missing.
+func templateMeta(spec map[string]any) map[string]any {
+	tmpl := spec["template"].(map[string]any)
+	m, ok := tmpl["metadata"].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		tmpl["metadata"] = m
+	}
+	return m
 }
 
 func trainingRun(name string, spec map[string]any) *unstructured.Unstructured {
