@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Builds the pinned control plane, kwok, code generators and linters from hack/tools/go.mod
-# into _output/bin/<component>-<version>/, skipping any binary that is already there, so only
-# the first run on a machine pays for the build (about 5 minutes on 2 cores for Kubernetes).
+# Builds the pinned control plane, the real nodes' kubelet, containerd and CoreDNS, kwok, code
+# generators and linters into _output/bin/<component>-<version>/, skipping any binary that is
+# already there, so only the first run on a machine pays for the build.
 #
-# Usage: hack/build-tools.sh [NAME...]   (default: all)
-# Prints nothing on a warm cache except when it builds.
+# Usage: hack/build-tools.sh [NAME...]      build these (default: all)
+#        hack/build-tools.sh paths          print shell-sourceable paths
+#        hack/build-tools.sh set demo|test|real-nodes   print the names a target needs
+#
+# Binaries that come from one module and share most of their packages are built by one `go
+# build` (one compile of the shared packages, links side by side); the groups run in
+# parallel. While it builds it prints what it builds, n of m, and the elapsed time; on a warm
+# cache it prints nothing.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/hack/tools"
 out="$root/_output/bin"
 
-# Versions come from hack/tools/go.mod, the one place they are pinned.
-modver() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$tools/go.mod"; }
+# Versions come from the tools modules' go.mod files, the one place they are pinned.
+# A requirement is "MODULE VERSION" inside a require block or "require MODULE VERSION" alone.
+modver() {
+	awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "${2:-$tools/go.mod}"
+}
 K8S_VERSION=$(modver k8s.io/kubernetes)
 ETCD_VERSION=$(modver go.etcd.io/etcd/server/v3)
 KWOK_VERSION=$(modver sigs.k8s.io/kwok)
@@ -21,6 +30,8 @@ STATICCHECK_VERSION=$(modver honnef.co/go/tools)
 PROTOBUF_VERSION=$(modver google.golang.org/protobuf)
 PROTOC_GEN_GO_GRPC_VERSION=$(modver google.golang.org/grpc/cmd/protoc-gen-go-grpc)
 JOBSET_VERSION=$(modver sigs.k8s.io/jobset)
+CONTAINERD_VERSION=$(modver github.com/containerd/containerd/v2 "$tools/containerd/go.mod")
+COREDNS_VERSION=$(modver github.com/coredns/coredns "$tools/coredns/go.mod")
 
 k8s_ldflags() {
 	local v=${K8S_VERSION#v} major minor
@@ -33,51 +44,188 @@ k8s_ldflags() {
 	echo "-s -w$f"
 }
 
-# build NAME DIR PACKAGE [LDFLAGS]
-build() {
-	local name=$1 dir=$2 pkg=$3 ldflags=${4:-"-s -w"}
-	if [ -x "$dir/$name" ]; then return 0; fi
-	mkdir -p "$dir"
-	echo "building $name into ${dir#$root/}" >&2
-	local start=$SECONDS
-	(cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dir/$name.tmp" "$pkg")
-	mv "$dir/$name.tmp" "$dir/$name"
-	echo "built $name in $((SECONDS - start))s" >&2
+# Sets of names for the Makefile's targets: what `make demo` needs (the control plane and
+# kwok, as test/cluster.FindTools builds them), what the real nodes add, what `make test`
+# needs (both), and everything.
+set_demo=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
+set_real=(kubelet containerd coredns)
+set_all=("${set_demo[@]}" "${set_real[@]}" controller-gen staticcheck)
+
+# group NAME: the build group of a binary: its module dir, output dir, packages (one per
+# binary of the group), ldflags and tags. Binaries of one group are built together.
+group_of() {
+	case $1 in
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet) echo kubernetes ;;
+	containerd | containerd-shim-runc-v2 | ctr) echo containerd ;;
+	kwok | kwokctl) echo kwok ;;
+	protoc-gen-go | protoc-gen-go-grpc) echo "$1" ;;
+	*) echo "$1" ;;
+	esac
 }
 
-want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl controller-gen staticcheck)
+# spec GROUP: sets dir, module, ldflags, tags and pkgs (name=package) of a group.
+spec() {
+	module=$tools ldflags="-s -w" tags=""
+	case $1 in
+	etcd) dir=$out/etcd-$ETCD_VERSION pkgs=(etcd=go.etcd.io/etcd/server/v3) ;;
+	kubernetes)
+		dir=$out/kubernetes-$K8S_VERSION ldflags=$(k8s_ldflags)
+		pkgs=()
+		for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do pkgs+=("$b=k8s.io/kubernetes/cmd/$b"); done
+		;;
+	kwok) dir=$out/kwok-$KWOK_VERSION pkgs=(kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl) ;;
+	# containerd 2.x (what Kubernetes 1.36 supports), its runc shim and ctr, from a module of
+	# their own; no_btrfs: the btrfs snapshotter needs cgo headers and nothing uses it.
+	containerd)
+		dir=$out/containerd-$CONTAINERD_VERSION module=$tools/containerd tags=no_btrfs
+		pkgs=()
+		for b in containerd containerd-shim-runc-v2 ctr; do pkgs+=("$b=github.com/containerd/containerd/v2/cmd/$b"); done
+		;;
+	# CoreDNS with only the plugins the real nodes use (hack/tools/coredns/main.go).
+	coredns) dir=$out/coredns-$COREDNS_VERSION module=$tools/coredns pkgs=(coredns=github.com/faultline-dev/faultline/hack/tools/coredns) ;;
+	controller-gen) dir=$out/controller-tools-$CONTROLLER_TOOLS_VERSION pkgs=(controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen) ;;
+	staticcheck) dir=$out/staticcheck-$STATICCHECK_VERSION pkgs=(staticcheck=honnef.co/go/tools/cmd/staticcheck) ;;
+	protoc-gen-go) dir=$out/protobuf-$PROTOBUF_VERSION pkgs=(protoc-gen-go=google.golang.org/protobuf/cmd/protoc-gen-go) ;;
+	protoc-gen-go-grpc) dir=$out/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION pkgs=(protoc-gen-go-grpc=google.golang.org/grpc/cmd/protoc-gen-go-grpc) ;;
+	jobset) dir=$out/jobset-$JOBSET_VERSION pkgs=(jobset=sigs.k8s.io/jobset) ;;
+	*) echo "unknown tool group $1" >&2; exit 2 ;;
+	esac
+}
 
+# build_group GROUP NAME...: builds the named binaries of a group that are missing, with one
+# `go build` into a temporary directory, then moves them into place (a build that is killed
+# leaves no half-written binary behind).
+build_group() {
+	local g=$1; shift
+	local dir module ldflags tags pkgs
+	spec "$g"
+	local want=() names=() p n
+	for p in "${pkgs[@]}"; do
+		n=${p%%=*}
+		for w in "$@"; do
+			if [ "$w" = "$n" ] && [ ! -x "$dir/$n" ]; then want+=("${p#*=}"); names+=("$n"); fi
+		done
+	done
+	[ ${#want[@]} -gt 0 ] || return 0
+	mkdir -p "$dir"
+	local tmp
+	tmp=$(mktemp -d "$dir/.build.XXXXXX")
+	# One package builds to -o FILE; several to -o DIR/ (each named after its package's dir).
+	local o=$tmp/
+	[ ${#want[@]} -gt 1 ] || o=$tmp/${names[0]}
+	if ! (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$o" "${want[@]}"); then
+		rm -rf "$tmp"
+		return 1
+	fi
+	for n in "${names[@]}"; do mv "$tmp/$n" "$dir/$n"; done
+	rm -rf "$tmp"
+}
+
+missing() { # NAME: is the binary absent?
+	local dir module ldflags tags pkgs
+	spec "$(group_of "$1")"
+	[ ! -x "$dir/$1" ]
+}
+
+build_all() {
+	local names=("$@") groups=() members=() n g i
+	for n in "${names[@]}"; do
+		missing "$n" || continue
+		g=$(group_of "$n")
+		for i in "${!groups[@]}"; do
+			if [ "${groups[$i]}" = "$g" ]; then members[$i]+=" $n"; continue 2; fi
+		done
+		groups+=("$g"); members+=("$n")
+	done
+	local m=${#groups[@]}
+	[ "$m" -gt 0 ] || return 0
+	local start=$SECONDS logdir pids=() done_flags=()
+	logdir=$(mktemp -d)
+	trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logdir"' EXIT
+	echo "building $m tool group(s) into ${out#$root/} (first run on this machine; later runs skip this):" >&2
+	for i in "${!groups[@]}"; do
+		# shellcheck disable=SC2086 # members are words
+		(
+			s=$SECONDS
+			build_group "${groups[$i]}" ${members[$i]} >"$logdir/$i.log" 2>&1 && echo "$((SECONDS - s))" >"$logdir/$i.ok"
+		) &
+		pids+=($!)
+		echo "  [$((i + 1))/$m] ${groups[$i]}: ${members[$i]}" >&2
+	done
+	# Progress: one line when each group ends, and every 20 s the groups still building.
+	local left=$m failed=0 last=$SECONDS
+	while [ "$left" -gt 0 ]; do
+		sleep 1
+		left=0
+		for i in "${!groups[@]}"; do
+			[ -z "${done_flags[$i]:-}" ] || continue
+			if kill -0 "${pids[$i]}" 2>/dev/null; then left=$((left + 1)); continue; fi
+			wait "${pids[$i]}" || true
+			done_flags[$i]=1
+			if [ -f "$logdir/$i.ok" ]; then
+				echo "  [$(( ${#done_flags[@]} ))/$m] built ${groups[$i]} in $(cat "$logdir/$i.ok")s (elapsed $((SECONDS - start))s)" >&2
+			else
+				failed=1
+				echo "  [$(( ${#done_flags[@]} ))/$m] FAILED ${groups[$i]}:" >&2
+				sed 's/^/      /' "$logdir/$i.log" >&2
+			fi
+		done
+		if [ "$left" -gt 0 ] && [ $((SECONDS - last)) -ge 20 ]; then
+			last=$SECONDS
+			local still=()
+			for i in "${!groups[@]}"; do [ -n "${done_flags[$i]:-}" ] || still+=("${groups[$i]}"); done
+			echo "  ... still building ${still[*]} ($(( ${#done_flags[@]} ))/$m done, elapsed $((SECONDS - start))s)" >&2
+		fi
+	done
+	trap - EXIT
+	rm -rf "$logdir"
+	[ "$failed" -eq 0 ] || exit 1
+	echo "built $m tool group(s) in $((SECONDS - start))s" >&2
+}
+
+case ${1:-} in
+paths)
+	# Shell-sourceable paths for the Makefile and the test harness.
+	echo "ETCD_BIN=$out/etcd-$ETCD_VERSION/etcd"
+	echo "KUBE_BIN_DIR=$out/kubernetes-$K8S_VERSION"
+	echo "KWOK_BIN_DIR=$out/kwok-$KWOK_VERSION"
+	echo "CONTAINERD_BIN_DIR=$out/containerd-$CONTAINERD_VERSION"
+	echo "COREDNS_BIN=$out/coredns-$COREDNS_VERSION/coredns"
+	echo "CONTROLLER_GEN=$out/controller-tools-$CONTROLLER_TOOLS_VERSION/controller-gen"
+	echo "STATICCHECK=$out/staticcheck-$STATICCHECK_VERSION/staticcheck"
+	echo "PROTOC_GEN_GO=$out/protobuf-$PROTOBUF_VERSION/protoc-gen-go"
+	echo "PROTOC_GEN_GO_GRPC=$out/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION/protoc-gen-go-grpc"
+	echo "JOBSET_BIN=$out/jobset-$JOBSET_VERSION/jobset"
+	exit 0
+	;;
+set)
+	case ${2:-} in
+	demo) echo "${set_demo[*]}" ;;
+	real-nodes) echo "${set_real[*]}" ;;
+	test) echo "${set_demo[*]} ${set_real[*]}" ;;
+	*) echo "usage: $0 set demo|real-nodes|test" >&2; exit 2 ;;
+	esac
+	exit 0
+	;;
+# Where JobSet's module (its CRD and webhook manifests) lies in the module cache.
+jobset-dir) (cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset); exit 0 ;;
+esac
+
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=("${set_all[@]}")
+names=()
 for name in "${want[@]}"; do
 	case $name in
-	etcd) build etcd "$out/etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 ;;
-	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
-		build "$name" "$out/kubernetes-$K8S_VERSION" "k8s.io/kubernetes/cmd/$name" "$(k8s_ldflags)" ;;
-	kwok | kwokctl) build "$name" "$out/kwok-$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/$name" ;;
-	controller-gen) build controller-gen "$out/controller-tools-$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen ;;
-	staticcheck) build staticcheck "$out/staticcheck-$STATICCHECK_VERSION" honnef.co/go/tools/cmd/staticcheck ;;
+	# containerd comes with its shim and ctr: the real nodes need all three.
+	containerd) names+=(containerd containerd-shim-runc-v2 ctr) ;;
 	# The protoc plugins that `make proto` runs; not in the default set, since the generated
 	# code is committed and nothing else needs them. protoc itself comes from the system
 	# (Debian: protobuf-compiler).
-	proto)
-		build protoc-gen-go "$out/protobuf-$PROTOBUF_VERSION" google.golang.org/protobuf/cmd/protoc-gen-go
-		build protoc-gen-go-grpc "$out/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION" google.golang.org/grpc/cmd/protoc-gen-go-grpc
-		;;
+	proto) names+=(protoc-gen-go protoc-gen-go-grpc) ;;
 	# JobSet, for side-by-side benchmarks only (make bench); not in the default set.
-	jobset) build jobset "$out/jobset-$JOBSET_VERSION" sigs.k8s.io/jobset ;;
-	# Where JobSet's module (its CRD and webhook manifests) lies in the module cache.
-	jobset-dir) (cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset) ;;
-	paths)
-		# Shell-sourceable paths for the Makefile and the test harness.
-		echo "ETCD_BIN=$out/etcd-$ETCD_VERSION/etcd"
-		echo "KUBE_BIN_DIR=$out/kubernetes-$K8S_VERSION"
-		echo "KWOK_BIN_DIR=$out/kwok-$KWOK_VERSION"
-		echo "CONTROLLER_GEN=$out/controller-tools-$CONTROLLER_TOOLS_VERSION/controller-gen"
-		echo "STATICCHECK=$out/staticcheck-$STATICCHECK_VERSION/staticcheck"
-		echo "PROTOC_GEN_GO=$out/protobuf-$PROTOBUF_VERSION/protoc-gen-go"
-		echo "PROTOC_GEN_GO_GRPC=$out/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION/protoc-gen-go-grpc"
-		echo "JOBSET_BIN=$out/jobset-$JOBSET_VERSION/jobset"
-		;;
+	etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kwok | kwokctl | \
+		coredns | controller-gen | staticcheck | jobset | containerd-shim-runc-v2 | ctr) names+=("$name") ;;
 	*) echo "unknown tool $name" >&2; exit 2 ;;
 	esac
 done
+build_all "${names[@]}"
