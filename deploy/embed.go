@@ -8,9 +8,10 @@ import "embed"
 // FS holds every manifest and kustomization of deploy/, by path relative to this
 // directory (e.g. "crd/faultline.dev_trainingruns.yaml").
 //
-//go:embed kustomization.yaml crd/*.yaml controller/*.yaml daemonset/*.yaml
+//go:embed kustomization.yaml crd/*.yaml admission/*.yaml controller/*.yaml daemonset/*.yaml
 var FS embed.FS
 
-// Components are the parts of an installation, in the order they must be applied: the CRD
-// first, then the controller (its Namespace comes with it), then the node agent.
-var Components = []string{"crd", "controller", "daemonset"}
+// Components are the parts of an installation, in the order they must be applied: the CRD,
+// then the admission policies (so that nothing runs unguarded), then the controller (its
+// Namespace comes with it), then the node agent.
+var Components = []string{"crd", "admission", "controller", "daemonset"}

@@ -13,10 +13,12 @@ func newInstallCommand(env *cli.Env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "install",
-		Short: "Install faultline: the CRD, the controller and the node agent",
+		Short: "Install faultline: the CRD, its admission policies, the controller and the node agent",
 		Long: `Apply faultline's manifests (the ones in deploy/, built into this binary) with server-side
 apply, as 'kubectl apply --server-side -k deploy/' does; --print writes them to standard
-output instead. --components chooses among crd, controller and agent.`,
+output instead. --components chooses among crd, admission (the policies that keep fault
+evidence to the node agent and each service account to its own writes), controller and
+agent.`,
 		Example: `  launcher install
   launcher install --print > faultline.yaml
   launcher install --components crd        # e.g. to run the controller yourself`,
@@ -38,7 +40,7 @@ output instead. --components chooses among crd, controller and agent.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")
-	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, controller, agent (default all)")
+	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, admission, controller, agent (default all)")
 	f.StringVar(&o.ControllerImage, "controller-image", "", "image of the controller (default: the manifests')")
 	f.StringVar(&o.AgentImage, "agent-image", "", "image of the node agent (default: the manifests')")
 	_ = cmd.RegisterFlagCompletionFunc("components", cobra.FixedCompletions(cli.InstallComponents, cobra.ShellCompDirectiveNoFileComp))

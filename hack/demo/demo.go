@@ -127,8 +127,8 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 
 	// 2. Install.
-	d.stepf("Installing faultline's CRD and node-agent DaemonSet with the launcher:")
-	if _, err := d.launcher(ctx, true, "install", "--components", "crd,agent"); err != nil {
+	d.stepf("Installing faultline's CRD, admission policies and node-agent DaemonSet with the launcher:")
+	if _, err := d.launcher(ctx, true, "install", "--components", "crd,admission,agent"); err != nil {
 		return err
 	}
 	dsPods, err := d.c.AgentPods(ctx, d.opts.Nodes)

@@ -32,10 +32,12 @@ import (
 
 // Components of an installation as `launcher install --components` names them, with the
 // directory of deploy/ that holds each.
-var installComponents = map[string]string{"crd": "crd", "controller": "controller", "agent": "daemonset"}
+var installComponents = map[string]string{"crd": "crd", "admission": "admission", "controller": "controller", "agent": "daemonset"}
 
 // InstallComponents lists the component names in the order they are applied.
-var InstallComponents = []string{"crd", "controller", "agent"}
+// The admission policies come right after the CRD, so that neither the controller nor the
+// agent ever runs unguarded.
+var InstallComponents = []string{"crd", "admission", "controller", "agent"}
 
 // FieldManager is the launcher's name in managedFields.
 const FieldManager = "faultline-launcher"

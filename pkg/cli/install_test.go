@@ -14,14 +14,20 @@ func TestManifests(t *testing.T) {
 		kinds []string
 	}{
 		"all": {InstallOptions{}, []string{
-			"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRoleBinding", "Deployment", "ClusterRole", "FlowSchema",
-			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "FlowSchema",
+			"CustomResourceDefinition", "Namespace",
+			"ClusterRole", "ClusterRole", // the users' roles, aggregated into edit and view
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // evidence
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
+			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
+			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
-		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition"}},
+		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "ClusterRole", "ClusterRole"}},
 		// The agent without the controller still gets the namespace it runs in.
 		"agent adds its namespace": {InstallOptions{Components: []string{"agent", "crd"}}, []string{
-			"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet", "FlowSchema",
+			"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRole",
+			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -56,7 +62,7 @@ func TestManifestsImagesAndErrors(t *testing.T) {
 	}
 	if _, err := Manifests(InstallOptions{Components: []string{"operator"}}); err == nil {
 		t.Error("an unknown component was accepted")
-	} else if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, "crd, controller, agent") {
+	} else if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, "crd, admission, controller, agent") {
 		t.Errorf("unknown component: %q, exit %d", msg, code)
 	}
 }

@@ -26,17 +26,19 @@ const (
 	AgentAppLabel  = "faultline-nodeagent"
 )
 
-// InstallAgentDaemonSet applies deploy/daemonset as an operator would (its namespace
-// first) and waits until kwok runs one agent pod on each of the first nodes nodes. It
-// returns those pods by node: their tokens carry the node's name, which is what StartAgent
-// needs (kwok runs the pods; the agent processes run on this machine).
+// InstallAgentDaemonSet applies deploy/admission and deploy/daemonset as an operator would
+// (the agent's namespace first) and waits until kwok runs one agent pod on each of the first
+// nodes nodes. It returns those pods by node: their tokens carry the node's name, which is
+// what StartAgent needs (kwok runs the pods; the agent processes run on this machine).
 func (c *Cluster) InstallAgentDaemonSet(ctx context.Context, nodes int) (map[string]*corev1.Pod, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AgentNamespace}}
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	if err := c.ApplyKustomization(ctx, filepath.Join(c.Tools.Root, "deploy", "daemonset")); err != nil {
-		return nil, err
+	for _, dir := range []string{"admission", "daemonset"} {
+		if err := c.ApplyKustomization(ctx, filepath.Join(c.Tools.Root, "deploy", dir)); err != nil {
+			return nil, err
+		}
 	}
 	return c.AgentPods(ctx, nodes)
 }

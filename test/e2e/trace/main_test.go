@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setup installs the CRD for the controller and the agent's DaemonSet (kwok runs its pods;
+// setup installs the CRD for the controller, the admission policies and the agent's DaemonSet (kwok runs its pods;
 // the test runs the agent process, with the token of the pod on its node).
 func setup(ctx context.Context, c *cluster.Cluster) error {
 	if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
@@ -67,8 +67,10 @@ func setup(ctx context.Context, c *cluster.Cluster) error {
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if err := c.ApplyKustomization(ctx, filepath.Join(c.Tools.Root, "deploy", "daemonset")); err != nil {
-		return err
+	for _, dir := range []string{"admission", "daemonset"} {
+		if err := c.ApplyKustomization(ctx, filepath.Join(c.Tools.Root, "deploy", dir)); err != nil {
+			return err
+		}
 	}
 	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "faultline-nodeagent"})
 	pods, err := c.WaitPods(ctx, agentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {

@@ -1,0 +1,392 @@
+package trust
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/controller"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// requireForbidden fails the test unless err is a 403 whose message says every one of want.
+func requireForbidden(t *testing.T, what string, err error, want ...string) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s: got %v, want 403 Forbidden", what, err)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: the refusal %q does not say %q", what, err.Error(), w)
+		}
+	}
+}
+
+func evidencePatch(t *testing.T, ev v1alpha1.FaultEvidence) []byte {
+	t.Helper()
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return patch
+}
+
+// conditionPatch sets the InfrastructureFault condition (a strategic merge patch on status).
+func conditionPatch(cause v1alpha1.Cause) []byte {
+	return []byte(fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":%q,"message":"forged"}]}}`,
+		v1alpha1.PodConditionInfrastructureFault, cause))
+}
+
+// TestE2ETenantCannotForgeEvidence: a ServiceAccount with nothing but the built-in edit role
+// in its namespace runs training there (the aggregated TrainingRun role), but cannot buy a
+// restart: its forged evidence is refused with a message that names the key and who may
+// write it (even the cluster admin is refused), the condition is out of its reach, and
+// when its worker exits 1 the run fails fast as AppExit.
+func TestE2ETenantCannotForgeEvidence(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	startController(ctx, t, c, ns, "--leader-elect=false")
+	asTenant, tenantUser := tenant(ctx, t, c, ns)
+
+	run := newRun("forged", 2)
+	run.Namespace = ns
+	run.Spec.FailurePolicy.SettleSeconds = ptr.To[int32](1)
+	// Away from the node whose agent token another test uses.
+	run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(0)}
+	if err := asTenant.Create(ctx, run); err != nil {
+		t.Fatalf("tenant with the edit role creating a TrainingRun: %v", err)
+	}
+	asAdmin := clientFor(t, c.Config)
+	waitRun(ctx, t, asAdmin, ns, run.Name, "Running", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseRunning })
+	victim := runningWorkers(ctx, t, c, ns, run.Name, 2)[0]
+
+	forged := evidencePatch(t, v1alpha1.FaultEvidence{
+		Source: v1alpha1.EvidenceSourceNVMLEvent, Node: victim.Spec.NodeName, Cause: v1alpha1.CauseGPUFault,
+		DetectedAt: time.Now().UTC().Format(time.RFC3339Nano), GPU: &v1alpha1.GPUEvidence{UUID: "GPU-forged", XID: 79},
+	})
+	// `kubectl annotate pod` with the edit role: admission refuses it, and says why.
+	err := asTenant.Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, forged))
+	requireForbidden(t, "tenant annotating its worker with fault evidence", err,
+		v1alpha1.AnnotationFaultEvidence, "faultline node agent", tenantUser, "may not add, change or remove it")
+	// The condition lives in the pod's status, which the edit role cannot write at all.
+	err = asTenant.Status().Patch(ctx, victim.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, conditionPatch(v1alpha1.CauseGPUFault)))
+	requireForbidden(t, "tenant writing the InfrastructureFault condition", err, `cannot patch resource "pods/status"`)
+	// Nor may the cluster admin: only the agent of the pod's node and the controller.
+	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.StrategicMergePatchType, conditionPatch(v1alpha1.CauseGPUFault), metav1.PatchOptions{}, "status")
+	requireForbidden(t, "the admin writing the InfrastructureFault condition", err, v1alpha1.PodConditionInfrastructureFault, "faultline node agent")
+	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, forged, metav1.PatchOptions{})
+	requireForbidden(t, "the admin annotating a worker with fault evidence", err, v1alpha1.AnnotationFaultEvidence)
+
+	// The worker's bug: the run fails fast, as the application's fault, with no restart.
+	if err := c.FailPod(ctx, ns, victim.Name, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "ValueError: loss is NaN"}); err != nil {
+		t.Fatal(err)
+	}
+	failed := waitRun(ctx, t, asAdmin, ns, run.Name, "Failed", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseFailed })
+	if lf := failed.Status.LastFailure; lf == nil || lf.Cause != v1alpha1.CauseAppExit {
+		t.Errorf("run failed as %s, want AppExit", describe(failed))
+	}
+	if failed.Status.Attempt != 1 || failed.Status.Restarts != (v1alpha1.RestartCounts{}) {
+		t.Errorf("attempt %d, restarts %+v: want attempt 1 and no restart spent", failed.Status.Attempt, failed.Status.Restarts)
+	}
+	got, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got.Annotations[v1alpha1.AnnotationFaultEvidence]; ok {
+		t.Errorf("the worker carries evidence after every forgery was refused: %s", v)
+	}
+}
+
+// TestE2EAgentWritesOnlyItsFields: the node agent's token (bound to its DaemonSet pod) may
+// write its marks on the pods of its node and on its Node, and nothing else there: not a
+// label, finalizer, phase, container status, foreign condition or annotation of a pod, nor
+// its Node's labels, cordon, foreign taints, capacity or kubelet conditions.
+func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	node := cluster.NodeName(1)
+	_, token, err := c.PodBoundKubeconfig(ctx, dsPods[node], t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAgent, err := kubernetes.NewForConfig(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keep = "test.faultline.dev/keep"
+	pod := createPod(ctx, t, c, ns, "worker", node, map[string]string{v1alpha1.LabelRun: "r", v1alpha1.LabelAttempt: "1"}, keep)
+	dropFinalizers(t, c, pod)
+	me := "faultline-nodeagent on node " + node
+
+	// Its mark: the condition, the evidence and the episode's traceparent in one status patch.
+	mark, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{
+			v1alpha1.AnnotationFaultEvidence: fmt.Sprintf(`{"source":"logind","node":%q,"cause":"NodeShutdown"}`, node),
+			v1alpha1.AnnotationTraceparent:   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		}},
+		"status": map[string]any{"conditions": []map[string]any{{"type": v1alpha1.PodConditionInfrastructureFault, "status": "True", "reason": "NodeShutdown"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asAgent.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, mark, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("the agent's own mark on a pod of its node: %v", err)
+	}
+	for what, patch := range map[string]string{
+		"change the Job's controller-uid label": `{"metadata":{"labels":{"batch.kubernetes.io/controller-uid":"forged"}}}`,
+		"change the attempt label":              `{"metadata":{"labels":{"faultline.dev/attempt":"7"}}}`,
+		"drop a finalizer":                      fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, keep),
+		"add another annotation":                `{"metadata":{"annotations":{"example.com/steer":"x"}}}`,
+		"set the phase":                         `{"status":{"phase":"Failed"}}`,
+		"add a foreign condition":               `{"status":{"conditions":[{"type":"DisruptionTarget","status":"True","reason":"EvictionByEvictionAPI"}]}}`,
+		"flip the Ready condition":              `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`,
+		"write a container's exit":              `{"status":{"containerStatuses":[{"name":"worker","image":"trainer:latest","ready":false,"restartCount":0,"state":{"terminated":{"exitCode":143}}}]}}`,
+	} {
+		_, err := asAgent.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		requireForbidden(t, "agent: "+what+" of a pod of its node", err, me, "pod "+ns+"/"+pod.Name)
+	}
+	after, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Labels[v1alpha1.LabelAttempt] != "1" || len(after.Finalizers) != 1 || after.Status.Phase != corev1.PodRunning || after.Annotations["example.com/steer"] != "" {
+		t.Errorf("the pod changed despite the refusals: labels %v finalizers %v phase %s annotations %v", after.Labels, after.Finalizers, after.Status.Phase, after.Annotations)
+	}
+
+	// Its Node: its marks are let through.
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restoreNode(t, c, n) })
+	gpu := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"Xid79","message":"test"}]}}`, v1alpha1.NodeConditionGPUHealthy)
+	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(gpu), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("the agent's GPUHealthy condition on its node: %v", err)
+	}
+	announce := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationShutdownDetectedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(announce), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the agent's shutdown annotation on its node: %v", err)
+	}
+	taints := append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintGPUUnhealthy, Value: "Xid79", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, taintPatch(t, taints), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the agent's GPU taint on its node: %v", err)
+	}
+	// Anything else is refused.
+	steer := append(append([]corev1.Taint(nil), taints...), corev1.Taint{Key: "example.com/steer", Effect: corev1.TaintEffectNoSchedule})
+	for what, p := range map[string]struct {
+		patch       []byte
+		pt          types.PatchType
+		subresource []string
+	}{
+		"label its node":               {[]byte(`{"metadata":{"labels":{"example.com/gpu-class":"h200"}}}`), types.MergePatchType, nil},
+		"cordon its node":              {[]byte(`{"spec":{"unschedulable":true}}`), types.MergePatchType, nil},
+		"add a foreign taint":          {taintPatch(t, steer), types.MergePatchType, nil},
+		"annotate its node otherwise":  {[]byte(`{"metadata":{"annotations":{"example.com/x":"y"}}}`), types.MergePatchType, nil},
+		"advertise more GPUs":          {[]byte(`{"status":{"capacity":{"nvidia.com/gpu":"64"},"allocatable":{"nvidia.com/gpu":"64"}}}`), types.MergePatchType, []string{"status"}},
+		"flip the kubelet's condition": {[]byte(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"forged"}]}}`), types.StrategicMergePatchType, []string{"status"}},
+	} {
+		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, p.pt, p.patch, metav1.PatchOptions{}, p.subresource...)
+		requireForbidden(t, "agent: "+what, err, me)
+	}
+	got, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["example.com/gpu-class"] != "" || got.Spec.Unschedulable || len(got.Spec.Taints) != len(taints) || !got.Status.Capacity.Name(v1alpha1.ResourceGPU, "").Equal(*n.Status.Capacity.Name(v1alpha1.ResourceGPU, "")) {
+		t.Errorf("node %s changed despite the refusals: labels %v unschedulable %v taints %v capacity %v", node, got.Labels, got.Spec.Unschedulable, got.Spec.Taints, got.Status.Capacity)
+	}
+}
+
+func taintPatch(t *testing.T, taints []corev1.Taint) []byte {
+	t.Helper()
+	raw, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": taints}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// restoreNode takes the test's marks off a node as the admin, who may write nodes.
+func restoreNode(t *testing.T, c *cluster.Cluster, was *corev1.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	del := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, v1alpha1.NodeConditionGPUHealthy)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, was.Name, types.StrategicMergePatchType, []byte(del), metav1.PatchOptions{}, "status"); err != nil {
+		t.Logf("restore node %s: %v", was.Name, err)
+	}
+	meta := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"taints":%s}}`, v1alpha1.AnnotationShutdownDetectedAt, mustJSON(was.Spec.Taints))
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, was.Name, types.MergePatchType, []byte(meta), metav1.PatchOptions{}); err != nil {
+		t.Logf("restore node %s: %v", was.Name, err)
+	}
+}
+
+func mustJSON(v any) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	if string(raw) == "null" {
+		return "[]"
+	}
+	return string(raw)
+}
+
+// TestE2EControllerCannotTakeOtherLeases: the controller's ServiceAccount may hold its own
+// leader Lease in faultline-system and no other: not kube-controller-manager's or
+// kube-scheduler's in kube-system, not a node's heartbeat in kube-node-lease. With exactly
+// that, and its other grants, the controller elects itself and runs a gang.
+func TestE2EControllerCannotTakeOtherLeases(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, l := range []struct{ namespace, name string }{
+		{"kube-system", "kube-controller-manager"},
+		{"kube-system", "kube-scheduler"},
+		{"kube-node-lease", cluster.NodeName(0)},
+	} {
+		leases := asController.CoordinationV1().Leases(l.namespace)
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("faultline-controller")}}
+		_, err := leases.Create(ctx, lease, dry)
+		requireForbidden(t, "controller creating Lease "+l.namespace+"/"+l.name, err, `cannot create resource "leases"`)
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		requireForbidden(t, "controller taking Lease "+l.namespace+"/"+l.name, err, `cannot update resource "leases"`)
+	}
+
+	// Its own Lease: the controller, with this token alone, elects itself and runs a gang.
+	startController(ctx, t, c, ns, "--leader-elect=true", "--leader-election-namespace", systemNamespace)
+	w, err := c.Client.CoordinationV1().Leases(systemNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + controller.LeaderElectionID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for held := false; !held; {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller never held its Lease %s/%s: %v", systemNamespace, controller.LeaderElectionID, ctx.Err())
+		case e := <-w.ResultChan():
+			l, ok := e.Object.(*coordinationv1.Lease)
+			held = ok && e.Type != watch.Deleted && ptr.Deref(l.Spec.HolderIdentity, "") != ""
+		}
+	}
+	run := newRun("least-privilege", 2)
+	run.Namespace = ns
+	run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(2)}
+	asAdmin := clientFor(t, c.Config)
+	if err := asAdmin.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(ctx, t, asAdmin, ns, run.Name, "Running under a least-privilege controller", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Phase == v1alpha1.PhaseRunning
+	})
+}
+
+// TestE2EControllerPodWritesAreConfined: the controller's RBAC lets it patch and delete any
+// pod of the cluster; admission keeps it to the workers of runs, and its patches to what a
+// restart needs: dropping the Job-tracking finalizer and its own scheduling gate.
+func TestE2EControllerPodWritesAreConfined(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keep = "test.faultline.dev/keep"
+	node := cluster.NodeName(2)
+	worker := createPod(ctx, t, c, ns, "worker", node, map[string]string{v1alpha1.LabelRun: "r", v1alpha1.LabelAttempt: "1"}, "batch.kubernetes.io/job-tracking", keep)
+	dropFinalizers(t, c, worker)
+	other := createPod(ctx, t, c, ns, "other", node, map[string]string{"app": "other"})
+	pods := asController.CoreV1().Pods(ns)
+	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+
+	// What a restart needs is let through.
+	dropTracking := `{"metadata":{"$deleteFromPrimitiveList/finalizers":["batch.kubernetes.io/job-tracking"]}}`
+	if _, err := pods.Patch(ctx, worker.Name, types.StrategicMergePatchType, []byte(dropTracking), dry); err != nil {
+		t.Errorf("controller dropping a worker's Job-tracking finalizer: %v", err)
+	}
+	if err := pods.Delete(ctx, worker.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("controller deleting a worker: %v", err)
+	}
+	// Nothing else.
+	image := `{"spec":{"containers":[{"name":"worker","image":"attacker/miner:latest"}]}}`
+	_, err = pods.Patch(ctx, other.Name, types.StrategicMergePatchType, []byte(image), dry)
+	requireForbidden(t, "controller changing the image of a pod of no run", err, "no worker of a TrainingRun")
+	err = pods.Delete(ctx, other.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	requireForbidden(t, "controller deleting a pod of no run", err, "no worker of a TrainingRun")
+	for what, patch := range map[string]string{
+		"change a worker's image":        image,
+		"relabel a worker":               `{"metadata":{"labels":{"faultline.dev/attempt":"9"}}}`,
+		"drop another finalizer":         fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, keep),
+		"annotate a worker":              `{"metadata":{"annotations":{"example.com/x":"y"}}}`,
+		"add a toleration to a worker":   `{"spec":{"tolerations":[{"key":"example.com/any","operator":"Exists"}]}}`,
+		"set a worker's active deadline": `{"spec":{"activeDeadlineSeconds":1}}`,
+		"add a finalizer to a worker":    `{"metadata":{"finalizers":["example.com/hold"]}}`,
+	} {
+		_, err := pods.Patch(ctx, worker.Name, types.StrategicMergePatchType, []byte(patch), dry)
+		requireForbidden(t, "controller: "+what, err, "faultline-controller may not", "pod "+ns+"/"+worker.Name)
+	}
+
+	// Scheduling gates: its own may go, no other.
+	gated := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: ns, Labels: map[string]string{v1alpha1.LabelRun: "r", v1alpha1.LabelAttempt: "2"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:   corev1.RestartPolicyNever,
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGatePreviousAttempt}, {Name: "example.com/quota"}},
+			Containers:      []corev1.Container{{Name: "worker", Image: "trainer:latest"}},
+		},
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, gated, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := func(gate string) string {
+		return fmt.Sprintf(`{"spec":{"schedulingGates":[{"$patch":"delete","name":%q}]}}`, gate)
+	}
+	if _, err := pods.Patch(ctx, gated.Name, types.StrategicMergePatchType, []byte(release(v1alpha1.SchedulingGatePreviousAttempt)), dry); err != nil {
+		t.Errorf("controller releasing its own scheduling gate: %v", err)
+	}
+	_, err = pods.Patch(ctx, gated.Name, types.StrategicMergePatchType, []byte(release("example.com/quota")), dry)
+	requireForbidden(t, "controller releasing another scheduling gate", err, "faultline-controller may not add or drop other scheduling gates")
+}
