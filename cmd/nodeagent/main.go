@@ -43,9 +43,10 @@ func newCommand() *cobra.Command {
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-			if cfg.SimulateHardware && kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			simulating := cfg.SimulateHardware || len(cfg.SimulateGPUs) > 0 || cfg.SimulateAddr != ""
+			if simulating && kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 				// In a pod of the DaemonSet the simulation would hide every real fault.
-				return errors.New("--simulate-hardware is for simulated (kwok) nodes run outside the cluster; it is refused in-cluster")
+				return errors.New("--simulate-hardware, --simulate-gpus and --simulate-address are for tests run outside the cluster; they are refused in-cluster")
 			}
 			// --kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -91,6 +92,8 @@ func newCommand() *cobra.Command {
 	f.DurationVar(&cfg.ReleaseTimeout, "release-timeout", shutdown.DefaultReleaseTimeout, "longest a shutdown is held back while pods are marked (keep below logind's InhibitDelayMaxSec)")
 	f.BoolVar(&cfg.TaintUnhealthyGPU, "taint-unhealthy-gpu", false, "also taint a node NoSchedule after a fatal GPU fault")
 	f.StringVar(&cfg.HTTPAddr, "http-address", ":8082", `address of /healthz, /readyz and /metrics ("" disables)`)
-	f.BoolVar(&cfg.SimulateHardware, "simulate-hardware", false, "SIMULATION ONLY (kwok nodes): mock NVML with XID injection and guessed GPU allocations")
+	f.BoolVar(&cfg.SimulateHardware, "simulate-hardware", false, "TEST ONLY (kwok nodes): mock NVML and GPU allocations guessed from pod specs")
+	f.StringSliceVar(&cfg.SimulateGPUs, "simulate-gpus", nil, "TEST ONLY (real nodes with a fake device plugin): mock NVML with GPUs of these UUIDs; allocations from the kubelet's PodResources")
+	f.StringVar(&cfg.SimulateAddr, "simulate-address", "", "TEST ONLY: loopback address (127.0.0.1:PORT) of POST /simulate/xid?gpu=N|uuid=U&xid=M, with --simulate-hardware or --simulate-gpus")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -40,9 +41,17 @@ type DaemonConfig struct {
 	TaintUnhealthyGPU bool
 	// HTTPAddr serves /healthz, /readyz and /metrics ("" disables).
 	HTTPAddr string
-	// SimulateHardware replaces NVML with gpusim, the kubelet's PodResources with
-	// SimulatedOwners, and serves POST /simulate/xid?gpu=N&xid=M. For kwok nodes only.
+	// TEST ONLY. SimulateHardware replaces NVML with gpusim and the kubelet's PodResources
+	// with SimulatedOwners: for kwok nodes, which have neither.
 	SimulateHardware bool
+	// TEST ONLY. SimulateGPUs replaces NVML with gpusim GPUs of these UUIDs, and keeps the
+	// kubelet's real PodResources: for the test substrate's real nodes, whose kubelet hands
+	// out these GPUs through a fake device plugin.
+	SimulateGPUs []string
+	// TEST ONLY. SimulateAddr, in a simulation mode only, serves POST
+	// /simulate/xid?gpu=N|uuid=U&xid=M on a listener of its own, which must be a loopback
+	// address: nobody but a test on the same machine may inject faults ("" serves none).
+	SimulateAddr string
 	// Tracing records the detect span of each fault episode (nil: none).
 	Tracing *tracing.Provider
 	Logger  *slog.Logger
@@ -56,6 +65,9 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	if cfg.Node == "" {
 		return errors.New("node name is empty: set --node-name (the DaemonSet passes spec.nodeName as NODE_NAME)")
+	}
+	if err := cfg.checkSimulation(); err != nil {
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -92,11 +104,22 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	gpuOpts.Logger = log
 	var sim *gpusim.Server
 	var owners GPUOwnerSource
-	if cfg.SimulateHardware {
+	switch {
+	case cfg.SimulateHardware:
 		log.Warn("SIMULATED HARDWARE: GPUs are a go-nvml mock and GPU allocations are guessed from pod specs; never use this on a real node", "node", cfg.Node)
 		sim = gpusim.New()
+	case len(cfg.SimulateGPUs) > 0:
+		log.Warn("SIMULATED GPUS: NVML is a go-nvml mock of these GPUs; allocations come from the kubelet's PodResources; test substrate only", "node", cfg.Node, "gpus", cfg.SimulateGPUs)
+		if sim, err = gpusim.NewWithUUIDs(cfg.SimulateGPUs); err != nil {
+			return fmt.Errorf("--simulate-gpus: %w", err)
+		}
+	}
+	if sim != nil {
 		gpuOpts.NewLibrary = func(string) gpu.Library { return sim }
-	} else {
+		// The mock stands for the library wherever --driver-root points.
+		gpuOpts.LibraryPath = "simulated"
+	}
+	if !cfg.SimulateHardware {
 		client, conn, err := DialPodResources(cfg.PodResourcesSocket)
 		if err != nil {
 			return err
@@ -108,7 +131,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return err
 	}
-	if sim != nil {
+	if cfg.SimulateHardware {
 		var uuids []string
 		for _, d := range monitor.Devices() {
 			uuids = append(uuids, d.UUID)
@@ -143,12 +166,17 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			}
 			_, _ = w.Write([]byte("ok"))
 		})
-		if sim != nil {
-			mux.HandleFunc("POST /simulate/xid", simulateXID(sim, log))
-		}
 		g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, mux) })
 	}
-	log.Info("node agent running", "node", cfg.Node, "gpus", len(monitor.Devices()), "simulated", cfg.SimulateHardware)
+	if sim != nil && cfg.SimulateAddr != "" {
+		// Apart from the main listener, which a DaemonSet exposes on the pod network.
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /simulate/xid", simulateXID(sim, log))
+		g.Go(func() error { return serveHTTP(ctx, cfg.SimulateAddr, mux) })
+		log.Warn("SIMULATION endpoint listening (test only)", "address", cfg.SimulateAddr)
+	}
+	log.Info("node agent running", "node", cfg.Node, "gpus", len(monitor.Devices()),
+		"simulatedHardware", cfg.SimulateHardware, "simulatedGPUs", len(cfg.SimulateGPUs) > 0)
 	err = g.Wait()
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil
@@ -156,16 +184,49 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	return err
 }
 
-// simulateXID injects an XID on a simulated GPU: POST /simulate/xid?gpu=3&xid=79.
+// checkSimulation refuses simulation settings that do not go together, and a simulation
+// endpoint anyone but this machine could reach.
+func (cfg DaemonConfig) checkSimulation() error {
+	if cfg.SimulateHardware && len(cfg.SimulateGPUs) > 0 {
+		return errors.New("--simulate-hardware and --simulate-gpus exclude each other: the first is for kwok nodes (no kubelet), the second for real nodes with fake GPUs")
+	}
+	if cfg.SimulateAddr == "" {
+		return nil
+	}
+	if !cfg.SimulateHardware && len(cfg.SimulateGPUs) == 0 {
+		return fmt.Errorf("--simulate-address %s: there is nothing to simulate without --simulate-hardware or --simulate-gpus", cfg.SimulateAddr)
+	}
+	return CheckLoopback(cfg.SimulateAddr)
+}
+
+// CheckLoopback refuses an address (host:port) whose host is not a loopback IP: the
+// simulation endpoint injects faults unauthenticated.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--simulate-address %q: %w (want 127.0.0.1:PORT or [::1]:PORT)", addr, err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return fmt.Errorf("--simulate-address %q: not a loopback address (want 127.0.0.1:PORT or [::1]:PORT): it injects faults without authentication", addr)
+	}
+	return nil
+}
+
+// simulateXID injects an XID on a simulated GPU, chosen by index or by UUID:
+// POST /simulate/xid?gpu=3&xid=79 or ?uuid=GPU-…&xid=79.
 func simulateXID(sim *gpusim.Server, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		idx, err1 := strconv.Atoi(r.URL.Query().Get("gpu"))
-		xid, err2 := strconv.ParseUint(r.URL.Query().Get("xid"), 10, 64)
-		if err := errors.Join(err1, err2); err != nil || idx < 0 || idx >= len(sim.Devices) {
-			http.Error(w, fmt.Sprintf("want ?gpu=<0..%d>&xid=<n>", len(sim.Devices)-1), http.StatusBadRequest)
+		q := r.URL.Query()
+		idx, err1 := strconv.Atoi(q.Get("gpu"))
+		if u := q.Get("uuid"); u != "" {
+			idx, err1 = sim.IndexOf(u), nil
+		}
+		xid, err2 := strconv.ParseUint(q.Get("xid"), 10, 64)
+		if err := errors.Join(err1, err2); err != nil || idx < 0 || idx >= sim.Count() {
+			http.Error(w, fmt.Sprintf("want ?gpu=<0..%d>&xid=<n> or ?uuid=<one of this node's GPUs>&xid=<n>", sim.Count()-1), http.StatusBadRequest)
 			return
 		}
-		log.Warn("SIMULATED XID injected", "gpu", idx, "xid", xid)
+		log.Warn("SIMULATED XID injected", "gpu", idx, "uuid", sim.Device(idx).UUID, "xid", xid)
 		sim.InjectXID(idx, xid)
 		w.WriteHeader(http.StatusAccepted)
 	}

@@ -97,8 +97,9 @@ type Agent struct {
 	Logind *login1sim.Login1
 	// Lock is the delay inhibitor lock the agent took at start.
 	Lock *login1sim.Lock
-	// HTTPAddr serves /healthz, /metrics and /simulate.
-	HTTPAddr string
+	// HTTPAddr serves /healthz and /metrics; SimulateAddr (loopback) serves /simulate.
+	HTTPAddr     string
+	SimulateAddr string
 	// Token is the rest.Config the agent authenticates with.
 	Token *rest.Config
 	// LogPath is the agent's log (stdout and stderr).
@@ -137,13 +138,16 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 	if a.HTTPAddr, err = FreeAddress(); err != nil {
 		return nil, err
 	}
+	if a.SimulateAddr, err = FreeAddress(); err != nil {
+		return nil, err
+	}
 	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+o.Node+".log")
 	logFile, err := os.Create(a.LogPath)
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--node-name", o.Node, "--simulate-hardware",
-		"--dbus-address", a.Bus.Address, "--http-address", a.HTTPAddr}, o.Args...)
+		"--dbus-address", a.Bus.Address, "--http-address", a.HTTPAddr, "--simulate-address", a.SimulateAddr}, o.Args...)
 	a.cmd = exec.Command(o.Bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
 	if err := a.cmd.Start(); err != nil {
@@ -189,7 +193,7 @@ func (a *Agent) Stop() {
 
 // InjectXID makes GPU gpu of the agent's simulated node report an XID.
 func (a *Agent) InjectXID(gpu int, xid uint64) error {
-	resp, err := http.Post(fmt.Sprintf("http://%s/simulate/xid?gpu=%d&xid=%d", a.HTTPAddr, gpu, xid), "", nil)
+	resp, err := http.Post(fmt.Sprintf("http://%s/simulate/xid?gpu=%d&xid=%d", a.SimulateAddr, gpu, xid), "", nil)
 	if err != nil {
 		return err
 	}

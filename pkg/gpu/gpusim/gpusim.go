@@ -1,10 +1,14 @@
 // Package gpusim is an 8-GPU DGX A100 built on go-nvml's own mock, with the NVML event set
 // and health queries that faultline's GPU monitor uses, and XID injection. Tests use it for
-// hardware we do not have, and the node agent's --simulate-hardware mode (the demo) runs on
-// it. It never touches a real driver.
+// hardware we do not have, and the node agent's test-only simulation modes run on it: the
+// whole machine for kwok nodes (--simulate-hardware, the demo), or fewer GPUs with the UUIDs
+// that a real node's fake device plugin hands out (--simulate-gpus, NewWithUUIDs). It never
+// touches a real driver.
 package gpusim
 
 import (
+	"fmt"
+
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +37,7 @@ type GPU struct {
 // Server is the simulated machine; it satisfies gpu.Library.
 type Server struct {
 	*dgxa100.Server
+	// GPUs are the machine's GPUs by index (Count of them; Devices may hold more).
 	GPUs []*GPU
 	// Set is the one event set the machine hands out; tests may replace its funcs.
 	Set    *mock.EventSet
@@ -98,6 +103,58 @@ func wire(dev *dgxa100.Device) *GPU {
 		return 0, 0, false, st.RemapFailed.Load(), ret()
 	}
 	return st
+}
+
+// MaxGPUs is how many GPUs a simulated machine can have (a DGX A100's).
+const MaxGPUs = len(dgxa100.Server{}.Devices)
+
+// NewWithUUIDs is a healthy machine with len(uuids) GPUs whose UUIDs are uuids, in index
+// order: the GPUs a real node's device plugin announced, so that the kubelet's PodResources
+// answers and NVML's events name the same devices.
+func NewWithUUIDs(uuids []string) (*Server, error) {
+	if len(uuids) == 0 || len(uuids) > MaxGPUs {
+		return nil, fmt.Errorf("%d GPU UUIDs: a simulated machine has 1 to %d", len(uuids), MaxGPUs)
+	}
+	s := New()
+	seen := map[string]bool{}
+	for i, u := range uuids {
+		if u == "" || seen[u] {
+			return nil, fmt.Errorf("GPU UUID %q (index %d): UUIDs must be non-empty and distinct", u, i)
+		}
+		seen[u] = true
+		s.Device(i).UUID = u
+	}
+	n := len(uuids)
+	s.GPUs = s.GPUs[:n]
+	s.DeviceGetCountFunc = func() (int, nvml.Return) { return n, nvml.SUCCESS }
+	all := s.DeviceGetHandleByIndexFunc
+	s.DeviceGetHandleByIndexFunc = func(index int) (nvml.Device, nvml.Return) {
+		if index >= n {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return all(index)
+	}
+	byUUID := s.DeviceGetHandleByUUIDFunc
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		if !seen[uuid] {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return byUUID(uuid)
+	}
+	return s, nil
+}
+
+// Count is how many GPUs the machine has.
+func (s *Server) Count() int { return len(s.GPUs) }
+
+// IndexOf is the index of the GPU with that UUID, or -1.
+func (s *Server) IndexOf(uuid string) int {
+	for i := range s.GPUs {
+		if s.Device(i).UUID == uuid {
+			return i
+		}
+	}
+	return -1
 }
 
 // Device is the i-th GPU.
