@@ -52,6 +52,10 @@ type Options struct {
 	AuditPolicy string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// RealNodes is the number of real nodes (a kubelet and containerd each, see
+	// realnode.go) to start beside the fake ones; RealNode shapes them.
+	RealNodes int
+	RealNode  RealNodeSpec
 	// Setup, when set, runs once the cluster and its nodes are up (e.g. to install the CRDs).
 	// If it fails, Start stops the cluster and returns its error.
 	Setup func(ctx context.Context, c *Cluster) error
@@ -69,6 +73,8 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// Tools locates the pinned binaries.
 	Tools Tools
+	// Real are the real nodes (nil without Options.RealNodes).
+	Real *RealNodes
 
 	workdir string
 	logf    func(format string, args ...any)
@@ -99,7 +105,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	stageFile, err := writeStages(workdir, name)
+	var extra []string
+	if opts.RealNodes > 0 {
+		extra = append(extra, realNodeKwokctlConfig(c.pkiDir()))
+	}
+	stageFile, err := writeStages(workdir, name, extra...)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -161,6 +171,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return fail(err)
 		}
 	}
+	if opts.RealNodes > 0 {
+		if c.Real, err = c.startRealNodes(ctx, opts.RealNodes, opts.RealNode); err != nil {
+			return fail(err)
+		}
+	}
 	if opts.Setup != nil {
 		if err := opts.Setup(ctx, c); err != nil {
 			return fail(fmt.Errorf("set up cluster %s: %w", name, err))
@@ -169,8 +184,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// Stop deletes the cluster: its processes and its files.
-func (c *Cluster) Stop() error { return Delete(c.Tools, c.Name) }
+// Stop deletes the cluster: its real nodes, its processes and its files.
+func (c *Cluster) Stop() error {
+	var err error
+	if c.Real != nil {
+		err = c.Real.Stop()
+		c.Real = nil
+	}
+	return errors.Join(err, Delete(c.Tools, c.Name))
+}
 
 // Delete deletes the cluster of that name (for a cluster started by another process).
 func Delete(tools Tools, name string) error {
@@ -198,6 +220,11 @@ func (c *Cluster) SaveLogs(dir string) (string, error) {
 			continue
 		}
 		if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return "", err
+		}
+	}
+	if c.Real != nil {
+		if err := c.Real.saveLogs(dst); err != nil {
 			return "", err
 		}
 	}
@@ -243,9 +270,9 @@ func lockCreation(ctx context.Context, workdir string) (func(), error) {
 	}
 }
 
-// writeStages writes the embedded kwok configuration (stages/) into one multi-document file
-// for kwokctl --config, one per cluster.
-func writeStages(workdir, cluster string) (string, error) {
+// writeStages writes the embedded kwok configuration (stages/) and the extra documents into
+// one multi-document file for kwokctl --config, one per cluster.
+func writeStages(workdir, cluster string, extra ...string) (string, error) {
 	names, err := fs.Glob(stages, "stages/*.yaml")
 	if err != nil {
 		return "", err
@@ -258,6 +285,9 @@ func writeStages(workdir, cluster string) (string, error) {
 			return "", err
 		}
 		docs = append(docs, strings.TrimSpace(string(b)))
+	}
+	for _, e := range extra {
+		docs = append(docs, strings.TrimSpace(e))
 	}
 	if err := os.MkdirAll(workdir, 0o755); err != nil {
 		return "", err

@@ -1,0 +1,610 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
+	"github.com/faultline-dev/faultline/test/ociimage"
+)
+
+// Names of the real nodes' images, taint and label. Real nodes carry the taint so that
+// scenarios written for kwok nodes (which tolerate nothing of it) never land on them; a pod
+// meant for a real node tolerates it (RealNodeToleration) and selects the label.
+const (
+	// PauseImage is the sandbox image every real node's containerd uses (test/pause).
+	PauseImage = "localhost/faultline/pause:dev"
+	// WorkerImage is the test worker (test/worker), imported into every real node.
+	WorkerImage = "localhost/faultline/test-worker:dev"
+	// TaintRealNode (NoSchedule) is on every real node.
+	TaintRealNode = "test.faultline.dev/real-node"
+	// LabelNodeKind is "real" on real nodes (kwok's nodes have "kwok").
+	LabelNodeKind = "type"
+	NodeKindReal  = "real"
+)
+
+// RealNodeToleration lets a pod onto real nodes.
+var RealNodeToleration = corev1.Toleration{Key: TaintRealNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+
+// RealNodeSpec shapes the real nodes. Zero fields take the defaults below.
+type RealNodeSpec struct {
+	// GPUs is how many fake GPUs each node's device plugin (test/fakegpu) registers as
+	// nvidia.com/gpu; 0 runs no device plugin.
+	GPUs int
+	// ShutdownGracePeriod is the kubelet's shutdownGracePeriod (default 10s), of which
+	// ShutdownGracePeriodCriticalPods (default 2s) is for critical pods.
+	ShutdownGracePeriod             time.Duration
+	ShutdownGracePeriodCriticalPods time.Duration
+	// InhibitDelayMax is the InhibitDelayMaxSec that the node's logind stand-in announces
+	// (default 30s). The kubelet refuses one below its shutdownGracePeriod: it would try to
+	// rewrite logind's configuration (/etc/systemd/logind.conf.d) and reload systemd.
+	InhibitDelayMax time.Duration
+}
+
+func (s RealNodeSpec) withDefaults() RealNodeSpec {
+	if s.ShutdownGracePeriod == 0 {
+		s.ShutdownGracePeriod = 10 * time.Second
+	}
+	if s.ShutdownGracePeriodCriticalPods == 0 {
+		s.ShutdownGracePeriodCriticalPods = 2 * time.Second
+	}
+	if s.InhibitDelayMax == 0 {
+		s.InhibitDelayMax = 30 * time.Second
+	}
+	return s
+}
+
+// RealNodes are the real nodes of a cluster and what they share: the pod bridge and CoreDNS.
+type RealNodes struct {
+	Nodes []*RealNode
+	// Dir is the instance's state directory (os.TempDir()/fl-rn-<id>).
+	Dir string
+	// Tools are the real nodes' binaries.
+	Tools RealNodeTools
+
+	id      string
+	net     *podNetwork
+	lock    *os.File
+	coredns *Process
+	spec    RealNodeSpec
+	logf    func(string, ...any)
+}
+
+// RealNode is one kubelet with a containerd of its own, in a mount namespace of its own,
+// and a system bus with logind's stand-in that the kubelet (and a node agent, StartAgent)
+// listens to for shutdowns.
+type RealNode struct {
+	// Name is the Node's name; Index its place among the real nodes.
+	Name  string
+	Index int
+	// IP is the node's InternalIP (on the pod bridge; the kubelet listens there).
+	IP string
+	// RootDir is the kubelet's --root-dir; PodResourcesSocket its PodResources API.
+	RootDir            string
+	PodResourcesSocket string
+	// ContainerdSocket is the node's containerd (CRI and ctr).
+	ContainerdSocket string
+	// Bus and Logind are the node's system bus and logind stand-in:
+	// Logind.PrepareForShutdown(true) announces a shutdown to the kubelet and to the node's
+	// agent. KubeletLock is the delay inhibitor lock the kubelet took.
+	Bus         *login1sim.Bus
+	Logind      *login1sim.Login1
+	KubeletLock *login1sim.Lock
+	// GPUs are the UUIDs of the node's fake GPUs, in index order (none without GPUs).
+	GPUs []string
+
+	dirPath     string
+	cgroup      string
+	kubeletPort int
+	holder      *Process // the mount namespace's first process
+	containerd  *Process
+	kubelet     *Process
+	devicePlug  *Process
+}
+
+// dir is a path under the node's state directory.
+func (n *RealNode) dir(elem ...string) string {
+	return filepath.Join(append([]string{n.dirPath}, elem...)...)
+}
+
+// KubeletLog and ContainerdLog are the node's logs.
+func (n *RealNode) KubeletLog() string    { return n.dir("kubelet.log") }
+func (n *RealNode) ContainerdLog() string { return n.dir("containerd.log") }
+
+// RealNodeName is the name of the i-th real node.
+func RealNodeName(i int) string { return fmt.Sprintf("real-node-%d", i) }
+
+// startRealNodes starts n real nodes beside the cluster's control plane.
+func (c *Cluster) startRealNodes(ctx context.Context, n int, spec RealNodeSpec) (rn *RealNodes, err error) {
+	start := time.Now()
+	tools, err := FindRealNodeTools(c.Tools.Root)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRealNodeHost(); err != nil {
+		return nil, err
+	}
+	rn = &RealNodes{Tools: tools, spec: spec.withDefaults(), logf: c.logf}
+	defer func() {
+		if err != nil {
+			if serr := rn.Stop(); serr != nil {
+				err = fmt.Errorf("%w (and its teardown: %v)", err, serr)
+			}
+			rn = nil
+		}
+	}()
+	if err := rn.create(n); err != nil {
+		return rn, err
+	}
+	if err := rn.buildImages(c.Tools.Root); err != nil {
+		return rn, err
+	}
+	if err := rn.startCoreDNS(c); err != nil {
+		return rn, err
+	}
+	c.logf("real nodes: bridge %s (%s), CoreDNS on %s, binaries and images in %s",
+		rn.net.bridge, rn.net.subnet, rn.net.dnsIP(), time.Since(start).Round(time.Millisecond))
+	// Nodes start one after the other: their kubelets each take a few seconds of the
+	// machine's CPU to start, and a failure is clearer for one node at a time.
+	for i := range n {
+		t := time.Now()
+		node, err := rn.startNode(ctx, c, i)
+		if node != nil {
+			rn.Nodes = append(rn.Nodes, node)
+		}
+		if err != nil {
+			return rn, fmt.Errorf("real node %s: %w", RealNodeName(i), err)
+		}
+		c.logf("real node %s Ready in %s (kubelet pid %d, containerd pid %d)", node.Name,
+			time.Since(t).Round(time.Millisecond), node.kubelet.Pid(), node.containerd.Pid())
+	}
+	return rn, nil
+}
+
+// checkRealNodeHost says what the machine lacks for real nodes, and how to get it.
+func checkRealNodeHost() error {
+	if os.Geteuid() != 0 {
+		return errors.New("real nodes need root (a kubelet and containerd run here)")
+	}
+	var missing []string
+	for _, bin := range []string{"runc", "ip", "unshare", "nsenter", "mount"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, plugin)); err != nil {
+			missing = append(missing, filepath.Join(cniBinDir, plugin))
+		}
+	}
+	if _, err := os.Stat(login1sim.DBusDaemon); err != nil {
+		missing = append(missing, login1sim.DBusDaemon)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("real nodes need %s: apt-get install runc containernetworking-plugins dbus iproute2 util-linux (.ci/run does)",
+			strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// cniBinDir is where Debian's containernetworking-plugins installs the CNI plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// create cleans what dead instances left, then claims an id, a state directory and a
+// subnet, and makes the pod bridge.
+func (rn *RealNodes) create(nodes int) error {
+	if nodes > maxRealNodes {
+		return fmt.Errorf("%d real nodes: at most %d (the pod network's layout)", nodes, maxRealNodes)
+	}
+	setup, err := flock(realNodeSetupLock, true)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", realNodeSetupLock, err)
+	}
+	defer setup.Close()
+	cleaned, err := cleanStaleRealNodes()
+	if len(cleaned) > 0 {
+		rn.logf("real nodes: removed what a dead run left: %s", strings.Join(cleaned, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("remove a dead run's real nodes: %w", err)
+	}
+	rn.id = randomSuffix()
+	rn.Dir = filepath.Join(os.TempDir(), realNodePrefix+rn.id)
+	if err := os.Mkdir(rn.Dir, 0o755); err != nil {
+		return err
+	}
+	if rn.lock, err = flock(filepath.Join(rn.Dir, "lock"), false); err != nil {
+		return fmt.Errorf("lock %s: %w", rn.Dir, err)
+	}
+	subnet, err := choosePodSubnet()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(rn.Dir, "subnet"), []byte(subnet.String()), 0o644); err != nil {
+		return err
+	}
+	rn.net = &podNetwork{bridge: realNodePrefix + rn.id, subnet: subnet}
+	return rn.net.create(nodes)
+}
+
+// maxRealNodes is how many real nodes one instance can have.
+const maxRealNodes = 8
+
+// buildImages builds the programs the nodes run (pause, the test worker, the fake GPU device
+// plugin) as static binaries, and the pause and worker images from them.
+func (rn *RealNodes) buildImages(root string) error {
+	bin := filepath.Join(rn.Dir, "bin")
+	for _, p := range []string{"./test/pause", "./test/worker", "./test/fakegpu"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bin, filepath.Base(p)), p)
+		cmd.Dir = root
+		// Static: the images hold nothing but the binary.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", p, err, out)
+		}
+	}
+	images := []ociimage.Image{
+		{Ref: PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
+		{Ref: WorkerImage, Files: map[string]string{"/worker": filepath.Join(bin, "worker")}, Entrypoint: []string{"/worker"}},
+	}
+	if err := os.MkdirAll(filepath.Join(rn.Dir, "images"), 0o755); err != nil {
+		return err
+	}
+	for _, img := range images {
+		if err := ociimage.WriteFile(rn.imageTar(img.Ref), img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rn *RealNodes) imageTar(ref string) string {
+	return filepath.Join(rn.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+}
+
+// startCoreDNS runs CoreDNS on the host's address of the bridge, with the admin kubeconfig.
+func (rn *RealNodes) startCoreDNS(c *Cluster) error {
+	conf := filepath.Join(rn.Dir, "Corefile")
+	if err := os.WriteFile(conf, []byte(corefile(rn.net.dnsIP().String(), c.Kubeconfig)), 0o644); err != nil {
+		return err
+	}
+	p, err := startProcess(filepath.Join(rn.Dir, "coredns.log"), nil, rn.Tools.CoreDNS, "-conf", conf)
+	if err != nil {
+		return err
+	}
+	rn.coredns = p
+	// Ready once it answers for the cluster's own Service (the kubernetes plugin serves
+	// only after its first sync with the API server).
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", net.JoinHostPort(rn.net.dnsIP().String(), "53"))
+	}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := r.LookupHost(ctx, "kubernetes.default.svc.cluster.local")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			return fmt.Errorf("CoreDNS does not answer on %s: %v\n%s", rn.net.dnsIP(), err, p.Tail(20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startNode starts real node i: its mount namespace, bus, containerd (with the images) and
+// kubelet, and its device plugin; it returns once the node is Ready (and has its GPUs).
+func (rn *RealNodes) startNode(ctx context.Context, c *Cluster, i int) (n *RealNode, err error) {
+	n = &RealNode{
+		Name: RealNodeName(i), Index: i, IP: rn.net.nodeIP(i).String(),
+		dirPath: filepath.Join(rn.Dir, "n"+strconv.Itoa(i)),
+		cgroup:  fmt.Sprintf("%s%s-n%d", realNodePrefix, rn.id, i),
+	}
+	n.RootDir = n.dir("kubelet")
+	n.PodResourcesSocket = filepath.Join(n.RootDir, "pod-resources", "kubelet.sock")
+	n.ContainerdSocket = n.dir("containerd.sock")
+	for _, d := range []string{"kubelet", "certs", "pod-logs", "volume-plugins", "cni/conf", "cni/ipam", "runc", "device-plugins",
+		"containerd/root", "containerd/state"} {
+		if err := os.MkdirAll(n.dir(d), 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := createCgroup(n.cgroup); err != nil {
+		return n, err
+	}
+	if err := rn.startNamespace(n); err != nil {
+		return n, err
+	}
+	if err := rn.startContainerd(ctx, n); err != nil {
+		return n, err
+	}
+	if n.Bus, err = login1sim.StartBus(); err != nil {
+		return n, fmt.Errorf("%w: %v", ErrNoBus, err)
+	}
+	if n.Logind, err = login1sim.Serve(n.Bus.Address, rn.spec.InhibitDelayMax); err != nil {
+		return n, err
+	}
+	if err := rn.startKubelet(ctx, c, n); err != nil {
+		return n, err
+	}
+	if rn.spec.GPUs > 0 {
+		if err := rn.startDevicePlugin(ctx, c, n); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// startNamespace starts the process that holds the node's mount namespace, and gives the
+// namespace private copies of /var/lib, /var/log and /run (overlays on the host's, their
+// changes in the node's directory). The kubelet hard-codes paths there whatever its root
+// directory: its device-plugin socket /var/lib/kubelet/device-plugins/kubelet.sock (two
+// kubelets would take each other's), /var/log/containers, and the CNI cache /var/lib/cni;
+// the runc shim puts its sockets in /run/containerd/s. Nothing in the namespace propagates
+// to the host's mounts, so the volumes the kubelet mounts stay there too, and the whole
+// namespace goes away with its last process.
+func (rn *RealNodes) startNamespace(n *RealNode) error {
+	p, err := startProcess(n.dir("holder.log"), nil, "unshare", "--mount", "--propagation", "private", "--", filepath.Join(rn.Dir, "bin", "pause"))
+	if err != nil {
+		return err
+	}
+	n.holder = p
+	// unshare execs pause once the namespace exists: wait until it has.
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", p.Pid()))
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid()))
+		if err == nil && ns != self && strings.HasSuffix(exe, "/pause") {
+			break
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			return fmt.Errorf("mount namespace of %s not created: %s", n.Name, p.Tail(10))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, target := range []string{"/var/lib", "/var/log", "/run"} {
+		name := strings.ReplaceAll(strings.Trim(target, "/"), "/", "-")
+		upper, work := n.dir("overlay", name, "upper"), n.dir("overlay", name, "work")
+		for _, d := range []string{upper, work} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", target, upper, work)
+		if out, err := n.inNamespace("mount", "-t", "overlay", "overlay", "-o", opts, target).CombinedOutput(); err != nil {
+			return fmt.Errorf("mount an overlay on %s in %s's namespace: %w: %s", target, n.Name, err, bytes.TrimSpace(out))
+		}
+	}
+	if out, err := n.inNamespace("mkdir", "-p", "/var/lib/kubelet/device-plugins").CombinedOutput(); err != nil {
+		return fmt.Errorf("device-plugin directory in %s's namespace: %w: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// inNamespace is a command that runs in the node's mount namespace.
+func (n *RealNode) inNamespace(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--mount=/proc/" + strconv.Itoa(n.holder.Pid()) + "/ns/mnt", "--", name}, args...)...)
+}
+
+// startInNamespace starts a long-running process of the node in its mount namespace, its
+// output in logName under the node's directory.
+func (n *RealNode) startInNamespace(logName string, env []string, bin string, args ...string) (*Process, error) {
+	return startProcess(n.dir(logName), env, "nsenter", append([]string{"--mount=/proc/" + strconv.Itoa(n.holder.Pid()) + "/ns/mnt", "--", bin}, args...)...)
+}
+
+// startContainerd starts the node's containerd and imports the images into it.
+func (rn *RealNodes) startContainerd(ctx context.Context, n *RealNode) error {
+	conf := n.dir("containerd.toml")
+	if err := os.WriteFile(conf, []byte(containerdConfig(n, cniBinDir)), 0o644); err != nil {
+		return err
+	}
+	cni, err := cniConfig(n, rn.net)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.dir("cni", "conf", "10-pods.conflist"), cni, 0o644); err != nil {
+		return err
+	}
+	// The shim it starts finds runc, and nothing else, on the PATH.
+	env := []string{"PATH=" + rn.Tools.ContainerdDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	p, err := n.startInNamespace("containerd.log", env, filepath.Join(rn.Tools.ContainerdDir, "containerd"), "--config", conf)
+	if err != nil {
+		return err
+	}
+	n.containerd = p
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := rn.ctr(ctx, n, "version"); err == nil {
+			break
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			return fmt.Errorf("containerd does not answer on %s:\n%s", n.ContainerdSocket, p.Tail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, ref := range []string{PauseImage, WorkerImage} {
+		if out, err := rn.ctr(ctx, n, "-n", "k8s.io", "images", "import", rn.imageTar(ref)); err != nil {
+			return fmt.Errorf("import %s: %w\n%s", ref, err, out)
+		}
+	}
+	return nil
+}
+
+// ctr runs ctr against the node's containerd.
+func (rn *RealNodes) ctr(ctx context.Context, n *RealNode, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(rn.Tools.ContainerdDir, "ctr"), append([]string{"--address", n.ContainerdSocket}, args...)...)
+	return cmd.CombinedOutput()
+}
+
+// Ctr runs ctr against the node's containerd (e.g. "-n", "k8s.io", "tasks", "kill", id).
+func (rn *RealNodes) Ctr(ctx context.Context, n *RealNode, args ...string) ([]byte, error) {
+	return rn.ctr(ctx, n, args...)
+}
+
+// startKubelet starts the node's kubelet with the node's bus as its system bus, and waits
+// until it holds its shutdown inhibitor lock and its Node is Ready.
+func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) error {
+	port, err := freePort(n.IP)
+	if err != nil {
+		return err
+	}
+	n.kubeletPort = port
+	caFile := filepath.Join(c.pkiDir(), "ca.crt")
+	conf := n.dir("kubelet.yaml")
+	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String())), 0o644); err != nil {
+		return err
+	}
+	env := []string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.Bus.Address}
+	p, err := n.startInNamespace("kubelet.log", env, filepath.Join(c.Tools.KubeDir, "kubelet"),
+		"--config", conf,
+		"--kubeconfig", c.Kubeconfig,
+		"--root-dir", n.RootDir,
+		"--cert-dir", n.dir("certs"),
+		"--hostname-override", n.Name,
+		"--node-ip", n.IP,
+		"--node-labels", fmt.Sprintf("%s=%s,%s=true", LabelNodeKind, NodeKindReal, LabelRealNode),
+		"--v", "2",
+	)
+	if err != nil {
+		return err
+	}
+	n.kubelet = p
+	// The kubelet takes its delay lock on the node's logind at start (its graceful node
+	// shutdown manager); a kubelet that took none would ignore a shutdown.
+	select {
+	case l := <-n.Logind.Locks():
+		if l.Who != "kubelet" || l.Mode != "delay" {
+			return fmt.Errorf("first inhibitor lock on %s's logind is %q (%s), not the kubelet's delay lock", n.Name, l.Who, l.Mode)
+		}
+		n.KubeletLock = l
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("kubelet took no inhibitor lock on the node's logind in 60s:\n%s", p.Tail(30))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := c.WaitNodeReady(wctx, n.Name); err != nil {
+		return fmt.Errorf("%w\n%s", err, p.Tail(30))
+	}
+	return nil
+}
+
+// LabelRealNode is "true" on real nodes.
+const LabelRealNode = "test.faultline.dev/real-node"
+
+// startDevicePlugin runs test/fakegpu in the node's namespace (where the kubelet's
+// device-plugin socket is) and waits until the Node has its GPUs.
+func (rn *RealNodes) startDevicePlugin(ctx context.Context, c *Cluster, n *RealNode) error {
+	for g := range rn.spec.GPUs {
+		n.GPUs = append(n.GPUs, FakeGPUUUID(rn.id, n.Index, g))
+	}
+	p, err := n.startInNamespace("fakegpu.log", nil, filepath.Join(rn.Dir, "bin", "fakegpu"),
+		"--resource", v1alpha1.ResourceGPU, "--uuids", strings.Join(n.GPUs, ","))
+	if err != nil {
+		return err
+	}
+	n.devicePlug = p
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	_, err = c.WaitNode(wctx, n.Name, func(node *corev1.Node) (bool, error) {
+		q := node.Status.Allocatable[corev1.ResourceName(v1alpha1.ResourceGPU)]
+		return q.Value() == int64(rn.spec.GPUs), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %d GPUs from the device plugin: %w\n%s", n.Name, rn.spec.GPUs, err, p.Tail(20))
+	}
+	return nil
+}
+
+// FakeGPUUUID is the UUID of fake GPU g of real node i of instance id: unique on the
+// machine, in NVIDIA's form (GPU-<8>-<4>-<4>-<4>-<12> hex digits).
+func FakeGPUUUID(id string, node, gpu int) string {
+	return fmt.Sprintf("GPU-%08s-%04x-%04x-0000-%012x", id, node, gpu, 0xfa4e)
+}
+
+// Stop tears the real nodes down and leaves the machine as it was: it stops every process
+// (the pods' too), removes the nodes' cgroups and the bridge, and the state directory.
+func (rn *RealNodes) Stop() error {
+	var errs []error
+	for _, n := range rn.Nodes {
+		for _, p := range []*Process{n.devicePlug, n.kubelet} {
+			if p != nil {
+				p.Stop()
+			}
+		}
+		if n.Logind != nil {
+			_ = n.Logind.Close()
+		}
+		if n.Bus != nil {
+			n.Bus.Stop()
+		}
+	}
+	if rn.coredns != nil {
+		rn.coredns.Stop()
+	}
+	if rn.Dir != "" {
+		errs = append(errs, teardownInstance(rn.Dir, rn.id))
+	} else if rn.id != "" {
+		errs = append(errs, teardownInstance("", rn.id))
+	}
+	if rn.lock != nil {
+		rn.lock.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// saveLogs copies every node's logs (kubelet, containerd, device plugin) and CoreDNS's into
+// dst, as <node>-<log>.
+func (rn *RealNodes) saveLogs(dst string) error {
+	var errs []error
+	for _, n := range rn.Nodes {
+		logs, _ := filepath.Glob(n.dir("*.log"))
+		for _, l := range logs {
+			errs = append(errs, copyFile(l, filepath.Join(dst, n.Name+"-"+filepath.Base(l))))
+		}
+	}
+	if rn.coredns != nil {
+		errs = append(errs, copyFile(filepath.Join(rn.Dir, "coredns.log"), filepath.Join(dst, "coredns.log")))
+	}
+	return errors.Join(errs...)
+}
+
+// Node returns the real node of that name, or nil.
+func (rn *RealNodes) Node(name string) *RealNode {
+	for _, n := range rn.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// freePort is a TCP port nobody listens on at ip.
+func freePort(ip string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// pkiDir holds the cluster's CA (ca.crt) and the admin's certificate (admin.crt), which
+// kube-apiserver also presents to kubelets.
+func (c *Cluster) pkiDir() string { return filepath.Join(c.workdir, "clusters", c.Name, "pki") }

@@ -1,0 +1,290 @@
+// Command worker is the test worker of the real-node scenarios (test/e2e/realnode): a small
+// static program that behaves like a TensorFlow or JAX process where faultline depends on
+// it. It reads the environment faultline and the framework plugin give it; index 0 runs a
+// coordination service on the rendezvous address and every index (0 too) registers with it
+// by its DNS name, with an incarnation id of its own (see coord.go for what the service
+// keeps of XLA's). When the service loses a task, or refuses one, every task prints the
+// framework's words for it on stderr and exits 1; SIGTERM ends it with 143, as a Python
+// process killed by it does.
+//
+// Faults on demand, for one index (--fail-index) of one attempt (--fail-attempt), some time
+// after the whole gang registered (--fail-after):
+//
+//	--fail exit       a bug: a traceback on stderr, exit 1
+//	--fail oom        allocate until the container's memory limit kills it (OOMKilled)
+//	--fail message    print --message on stderr (e.g. a framework's error), exit 1
+//
+// With --heartbeats-only the coordinator notices a lost task only when its heartbeats stop
+// for --heartbeat-timeout, as XLA's does: the other tasks live on meanwhile, as real ones do.
+//
+// It logs what it sees (attempt, index, peers registered) for the tests to read with
+// `launcher logs`. The attempt comes from FAULTLINE_ATTEMPT.
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Environment the worker reads. FAULTLINE_* come from every faultline attempt (pkg/
+// rendezvous); JAX_* from the jax plugin (plugins/jax/jaxplugin), which win when set.
+const (
+	envRun         = "FAULTLINE_RUN"
+	envAttempt     = "FAULTLINE_ATTEMPT"
+	envIndex       = "FAULTLINE_INDEX"
+	envWorldSize   = "FAULTLINE_WORLD_SIZE"
+	envService     = "FAULTLINE_SERVICE"
+	envCoordinator = "JAX_COORDINATOR_ADDRESS"
+	envNumProcs    = "JAX_NUM_PROCESSES"
+	envProcessID   = "JAX_PROCESS_ID"
+
+	// defaultPort is the coordinator's port when JAX_COORDINATOR_ADDRESS does not name one
+	// (the jax plugin's default).
+	defaultPort = 1234
+)
+
+// Exit codes: 1 for every error the program reports itself, 143 (128+SIGTERM) on SIGTERM.
+const (
+	exitError   = 1
+	exitSIGTERM = 143
+)
+
+type config struct {
+	run, attempt, coordinator, job string
+	index, world                   int
+	failIndex, failAttempt         int
+	fail, message                  string
+	failAfter, heartbeat, timeout  time.Duration
+	registerTimeout                time.Duration
+	heartbeatsOnly                 bool
+}
+
+func main() {
+	cfg, err := parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
+	os.Exit(run(cfg))
+}
+
+func parse(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.IntVar(&c.failIndex, "fail-index", -1, "the index that fails (-1: none)")
+	fs.IntVar(&c.failAttempt, "fail-attempt", 1, "the attempt in which it fails (0: every attempt)")
+	fs.StringVar(&c.fail, "fail", "exit", "how it fails: exit, oom or message")
+	fs.StringVar(&c.message, "message", "", "what --fail message prints on stderr")
+	fs.DurationVar(&c.failAfter, "fail-after", 2*time.Second, "how long after the gang registered it fails")
+	fs.DurationVar(&c.heartbeat, "heartbeat", 500*time.Millisecond, "heartbeat interval")
+	fs.DurationVar(&c.timeout, "heartbeat-timeout", 10*time.Second, "the coordinator's heartbeat timeout")
+	fs.BoolVar(&c.heartbeatsOnly, "heartbeats-only", false, "the coordinator notices a lost task by its heartbeat timeout only, as XLA's does, not at once when its connection closes")
+	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch c.fail {
+	case "exit", "oom", "message":
+	default:
+		return c, fmt.Errorf("--fail %q: want exit, oom or message", c.fail)
+	}
+	c.run, c.attempt = os.Getenv(envRun), os.Getenv(envAttempt)
+	var err error
+	if c.index, err = envInt(envProcessID, envIndex); err != nil {
+		return c, err
+	}
+	if c.world, err = envInt(envNumProcs, envWorldSize); err != nil {
+		return c, err
+	}
+	c.job = "worker" // TensorFlow's job name
+	if c.coordinator = os.Getenv(envCoordinator); c.coordinator != "" {
+		c.job = "jax_worker" // JAX's
+	} else {
+		svc := os.Getenv(envService)
+		if c.run == "" || svc == "" {
+			return c, fmt.Errorf("no coordinator: set %s, or %s and %s", envCoordinator, envRun, envService)
+		}
+		c.coordinator = fmt.Sprintf("%s-0.%s", c.run, svc)
+	}
+	if _, _, err := net.SplitHostPort(c.coordinator); err != nil {
+		c.coordinator = net.JoinHostPort(c.coordinator, strconv.Itoa(defaultPort))
+	}
+	return c, nil
+}
+
+// envInt reads the first of names that is set as an integer.
+func envInt(names ...string) (int, error) {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			i, err := strconv.Atoi(v)
+			if err != nil {
+				return 0, fmt.Errorf("%s=%q: not an integer", n, v)
+			}
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("none of %s is set", strings.Join(names, ", "))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stdout, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func run(c config) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sigs
+		logf("worker %d: received %v, exiting %d", c.index, s, exitSIGTERM)
+		os.Exit(exitSIGTERM)
+	}()
+	incarnation := newIncarnation()
+	host, _ := os.Hostname()
+	logf("worker start: run=%s attempt=%s index=%d world=%d incarnation=%d host=%s coordinator=%s gpus=%q",
+		c.run, c.attempt, c.index, c.world, incarnation, host, c.coordinator, os.Getenv("NVIDIA_VISIBLE_DEVICES"))
+
+	if c.index == 0 {
+		_, port, _ := net.SplitHostPort(c.coordinator)
+		ln, err := net.Listen("tcp", ":"+port)
+		if err != nil {
+			return fatal(c, fmt.Sprintf("UNAVAILABLE: coordination service cannot listen on :%s: %v", port, err))
+		}
+		srv := newServer(c.job, c.world, c.timeout, c.heartbeatsOnly, logf)
+		go srv.serve(ln)
+		logf("coordinator: serving %d tasks of /job:%s on :%s (attempt %s)", c.world, c.job, port, c.attempt)
+	}
+
+	conn, err := dialCoordinator(c)
+	if err != nil {
+		return fatal(c, "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n"+err.Error())
+	}
+	enc := json.NewEncoder(conn)
+	dec := json.NewDecoder(bufio.NewReader(conn))
+	if err := enc.Encode(message{Op: opRegister, Task: c.index, Incarnation: incarnation, Attempt: c.attempt}); err != nil {
+		return lostCoordinator(c, err)
+	}
+	// Heartbeats until the process ends.
+	go func() {
+		for range time.Tick(c.heartbeat) {
+			if enc.Encode(message{Op: opHeartbeat, Task: c.index, Incarnation: incarnation}) != nil {
+				return
+			}
+		}
+	}()
+	failAt := make(<-chan time.Time)
+	msgs := make(chan message)
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			var m message
+			if err := dec.Decode(&m); err != nil {
+				errs <- err
+				return
+			}
+			msgs <- m
+		}
+	}()
+	for {
+		select {
+		case m := <-msgs:
+			switch m.Op {
+			case opStart:
+				logf("worker %d: rendezvous complete: %d tasks registered %v (attempt %s)", c.index, len(m.Tasks), m.Tasks, c.attempt)
+				if c.failIndex == c.index && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+					logf("worker %d: will fail (%s) in %s", c.index, c.fail, c.failAfter)
+					failAt = time.After(c.failAfter)
+				}
+			case opError:
+				return fatal(c, m.Status)
+			}
+		case err := <-errs:
+			return lostCoordinator(c, err)
+		case <-failAt:
+			return failNow(c)
+		}
+	}
+}
+
+// dialCoordinator connects to the coordinator by its DNS name, retrying while the name does
+// not resolve yet or nobody listens yet (the pods of a gang start in any order).
+func dialCoordinator(c config) (net.Conn, error) {
+	deadline := time.Now().Add(c.registerTimeout)
+	var last error
+	for tries := 0; ; tries++ {
+		conn, err := net.DialTimeout("tcp", c.coordinator, 2*time.Second)
+		if err == nil {
+			logf("worker %d: connected to the coordinator %s (%s) after %d tries", c.index, c.coordinator, conn.RemoteAddr(), tries+1)
+			return conn, nil
+		}
+		if last == nil || err.Error() != last.Error() {
+			logf("worker %d: coordinator %s not reachable yet: %v", c.index, c.coordinator, err)
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("coordinator %s unreachable for %s: %w", c.coordinator, c.registerTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// fatal ends the process as JAX's client does when the coordination service reports an
+// error: its message on stderr, then exit.
+func fatal(c config, status string) int {
+	fmt.Fprintf(os.Stderr, "F%s client.h:77] Terminating process because the JAX distributed service detected fatal errors. "+
+		"This most likely indicates that another task died; see the other task logs for more details. "+
+		"Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status: %s\n",
+		time.Now().UTC().Format("0102 15:04:05.000000"), status)
+	logf("worker %d: ended by the coordination service's error (attempt %s)", c.index, c.attempt)
+	return exitError
+}
+
+func lostCoordinator(c config, err error) int {
+	return fatal(c, "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n"+
+		"Additional GRPC error information from remote target coordination_service: "+err.Error())
+}
+
+// failNow is the injected fault.
+func failNow(c config) int {
+	switch c.fail {
+	case "oom":
+		logf("worker %d: allocating until the memory limit", c.index)
+		var hold [][]byte
+		for {
+			b := make([]byte, 16<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1 // touch every page: only resident memory counts against the limit
+			}
+			hold = append(hold, b)
+			if len(hold)%8 == 0 {
+				logf("worker %d: holding %d MiB", c.index, len(hold)*16)
+			}
+		}
+	case "message":
+		fmt.Fprintln(os.Stderr, c.message)
+		return exitError
+	default:
+		fmt.Fprintf(os.Stderr, "Traceback (most recent call last):\n  File \"train.py\", line 42, in <module>\n    step(batch)\n"+
+			"ValueError: injected application error in worker %d (attempt %s)\n", c.index, c.attempt)
+		return exitError
+	}
+}
+
+func newIncarnation() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(errors.New("no randomness for the incarnation id"))
+	}
+	return binary.LittleEndian.Uint64(b[:]) >> 1 // positive when printed as int64 too
+}
