@@ -20,20 +20,34 @@
 // framework whose per-pod values are not a plain substitution of the index must document
 // how the program derives them.
 //
+// RunSpec.Worker tells a plugin what the run's worker container asks for (extended
+// resources such as nvidia.com/gpu: GPUs per worker for PyTorch's nproc_per_node). Info's
+// DefaultRestartScope fills a run's unset spec.restartScope, and its DefaultPorts are
+// declared when a Rendezvous answer names no ports; Resolved carries both to the
+// controller.
+//
 // FailureHints returns regular expressions over a failed container's termination message
 // (with terminationMessagePolicy FallbackToLogsOnError, the tail of its log), each mapped
-// to a cause: PeerFailure for "a peer died, not me", or the infrastructure or application
-// cause the message proves. See exitclass.Classify for how hints weigh against other
-// evidence.
+// to a cause: PeerFailure for "a peer died, not me", or an application cause for "my
+// program's own fault". Never an infrastructure cause: anyone can print "uncorrectable ECC
+// error", and only the node agent's attested evidence proves a node fault. A hint must
+// match only messages that mean what it says: a local error judged a peer failure restarts
+// a run that should fail fast. See exitclass.Classify for how hints weigh against other
+// evidence; HintMatcher and package hinttest test hints against real messages.
 //
 // # Versions
 //
 // HandshakeConfig never changes: its magic cookie only tells a plugin binary that it was
 // started by faultline. The API version is negotiated by go-plugin from VersionedPlugins:
-// the host offers every version it speaks, the plugin serves the newest one both know.
-// Version 1 is the only one today. A version 2 would be a new proto package
-// (faultline.framework.v2), a new Go interface and a new entry in PluginSets; the host
-// would adapt v1 plugins to it, so old plugin binaries keep working.
+// the host offers every version it speaks (MinAPIVersion to APIVersion), the plugin serves
+// the newest one both know. Version 2 added RunSpec.Worker and allows only PeerFailure and
+// application causes in hints; it is the same gRPC service as version 1, so one binary
+// serves both, and Serve reports the negotiated version in Info. A host drops the
+// infrastructure hints of a version 1 plugin (with a warning) and refuses a version 2
+// plugin that sends one. A change that is not an addition would be a new proto package,
+// a new Go interface and a new entry in PluginSets, the host adapting older plugins to it.
+//
+// docs/plugins.md is the guide for plugin authors; examples/ holds a minimal plugin.
 //
 // # The host
 //

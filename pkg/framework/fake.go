@@ -95,7 +95,13 @@ func NewTestHost(t testing.TB, opts HostOptions, plugins map[string]Plugin) *Hos
 
 // testConn serves impl in process and returns the host's connection to it.
 func testConn(t testing.TB, path string, impl Plugin) *conn {
-	client, _ := plugin.TestPluginGRPCConn(t, false, PluginSets(impl)[APIVersion])
+	return testConnVersion(t, path, impl, APIVersion)
+}
+
+// testConnVersion is testConn as if go-plugin had negotiated version: the plugin side
+// serves that version's plugin set, and the host knows the connection by it.
+func testConnVersion(t testing.TB, path string, impl Plugin, version int) *conn {
+	client, _ := plugin.TestPluginGRPCConn(t, false, PluginSets(impl)[version])
 	raw, err := client.Dispense(PluginName)
 	if err != nil {
 		t.Fatalf("dispense in-process plugin: %v", err)
@@ -104,7 +110,7 @@ func testConn(t testing.TB, path string, impl Plugin) *conn {
 	return &conn{
 		path:    path,
 		plugin:  raw.(Plugin),
-		version: APIVersion,
+		version: version,
 		kill: func() {
 			// Closing the client asks the server to stop (go-plugin's controller Shutdown);
 			// stopping it here as well would race with that.

@@ -23,6 +23,9 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the plugin's implementation; nil on the host's side.
 	Impl Plugin
+	// Version is the API version this plugin set serves (PluginSets sets it); 0 means
+	// APIVersion.
+	Version int
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
@@ -32,8 +35,15 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return fmt.Errorf("framework plugin has no implementation to serve")
 	}
-	frameworkpb.RegisterFrameworkServer(s, &grpcServer{impl: p.Impl})
+	frameworkpb.RegisterFrameworkServer(s, &grpcServer{impl: p.Impl, version: p.version()})
 	return nil
+}
+
+func (p *GRPCPlugin) version() int {
+	if p.Version == 0 {
+		return APIVersion
+	}
+	return p.Version
 }
 
 // GRPCClient returns the host's view of the plugin.
@@ -46,6 +56,8 @@ func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc
 type grpcServer struct {
 	frameworkpb.UnimplementedFrameworkServer
 	impl Plugin
+	// version is the API version negotiated for this connection.
+	version int
 }
 
 func (s *grpcServer) Info(ctx context.Context, _ *frameworkpb.InfoRequest) (resp *frameworkpb.InfoResponse, err error) {
@@ -55,9 +67,11 @@ func (s *grpcServer) Info(ctx context.Context, _ *frameworkpb.InfoRequest) (resp
 		return nil, toStatus(err)
 	}
 	return &frameworkpb.InfoResponse{
-		Name:                info.Name,
-		Version:             info.Version,
-		ApiVersion:          int32(info.APIVersion),
+		Name:    info.Name,
+		Version: info.Version,
+		// The connection's version, not the plugin's own claim: one binary serves every
+		// version the SDK speaks, and an older host checks this against what it negotiated.
+		ApiVersion:          int32(s.version),
 		DefaultRestartScope: string(info.DefaultRestartScope),
 		DefaultPorts:        portsToPB(info.DefaultPorts),
 	}, nil
@@ -165,23 +179,40 @@ func fromStatus(err error) error {
 }
 
 func runToPB(r RunSpec) *frameworkpb.RunSpec {
-	return &frameworkpb.RunSpec{
+	out := &frameworkpb.RunSpec{
 		Name:             r.Name,
 		Namespace:        r.Namespace,
 		Workers:          r.Workers,
 		RestartScope:     string(r.RestartScope),
 		FrameworkOptions: r.Options,
 	}
+	if r.Worker != nil {
+		devices := make(map[string]int64, len(r.Worker.Devices))
+		for name, n := range r.Worker.Devices {
+			devices[string(name)] = n
+		}
+		out.Worker = &frameworkpb.Worker{Devices: devices}
+	}
+	return out
 }
 
 func runFromPB(r *frameworkpb.RunSpec) RunSpec {
-	return RunSpec{
+	out := RunSpec{
 		Name:         r.GetName(),
 		Namespace:    r.GetNamespace(),
 		Workers:      r.GetWorkers(),
 		RestartScope: v1alpha1.RestartScope(r.GetRestartScope()),
 		Options:      r.GetFrameworkOptions(),
 	}
+	// A version 1 host never sets worker: nil tells the plugin so, where an empty Worker
+	// would claim that the template asks for no devices.
+	if w := r.GetWorker(); w != nil {
+		out.Worker = &Worker{Devices: make(map[corev1.ResourceName]int64, len(w.GetDevices()))}
+		for name, n := range w.GetDevices() {
+			out.Worker.Devices[corev1.ResourceName(name)] = n
+		}
+	}
+	return out
 }
 
 // envToPB refuses a variable with both a value and a field path: the wire (like

@@ -21,7 +21,13 @@ import (
 // returns the host-side Plugin.
 func dispense(t *testing.T, impl Plugin) Plugin {
 	t.Helper()
-	client, _ := plugin.TestPluginGRPCConn(t, false, PluginSets(impl)[APIVersion])
+	return dispenseVersion(t, impl, APIVersion)
+}
+
+// dispenseVersion is dispense on a connection of the given API version.
+func dispenseVersion(t *testing.T, impl Plugin, version int) Plugin {
+	t.Helper()
+	client, _ := plugin.TestPluginGRPCConn(t, false, PluginSets(impl)[version])
 	t.Cleanup(func() { _ = client.Close() }) // which stops the server too
 	raw, err := client.Dispense(PluginName)
 	if err != nil {
@@ -67,11 +73,14 @@ func TestGRPCRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Info: %v", err)
 	}
-	if diff := cmp.Diff(info, gotInfo); diff != "" {
+	wantInfo := info
+	wantInfo.APIVersion = APIVersion // the connection's, whatever the plugin claims
+	if diff := cmp.Diff(wantInfo, gotInfo); diff != "" {
 		t.Errorf("Info (-want +got):\n%s", diff)
 	}
 
-	run := RunSpec{Name: "r", Namespace: "ns", Workers: 4, RestartScope: v1alpha1.RestartScopeGang, Options: map[string]string{"strategy": "x", "port": "1"}}
+	run := RunSpec{Name: "r", Namespace: "ns", Workers: 4, RestartScope: v1alpha1.RestartScopeGang, Options: map[string]string{"strategy": "x", "port": "1"},
+		Worker: &Worker{Devices: map[corev1.ResourceName]int64{"nvidia.com/gpu": 8, "example.com/fpga": 1}}}
 	gotAnswer, err := p.Rendezvous(ctx, run)
 	if err != nil {
 		t.Fatalf("Rendezvous: %v", err)
@@ -89,6 +98,43 @@ func TestGRPCRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(hints, gotHints); diff != "" {
 		t.Errorf("FailureHints (-want +got):\n%s", diff)
+	}
+}
+
+// Every version the SDK speaks is served by one binary: on each connection the plugin
+// reports that connection's version, which is what the host (an older one included) checks
+// against the version it negotiated; a RunSpec without a worker, as a version 1 host sends
+// it, reaches the plugin as a nil Worker, never as a worker that asks for nothing.
+func TestGRPCVersions(t *testing.T) {
+	for v := MinAPIVersion; v <= APIVersion; v++ {
+		var got RunSpec
+		fake := &FakePlugin{
+			InfoValue: Info{APIVersion: 7}, // a stale claim, ignored
+			RendezvousFunc: func(_ context.Context, run RunSpec) (Rendezvous, error) {
+				got = run
+				return Rendezvous{}, nil
+			},
+		}
+		p := dispenseVersion(t, fake, v)
+		info, err := p.Info(context.Background())
+		if err != nil || info.APIVersion != v {
+			t.Errorf("version %d connection: Info = %+v, %v; want APIVersion %d", v, info, err, v)
+		}
+		if _, err := p.Rendezvous(context.Background(), RunSpec{Name: "r", Workers: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got.Worker != nil {
+			t.Errorf("version %d connection: a RunSpec sent without a worker arrived with %+v", v, got.Worker)
+		}
+		if _, err := p.Rendezvous(context.Background(), RunSpec{Name: "r", Workers: 1, Worker: &Worker{}}); err != nil {
+			t.Fatal(err)
+		}
+		if got.Worker == nil || len(got.Worker.Devices) != 0 {
+			t.Errorf("version %d connection: a worker that asks for no devices arrived as %+v", v, got.Worker)
+		}
+	}
+	if _, ok := VersionedPlugins[APIVersion]; !ok || len(VersionedPlugins) != APIVersion-MinAPIVersion+1 {
+		t.Errorf("the host offers versions %v, want %d..%d", VersionedPlugins, MinAPIVersion, APIVersion)
 	}
 }
 

@@ -20,8 +20,17 @@ var HandshakeConfig = plugin.HandshakeConfig{
 	MagicCookieValue: "c22e0c690ca7240025c6367f027d9810296992090318cb96ca12e356f12b3b12",
 }
 
-// APIVersion is the newest plugin API version this package speaks.
-const APIVersion = 1
+// APIVersion is the newest plugin API version this package speaks; it speaks every
+// version from MinAPIVersion up, as host and as plugin.
+//
+// Version 2 (this SDK) adds RunSpec.Worker and allows hints only with PeerFailure or an
+// application cause. Both versions are the same gRPC service (fields were only added), so
+// one binary serves both: an old host negotiates 1 with a new plugin, a new host 1 with an
+// old plugin, and each side then relies only on version 1.
+const APIVersion = 2
+
+// MinAPIVersion is the oldest plugin API version this package speaks.
+const MinAPIVersion = 1
 
 // PluginName is the key of the framework plugin in every plugin set.
 const PluginName = "framework"
@@ -32,13 +41,15 @@ const BinaryPrefix = "faultline-plugin-"
 // PluginSets are the plugin sets of every API version, serving impl. The host uses them
 // with a nil impl (it only dispenses clients).
 //
-// To add API version 2: a v2 service in proto/, a PluginV2 interface, a GRPCPluginV2 shim,
-// and `2: {PluginName: &GRPCPluginV2{Impl: implV2}}` here; the host then dispenses
-// whichever version was negotiated and adapts a v1 plugin to the v2 interface.
+// A future version that changes the meaning of a message rather than adding to it would be
+// a new service in proto/ (package faultline.framework.v3), a new Go interface and shim,
+// and an entry here; the host would adapt older plugins to the new interface.
 func PluginSets(impl Plugin) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		1: {PluginName: &GRPCPlugin{Impl: impl}},
+	sets := map[int]plugin.PluginSet{}
+	for v := MinAPIVersion; v <= APIVersion; v++ {
+		sets[v] = plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl, Version: v}}
 	}
+	return sets
 }
 
 // VersionedPlugins is what the host offers in the version negotiation.

@@ -116,8 +116,13 @@ func newHost(opts HostOptions) *Host {
 type Resolved struct {
 	// Env is appended after the common FAULTLINE_* variables, in order.
 	Env []corev1.EnvVar
-	// Ports are the container ports the framework listens on.
+	// Ports are the container ports the framework listens on: the plugin's answer, or its
+	// Info.DefaultPorts when the answer names none.
 	Ports []corev1.ContainerPort
+	// RestartScope is the run's effective restart scope: spec.restartScope when set, else
+	// the plugin's Info.DefaultRestartScope (Gang for framework none). The plugin's answer
+	// was computed for this scope.
+	RestartScope v1alpha1.RestartScope
 }
 
 // DeepCopy returns a copy that shares nothing with r.
@@ -130,6 +135,7 @@ func (r Resolved) DeepCopy() Resolved {
 		}
 	}
 	out.Ports = slices.Clone(r.Ports)
+	out.RestartScope = r.RestartScope
 	return out
 }
 
@@ -141,15 +147,22 @@ func (h *Host) Rendezvous(ctx context.Context, run *v1alpha1.TrainingRun) ([]cor
 }
 
 // Resolve returns everything the run's framework adds to its pods. Answers are cached per
-// run spec (framework, name, namespace, workers, restart scope, frameworkOptions), so a
-// run's later attempts get the same environment even while its plugin is down.
+// run spec (framework, name, namespace, workers, restart scope as the run states it,
+// frameworkOptions, the worker's devices), so a run's later attempts get the same
+// environment even while its plugin is down.
 func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Resolved, err error) {
 	fw := run.Spec.Framework
 	if fw == "" || fw == v1alpha1.FrameworkNone {
-		return Resolved{}, nil
+		scope := run.Spec.RestartScope
+		if scope == "" {
+			scope = v1alpha1.RestartScopeGang
+		}
+		return Resolved{RestartScope: scope}, nil
 	}
 	defer h.recoverPanic(fw, "Rendezvous", &err)
-	spec := SpecOf(run)
+	spec := specOf(run)
+	// Keyed on the scope as the run states it: the plugin's default fills an unset one
+	// below, and is the same for every call to one plugin binary.
 	key := cacheKey(fw, spec)
 	if v, ok := h.cache.Get(key); ok {
 		return v.(Resolved).DeepCopy(), nil
@@ -160,21 +173,33 @@ func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Reso
 	}
 	ctx = withRunTrace(ctx, run.Annotations[v1alpha1.AnnotationTraceparent])
 	var answer Rendezvous
-	err = h.call(ctx, s, "Rendezvous", func(ctx context.Context, p Plugin) error {
-		r, err := p.Rendezvous(ctx, spec)
+	var info Info
+	err = h.call(ctx, s, "Rendezvous", func(ctx context.Context, inst *instance) error {
+		spec := spec
+		if spec.RestartScope == "" {
+			spec.RestartScope = inst.info.DefaultRestartScope
+		}
+		r, err := inst.conn.plugin.Rendezvous(ctx, spec)
 		if err != nil {
 			return err
 		}
 		if err := validateRendezvous(r); err != nil {
 			return err
 		}
-		answer = r
+		answer, info = r, inst.info
 		return nil
 	})
 	if err != nil {
 		return Resolved{}, err
 	}
+	if len(answer.Ports) == 0 {
+		answer.Ports = info.DefaultPorts
+	}
 	res = toCore(answer)
+	res.RestartScope = run.Spec.RestartScope
+	if res.RestartScope == "" {
+		res.RestartScope = info.DefaultRestartScope
+	}
 	h.cache.Add(key, res.DeepCopy())
 	return res, nil
 }
@@ -292,12 +317,12 @@ func (h *Host) classify(ctx context.Context, inst *instance, err error) outcome 
 
 // call runs fn against the framework's plugin, under the call timeout. A plugin found
 // dead is restarted once and fn tried again; every other failure is reported as it is.
-func (h *Host) call(ctx context.Context, s *slot, op string, fn func(context.Context, Plugin) error) error {
+func (h *Host) call(ctx context.Context, s *slot, op string, fn func(context.Context, *instance) error) error {
 	inst, err := s.get(ctx)
 	if err != nil {
 		return err
 	}
-	err = h.invoke(ctx, inst, fn)
+	err = h.invoke(ctx, inst, func(ctx context.Context, _ Plugin) error { return fn(ctx, inst) })
 	out := h.classify(ctx, inst, err)
 	if out == callCrashed {
 		h.log.Warn("framework plugin crashed; restarting it once", "framework", s.framework, "path", inst.conn.path, "op", op, "error", err)
@@ -311,7 +336,7 @@ func (h *Host) call(ctx context.Context, s *slot, op string, fn func(context.Con
 			}
 			return err
 		}
-		err = h.invoke(ctx, inst, fn)
+		err = h.invoke(ctx, inst, func(ctx context.Context, _ Plugin) error { return fn(ctx, inst) })
 		out = h.classify(ctx, inst, err)
 		if out == callCrashed {
 			pe := &PluginError{Framework: s.framework, Path: inst.conn.path, Op: op,

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -130,7 +132,8 @@ func TestHostResolveConvertsAndValidates(t *testing.T) {
 			{Name: "ID", Value: "$(FAULTLINE_INDEX)"},
 			{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
-		Ports: []corev1.ContainerPort{{Name: "p", ContainerPort: 1, Protocol: corev1.ProtocolTCP}},
+		Ports:        []corev1.ContainerPort{{Name: "p", ContainerPort: 1, Protocol: corev1.ProtocolTCP}},
+		RestartScope: v1alpha1.RestartScopeGang,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Resolve (-want +got):\n%s", diff)
@@ -149,6 +152,7 @@ func TestHostCachesPerRunSpec(t *testing.T) {
 	h := newFleet(t, func(string, int, func()) Plugin { return fake }).host(HostOptions{})
 	base := makeRun("fw", "r")
 	base.Spec.FrameworkOptions = map[string]string{"a": "1", "b": "2"}
+	base.Spec.Template.Spec.Containers = []corev1.Container{{Name: "trainer", Image: "v1"}}
 	cases := []struct {
 		name      string
 		mutate    func(*v1alpha1.TrainingRun)
@@ -161,13 +165,19 @@ func TestHostCachesPerRunSpec(t *testing.T) {
 			r.Annotations = map[string]string{"x": "y"}
 			r.Status.Attempt = 7
 		}, 1},
-		{"unset restart scope is Gang", func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = "" }, 1},
-		{"options", func(r *v1alpha1.TrainingRun) { r.Spec.FrameworkOptions = map[string]string{"a": "1"} }, 2},
-		{"workers", func(r *v1alpha1.TrainingRun) { r.Spec.Workers = 3 }, 3},
-		{"restart scope", func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = v1alpha1.RestartScopeIndex }, 4},
-		{"name", func(r *v1alpha1.TrainingRun) { r.Name = "other" }, 5},
-		{"namespace", func(r *v1alpha1.TrainingRun) { r.Namespace = "other" }, 6},
-		{"back to the first", func(*v1alpha1.TrainingRun) {}, 6},
+		{"a template change the plugin cannot see", func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Image = "v2" }, 1},
+		// The plugin's default, which fills an unset scope, is not known before the plugin
+		// is asked: an unset scope is a spec of its own.
+		{"unset restart scope", func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = "" }, 2},
+		{"options", func(r *v1alpha1.TrainingRun) { r.Spec.FrameworkOptions = map[string]string{"a": "1"} }, 3},
+		{"workers", func(r *v1alpha1.TrainingRun) { r.Spec.Workers = 3 }, 4},
+		{"restart scope", func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = v1alpha1.RestartScopeIndex }, 5},
+		{"name", func(r *v1alpha1.TrainingRun) { r.Name = "other" }, 6},
+		{"namespace", func(r *v1alpha1.TrainingRun) { r.Namespace = "other" }, 7},
+		{"GPUs per worker", func(r *v1alpha1.TrainingRun) {
+			r.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
+		}, 8},
+		{"back to the first", func(*v1alpha1.TrainingRun) {}, 8},
 	}
 	for _, tc := range cases {
 		run := base.DeepCopy()
@@ -179,6 +189,112 @@ func TestHostCachesPerRunSpec(t *testing.T) {
 			t.Errorf("%s: %d Rendezvous calls so far, want %d", tc.name, got, tc.wantCalls)
 		}
 	}
+}
+
+// A plugin's Info defaults take effect: an unset restart scope becomes the plugin's default
+// (what the plugin is asked for and what the controller is told), and a Rendezvous answer
+// without ports gets the plugin's default ports.
+func TestHostAppliesThePluginsDefaults(t *testing.T) {
+	gpus := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("16")}
+	cases := map[string]struct {
+		scope     v1alpha1.RestartScope
+		answer    []Port
+		wantScope v1alpha1.RestartScope
+		wantPorts []corev1.ContainerPort
+	}{
+		"unset scope, no ports in the answer": {
+			wantScope: v1alpha1.RestartScopeIndex,
+			wantPorts: []corev1.ContainerPort{{Name: "coord", ContainerPort: 1234, Protocol: corev1.ProtocolTCP}},
+		},
+		"the run's scope wins": {
+			scope:     v1alpha1.RestartScopeGang,
+			wantScope: v1alpha1.RestartScopeGang,
+			wantPorts: []corev1.ContainerPort{{Name: "coord", ContainerPort: 1234, Protocol: corev1.ProtocolTCP}},
+		},
+		"the answer's ports win": {
+			answer:    []Port{{Name: "other", Port: 4321}},
+			wantScope: v1alpha1.RestartScopeIndex,
+			wantPorts: []corev1.ContainerPort{{Name: "other", ContainerPort: 4321, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var seen RunSpec
+			fake := &FakePlugin{
+				InfoValue: Info{Name: "fw", DefaultRestartScope: v1alpha1.RestartScopeIndex, DefaultPorts: []Port{{Name: "coord", Port: 1234}}},
+				RendezvousFunc: func(_ context.Context, run RunSpec) (Rendezvous, error) {
+					seen = run
+					return Rendezvous{Ports: tc.answer}, nil
+				},
+			}
+			h := newFleet(t, func(string, int, func()) Plugin { return fake }).host(HostOptions{})
+			run := makeRun("fw", "r")
+			run.Spec.RestartScope = tc.scope
+			run.Spec.Template.Spec.Containers = []corev1.Container{{Name: "trainer", Resources: corev1.ResourceRequirements{Limits: gpus, Requests: gpus}}}
+			for range 2 { // the second answer is the cache's, and must say the same
+				got, err := h.Resolve(context.Background(), run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.RestartScope != tc.wantScope {
+					t.Errorf("Resolved.RestartScope = %q, want %q", got.RestartScope, tc.wantScope)
+				}
+				if diff := cmp.Diff(tc.wantPorts, got.Ports); diff != "" {
+					t.Errorf("Resolved.Ports (-want +got):\n%s", diff)
+				}
+			}
+			want := RunSpec{Name: "r", Namespace: "ns", Workers: 2, RestartScope: tc.wantScope,
+				Worker: &Worker{Devices: map[corev1.ResourceName]int64{"nvidia.com/gpu": 8}}}
+			if diff := cmp.Diff(want, seen, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("RunSpec seen by the plugin (-want +got):\n%s", diff)
+			}
+		})
+	}
+	none, err := newFleet(t, nil).host(HostOptions{}).Resolve(context.Background(), makeRun(v1alpha1.FrameworkNone, "r"))
+	if err != nil || none.RestartScope != v1alpha1.RestartScopeGang {
+		t.Errorf("framework none: Resolve = %+v, %v; want restart scope Gang, the API's default", none, err)
+	}
+}
+
+// A plugin built before API version 2 keeps working: the host negotiates version 1 with it
+// and drops, with a warning, the hints whose cause is an infrastructure cause (which
+// version 1 allowed and the classifier ignores).
+func TestHostVersion1Plugin(t *testing.T) {
+	fake := named("old")
+	fake.HintsValue = []HintPattern{
+		{Pattern: "uncorrectable ECC error", Cause: v1alpha1.CauseGPUFault},
+		{Pattern: "peer went away", Cause: v1alpha1.CausePeerFailure},
+	}
+	var logged syncBuffer
+	h := newHost(HostOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	h.locate = func(fw string) (string, error) { return "/x/" + fw, nil }
+	h.launch = func(fw, path string) (*conn, error) { return testConnVersion(t, path, fake, 1), nil }
+	t.Cleanup(h.Close)
+	info, err := h.Info(context.Background(), "old")
+	if err != nil || info.APIVersion != 1 {
+		t.Fatalf("Info = %+v, %v; want the plugin loaded on API version 1", info, err)
+	}
+	hints, err := h.Hints(context.Background(), makeRun("old", "r"))
+	if err != nil || len(hints) != 1 || hints[0].Cause != v1alpha1.CausePeerFailure {
+		t.Errorf("Hints = %+v, %v; want only the PeerFailure hint", hints, err)
+	}
+	if !strings.Contains(logged.String(), "hint dropped") || !strings.Contains(logged.String(), "uncorrectable ECC error") {
+		t.Errorf("no warning names the dropped hint; log:\n%s", logged.String())
+	}
+}
+
+// A plugin that misstates its API version (one written without this SDK) is refused.
+func TestHostRefusesAMisstatedAPIVersion(t *testing.T) {
+	h := newHost(HostOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h.locate = func(fw string) (string, error) { return "/x/" + fw, nil }
+	h.launch = func(fw, path string) (*conn, error) {
+		c := testConnVersion(t, path, named(fw), 1) // answers Info with API version 1
+		c.version = 2                               // on a connection negotiated as 2
+		return c, nil
+	}
+	t.Cleanup(h.Close)
+	_, err := h.Rendezvous(context.Background(), makeRun("fw", "r"))
+	checkPluginErr(t, err, "fw", ErrInvalidAnswer, "it reports API version 1, but version 2 was negotiated")
 }
 
 func TestHostResultIsACopy(t *testing.T) {
@@ -250,10 +366,14 @@ func TestHostLoadFailures(t *testing.T) {
 			want:   []string{`it calls itself "someone-else"`, "fix: install the plugin of framework"},
 			kind:   ErrInvalidAnswer,
 		},
-		"wrong API version": {
-			plugin: func(fw string) Plugin { p := named(fw); p.InfoValue.APIVersion = 3; return p },
-			want:   []string{"it reports API version 3, but version 1 was negotiated"},
-			kind:   ErrInvalidAnswer,
+		"infrastructure hint": {
+			plugin: func(fw string) Plugin {
+				p := named(fw)
+				p.HintsValue = []HintPattern{{Pattern: "uncorrectable ECC error", Cause: v1alpha1.CauseGPUFault}}
+				return p
+			},
+			want: []string{"FailureHints: plugin answered an invalid answer", "cause GPUFault is an infrastructure cause", "fix: this is a bug in the plugin"},
+			kind: ErrInvalidAnswer,
 		},
 		"info panics": {
 			plugin: func(fw string) Plugin {
@@ -539,7 +659,7 @@ func TestHostRecoversPanics(t *testing.T) {
 	h := newHost(HostOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h.locate = func(fw string) (string, error) { return "/x/" + fw, nil }
 	h.launch = func(fw, path string) (*conn, error) {
-		return &conn{path: path, plugin: &panicky{Plugin: named(fw), method: "Rendezvous"}, version: 1, kill: func() {}, exited: func() bool { return false }}, nil
+		return &conn{path: path, plugin: &panicky{Plugin: named(fw), method: "Rendezvous"}, version: APIVersion, kill: func() {}, exited: func() bool { return false }}, nil
 	}
 	_, err := h.Rendezvous(context.Background(), makeRun("fw", "r"))
 	checkPluginErr(t, err, "fw", ErrFailed, "panic in the host while talking to the plugin: Rendezvous exploded")

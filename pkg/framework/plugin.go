@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +14,8 @@ import (
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
 
-// Plugin is what a framework plugin implements (API version 1). Every method may be
+// Plugin is what a framework plugin implements (API versions 1 and 2: one Go interface,
+// the version says what the host sends and accepts; see package doc). Every method may be
 // called concurrently, and must return promptly: the host kills a plugin that does not
 // answer within its call timeout (5 s by default).
 type Plugin interface {
@@ -33,38 +35,98 @@ type Info struct {
 	Name string
 	// Version is the plugin's own release, for humans.
 	Version string
-	// APIVersion is the protocol version the plugin speaks; the host checks it against the
-	// version go-plugin negotiated.
+	// APIVersion is the protocol version of the connection. A Go plugin need not set it:
+	// Serve reports the version go-plugin negotiated with the host, whatever the plugin's
+	// own value, because one binary serves every version the SDK speaks. The host checks it
+	// against the negotiated version (it matters to plugins written without this SDK).
 	APIVersion int
-	// DefaultRestartScope is the restart scope the framework needs unless told otherwise.
+	// DefaultRestartScope is the restart scope the framework needs unless the run says
+	// otherwise: the host gives it to runs that leave spec.restartScope unset (in RunSpec,
+	// and in Resolved.RestartScope for the controller).
 	DefaultRestartScope v1alpha1.RestartScope
-	// DefaultPorts are the ports a worker listens on by default.
+	// DefaultPorts are the ports a worker listens on unless the run's options change them:
+	// the host declares them on the worker container when a Rendezvous answer names no
+	// ports, so a plugin whose ports never change may state them only here.
 	DefaultPorts []Port
 }
 
 // RunSpec is the part of a TrainingRun a plugin may depend on.
 type RunSpec struct {
-	Name         string
-	Namespace    string
-	Workers      int32
+	Name      string
+	Namespace string
+	Workers   int32
+	// RestartScope is the run's spec.restartScope, or the plugin's DefaultRestartScope when
+	// the run leaves it unset.
 	RestartScope v1alpha1.RestartScope
 	// Options is spec.frameworkOptions.
 	Options map[string]string
+	// Worker is what the run's pod template asks for. A host of API version 2 always sets
+	// it; nil means the host speaks only version 1 and did not say, and a plugin that needs
+	// it should ask for a frameworkOption instead (see the pytorch plugin's nprocPerNode).
+	Worker *Worker
 }
 
-// SpecOf is the RunSpec of a run. An unset restart scope is Gang, the API's default.
+// Worker is the part of a run's pod template a plugin may depend on.
+type Worker struct {
+	// Devices are the extended resources (domain-prefixed names such as "nvidia.com/gpu")
+	// that the worker container asks for, in whole units: its limits, or its requests for a
+	// resource it sets no limit on. The worker container is the template's first, the one
+	// the controller declares the framework's ports on. Devices handed out through dynamic
+	// resource allocation (resource claims) are not counted: they are not resources of the
+	// container.
+	Devices map[corev1.ResourceName]int64
+}
+
+// SpecOf is the RunSpec the host sends for a run. An unset restart scope is Gang here; the
+// host gives such a run its plugin's DefaultRestartScope instead.
 func SpecOf(run *v1alpha1.TrainingRun) RunSpec {
-	scope := run.Spec.RestartScope
-	if scope == "" {
-		scope = v1alpha1.RestartScopeGang
+	spec := specOf(run)
+	if spec.RestartScope == "" {
+		spec.RestartScope = v1alpha1.RestartScopeGang
 	}
+	return spec
+}
+
+// specOf is SpecOf with an unset restart scope left unset, for the host to fill in from the
+// plugin's Info.
+func specOf(run *v1alpha1.TrainingRun) RunSpec {
 	return RunSpec{
 		Name:         run.Name,
 		Namespace:    run.Namespace,
 		Workers:      run.Spec.Workers,
-		RestartScope: scope,
+		RestartScope: run.Spec.RestartScope,
 		Options:      maps.Clone(run.Spec.FrameworkOptions),
+		Worker:       WorkerOf(&run.Spec.Template.Spec),
 	}
+}
+
+// WorkerOf is what a pod spec's worker container (its first) asks for.
+func WorkerOf(spec *corev1.PodSpec) *Worker {
+	w := &Worker{Devices: map[corev1.ResourceName]int64{}}
+	if len(spec.Containers) == 0 {
+		return w
+	}
+	res := spec.Containers[0].Resources
+	for name, q := range res.Requests {
+		if isDevice(name) {
+			w.Devices[name] = q.Value()
+		}
+	}
+	// Kubernetes requires extended resources' requests to equal their limits when both are
+	// set, and defaults requests to limits; limits win where a spec got that wrong.
+	for name, q := range res.Limits {
+		if isDevice(name) {
+			w.Devices[name] = q.Value()
+		}
+	}
+	return w
+}
+
+// isDevice reports whether name is an extended resource: domain-prefixed, outside the
+// kubernetes.io domain (cpu, memory, hugepages-* and ephemeral-storage are not).
+func isDevice(name corev1.ResourceName) bool {
+	domain, _, ok := strings.Cut(string(name), "/")
+	return ok && domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
 }
 
 // Address is the stable DNS name of the worker with this index,
@@ -106,7 +168,12 @@ type Port struct {
 type HintPattern struct {
 	// Pattern is an RE2 regular expression (Go regexp syntax).
 	Pattern string
-	// Cause is PeerFailure, an infrastructure cause or an application cause; never Unknown.
+	// Cause is PeerFailure ("a peer died, not me") or an application cause ("my program's
+	// own fault": AppExit, OOMKilled, AppGPUError). Never Unknown, and never an
+	// infrastructure cause: a program's output cannot prove the node failed (anyone can
+	// print "uncorrectable ECC error"); only the node agent's attested evidence can. The host
+	// refuses a plugin that names one (it drops them, with a warning, from a plugin of API
+	// version 1, which allowed them).
 	Cause v1alpha1.Cause
 	// Description says, for humans, what the pattern recognises.
 	Description string

@@ -72,10 +72,9 @@ func (h *Host) launchProcess(framework, path string) (*conn, error) {
 	}
 	version := client.NegotiatedVersion()
 	var p Plugin
-	switch version {
-	case 1:
+	if version >= MinAPIVersion && version <= APIVersion {
+		// Every version so far is the one service, read through one client.
 		p, _ = raw.(Plugin)
-		// case 2: dispense the v2 client, and adapt version 1 plugins to its interface.
 	}
 	if p == nil {
 		client.Kill()

@@ -204,6 +204,30 @@ func TestProcessRealPlugins(t *testing.T) {
 	}
 }
 
+// A plugin binary built before API version 2 (it offers only version 1) is started, spoken
+// to on version 1, and its infrastructure hint dropped; a current binary negotiates 2.
+func TestProcessVersionNegotiation(t *testing.T) {
+	dir := t.TempDir()
+	install(t, dir, "brokenplugin", "apiv1")
+	install(t, dir, "jax", "jax")
+	h, log := processHost(t, HostOptions{PluginDir: dir})
+	ctx := context.Background()
+	for fw, want := range map[string]int{"apiv1": 1, "jax": APIVersion} {
+		info, err := h.Info(ctx, fw)
+		if err != nil || info.APIVersion != want {
+			t.Errorf("Info(%s) = %+v, %v; want API version %d", fw, info, err, want)
+		}
+	}
+	if got := envValue(t, h, makeRun("apiv1", "r"), "RUN"); got != "r" {
+		t.Errorf("the version 1 plugin answered RUN=%q", got)
+	}
+	hints, err := h.Hints(ctx, makeRun("apiv1", "r"))
+	if err != nil || len(hints) != 1 || hints[0].Pattern.String() != "peer went away" {
+		t.Errorf("Hints(apiv1) = %v, %v; want only the PeerFailure hint", hints, err)
+	}
+	_ = log
+}
+
 func TestProcessDiscovery(t *testing.T) {
 	t.Run("PATH when the plugin directory has none", func(t *testing.T) {
 		pathDir := t.TempDir()
@@ -281,7 +305,7 @@ func TestProcessBrokenPlugins(t *testing.T) {
 		{mode: "wrongname", kind: ErrInvalidAnswer, wantStarts: 1, killed: true,
 			want: []string{`Info: plugin answered an invalid answer: it calls itself "someone-else", but it was installed as the plugin of framework "wrongname"`}},
 		{mode: "apiv99", kind: ErrStart, wantStarts: 1, killed: true,
-			want: []string{"start: plugin did not start", "incompatible API version with plugin", "Plugin version: 99", "fix: install a faultline framework plugin built for plugin API version 1"}},
+			want: []string{"start: plugin did not start", "incompatible API version with plugin", "Plugin version: 99", "fix: install a faultline framework plugin built for plugin API version 1 to 2"}},
 		{mode: "exitatstart", kind: ErrStart, wantStarts: 1,
 			want: []string{"start: plugin did not start", "Failed to read any lines from plugin's stdout"}},
 		{mode: "notaplugin", kind: ErrStart,

@@ -139,7 +139,7 @@ func (s *slot) load(ctx context.Context) (*instance, error) {
 	c, err := h.launch(fw, path)
 	if err != nil {
 		return nil, &PluginError{Framework: fw, Path: path, Op: "start", Err: fmt.Errorf("%w: %v", ErrStart, err),
-			Fix: fmt.Sprintf("install a faultline framework plugin built for plugin API version %d at that path (a plugin of another API version, or a binary that is not a plugin, cannot be used); its stderr is in the controller log", APIVersion)}
+			Fix: fmt.Sprintf("install a faultline framework plugin built for plugin API version %d to %d at that path (a plugin of another API version, or a binary that is not a plugin, cannot be used); its stderr is in the controller log", MinAPIVersion, APIVersion)}
 	}
 	h.log.Info("framework plugin started", "framework", fw, "path", path, "pid", c.pid, "apiVersion", c.version)
 	inst := &instance{conn: c}
@@ -178,9 +178,13 @@ func (s *slot) load(ctx context.Context) (*instance, error) {
 	case err != nil:
 		return nil, broken("FailureHints", describeLoadError(h, inst, err), bug)
 	}
-	hints, err := compileHints(fw, patterns)
+	hints, dropped, err := compileHints(fw, c.version, patterns)
 	if err != nil {
 		return nil, broken("FailureHints", err, bug)
+	}
+	for _, d := range dropped {
+		h.log.Warn("framework plugin hint dropped: its cause is an infrastructure cause, which program output cannot prove; a plugin of API version 2 may name only PeerFailure or an application cause",
+			"framework", fw, "path", path, "apiVersion", c.version, "pattern", d.Pattern, "cause", d.Cause)
 	}
 	inst.hints = hints
 	return inst, nil

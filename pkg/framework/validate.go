@@ -170,30 +170,43 @@ func validatePorts(ports []Port) error {
 }
 
 // compileHints checks and compiles a plugin's hints; Source is always the framework, so a
-// plugin cannot speak for another.
-func compileHints(framework string, hints []HintPattern) ([]exitclass.Hint, error) {
+// plugin cannot speak for another. version is the connection's API version: a hint with an
+// infrastructure cause is refused from a version 2 plugin (a bug its author must fix) and
+// dropped, returned in dropped for the host to warn about, from a version 1 plugin, whose
+// contract allowed it: the classifier would ignore it anyway, and refusing it would take an
+// installed plugin's framework down for a claim that counts for nothing.
+func compileHints(framework string, version int, hints []HintPattern) (compiled []exitclass.Hint, dropped []HintPattern, err error) {
 	if len(hints) > maxHints {
-		return nil, invalid([]error{fmt.Errorf("%d failure hints (at most %d)", len(hints), maxHints)})
+		return nil, nil, invalid([]error{fmt.Errorf("%d failure hints (at most %d)", len(hints), maxHints)})
 	}
 	patterns := make([]exitclass.HintPattern, len(hints))
 	for i, h := range hints {
 		if len(h.Pattern) > maxPatternLen {
-			return nil, invalid([]error{fmt.Errorf("hint %d: pattern is %d bytes long (at most %d)", i, len(h.Pattern), maxPatternLen)})
+			return nil, nil, invalid([]error{fmt.Errorf("hint %d: pattern is %d bytes long (at most %d)", i, len(h.Pattern), maxPatternLen)})
+		}
+		if h.Cause.Class() == v1alpha1.ClassInfrastructure && version >= 2 {
+			return nil, nil, invalid([]error{fmt.Errorf("hint %d, pattern %q: cause %s is an infrastructure cause, which program output cannot prove (only the node agent's evidence can); give the hint cause %s if the message means another worker failed, an application cause if it means the program's own fault, or drop it",
+				i, h.Pattern, h.Cause, v1alpha1.CausePeerFailure)})
 		}
 		patterns[i] = exitclass.HintPattern{Pattern: h.Pattern, Cause: h.Cause, Source: framework}
 	}
-	compiled, err := exitclass.CompileHints(patterns)
+	all, err := exitclass.CompileHints(patterns)
 	if err != nil {
-		return nil, invalid([]error{err})
+		return nil, nil, invalid([]error{err})
 	}
-	for i, h := range compiled {
+	for i, h := range all {
 		// A pattern that matches an empty message matches every message: it would decide
 		// every failure of the framework and hide the hints after it.
 		if h.Pattern.MatchString("") {
-			return nil, invalid([]error{fmt.Errorf("hint %d from %q, pattern %q: matches the empty message, so it would match every message", i, framework, h.Pattern)})
+			return nil, nil, invalid([]error{fmt.Errorf("hint %d from %q, pattern %q: matches the empty message, so it would match every message", i, framework, h.Pattern)})
 		}
+		if h.Cause.Class() == v1alpha1.ClassInfrastructure {
+			dropped = append(dropped, hints[i])
+			continue
+		}
+		compiled = append(compiled, h)
 	}
-	return compiled, nil
+	return compiled, dropped, nil
 }
 
 // invalid joins validation errors under ErrInvalidAnswer, or returns nil.

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"errors"
+	"github.com/google/go-cmp/cmp"
 	"strings"
 	"testing"
 
@@ -118,47 +119,88 @@ func TestCompileHints(t *testing.T) {
 	for i := range many {
 		many[i] = HintPattern{Pattern: "x", Cause: v1alpha1.CausePeerFailure}
 	}
+	peer := HintPattern{Pattern: `peer (died|left)`, Cause: v1alpha1.CausePeerFailure}
+	app := HintPattern{Pattern: `illegal memory access`, Cause: v1alpha1.CauseAppGPUError}
+	ecc := HintPattern{Pattern: "ECC", Cause: v1alpha1.CauseGPUFault}
 	cases := map[string]struct {
-		hints []HintPattern
-		want  []string
+		version int // APIVersion when 0
+		hints   []HintPattern
+		want    []HintPattern // compiled, in order (the hints when nil and no error)
+		dropped []HintPattern
+		err     []string
 	}{
-		"good": {hints: []HintPattern{{Pattern: `peer (died|left)`, Cause: v1alpha1.CausePeerFailure}, {Pattern: "ECC", Cause: v1alpha1.CauseGPUFault}}},
+		"good": {hints: []HintPattern{peer, app}},
+		// Program output never proves infrastructure: a version 2 plugin that claims it is
+		// broken, and its author is told what to write instead.
+		"infrastructure cause from a version 2 plugin": {
+			hints: []HintPattern{peer, ecc},
+			err:   []string{`hint 1, pattern "ECC": cause GPUFault is an infrastructure cause`, "give the hint cause PeerFailure"},
+		},
+		// Version 1 allowed it: an installed old plugin keeps working without the hint.
+		"infrastructure cause from a version 1 plugin is dropped": {
+			version: 1,
+			hints:   []HintPattern{ecc, peer, app},
+			want:    []HintPattern{peer, app},
+			dropped: []HintPattern{ecc},
+		},
+		"a dropped hint does not shift the index named in a later error": {
+			version: 1,
+			hints:   []HintPattern{ecc, {Pattern: `(unclosed`, Cause: v1alpha1.CausePeerFailure}},
+			err:     []string{`hint 1 from "jax", pattern "(unclosed"`},
+		},
 		"bad regex": {
 			hints: []HintPattern{{Pattern: `(unclosed`, Cause: v1alpha1.CausePeerFailure}},
-			want:  []string{`hint 0 from "jax", pattern "(unclosed": error parsing regexp`},
+			err:   []string{`hint 0 from "jax", pattern "(unclosed": error parsing regexp`},
 		},
 		"unknown cause": {
 			hints: []HintPattern{{Pattern: "x", Cause: "Gremlins"}},
-			want:  []string{`cause "Gremlins" is not a hint cause`},
+			err:   []string{`cause "Gremlins" is not a hint cause`},
 		},
 		"Unknown is no hint cause": {
 			hints: []HintPattern{{Pattern: "x", Cause: v1alpha1.CauseUnknown}},
-			want:  []string{`cause "Unknown" is not a hint cause`},
+			err:   []string{`cause "Unknown" is not a hint cause`},
 		},
 		"empty pattern": {
 			hints: []HintPattern{{Pattern: "", Cause: v1alpha1.CausePeerFailure}},
-			want:  []string{"empty pattern would match every message"},
+			err:   []string{"empty pattern would match every message"},
 		},
 		"matches everything": {
 			hints: []HintPattern{{Pattern: "a*", Cause: v1alpha1.CausePeerFailure}},
-			want:  []string{`pattern "a*": matches the empty message`},
+			err:   []string{`pattern "a*": matches the empty message`},
 		},
-		"too many": {hints: many, want: []string{"129 failure hints"}},
+		"too many": {hints: many, err: []string{"129 failure hints"}},
 		"too long": {
 			hints: []HintPattern{{Pattern: strings.Repeat("a", maxPatternLen+1), Cause: v1alpha1.CausePeerFailure}},
-			want:  []string{"pattern is 4097 bytes long"},
+			err:   []string{"pattern is 4097 bytes long"},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := compileHints("jax", tc.hints)
-			checkErr(t, err, tc.want)
-			if err == nil {
-				for i, h := range got {
-					if h.Source != "jax" || h.Cause != tc.hints[i].Cause || h.Pattern.String() != tc.hints[i].Pattern {
-						t.Errorf("hint %d compiled to %+v", i, h)
-					}
+			version := tc.version
+			if version == 0 {
+				version = APIVersion
+			}
+			got, dropped, err := compileHints("jax", version, tc.hints)
+			checkErr(t, err, tc.err)
+			if err != nil {
+				return
+			}
+			want := tc.want
+			if want == nil {
+				want = tc.hints
+			}
+			var compiled []HintPattern
+			for _, h := range got {
+				if h.Source != "jax" {
+					t.Errorf("hint %q has source %q", h.Pattern, h.Source)
 				}
+				compiled = append(compiled, HintPattern{Pattern: h.Pattern.String(), Cause: h.Cause})
+			}
+			if diff := cmp.Diff(want, compiled); diff != "" {
+				t.Errorf("compiled hints (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.dropped, dropped); diff != "" {
+				t.Errorf("dropped hints (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -168,7 +168,11 @@ func run(c config) int {
 
 	conn, err := dialCoordinator(c)
 	if err != nil {
-		return fatal(c, "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n"+err.Error())
+		// XLA's words when the leader was never reached: gRPC's connection failure, which
+		// faultline's hints do not take for a peer's (a wrong address says it too).
+		return fatal(c, "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n"+
+			"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/RegisterTask:\n"+
+			":UNKNOWN:failed to connect to all addresses; last error: "+err.Error()+" {grpc_status:14}")
 	}
 	enc := json.NewEncoder(conn)
 	dec := json.NewDecoder(bufio.NewReader(conn))
@@ -250,9 +254,14 @@ func fatal(c config, status string) int {
 	return exitError
 }
 
+// lostCoordinator ends the process as XLA does when the leader's connection closes under
+// its long-running PollForError call (JAX's fault tolerance guide shows the text): gRPC's
+// "Socket closed", which faultline's hints take for a peer's loss.
 func lostCoordinator(c config, err error) int {
+	logf("worker %d: connection to the coordinator: %v", c.index, err)
 	return fatal(c, "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n"+
-		"Additional GRPC error information from remote target coordination_service: "+err.Error())
+		"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/PollForError:\n"+
+		":UNKNOWN:Error received from peer  {grpc_message:\"Socket closed\", grpc_status:14}")
 }
 
 // failNow is the injected fault.

@@ -1,4 +1,4 @@
-// The faultline framework plugin protocol, API version 1.
+// The faultline framework plugin protocol, API versions 1 and 2.
 //
 // The controller (host) starts a plugin binary, faultline-plugin-<framework>, through
 // hashicorp/go-plugin and talks to it over gRPC with this service. The Go side of the
@@ -9,6 +9,16 @@
 // Compatibility: fields are only ever added. A change that old plugins or old hosts could
 // misread is a new API version, i.e. a new package faultline.framework.v2 negotiated
 // through go-plugin's VersionedPlugins, served side by side with v1.
+//
+// Versions. Both versions are this one service; the version go-plugin negotiated says what
+// each side may rely on:
+//   1  the original contract.
+//   2  the host always sends RunSpec.worker (what the run's pod template asks for), and a
+//      hint's cause is PeerFailure or an application cause: the host refuses a version 2
+//      plugin that names an infrastructure cause, and drops (with a warning) such hints of
+//      a version 1 plugin, since program output never proves infrastructure.
+// A version 2 plugin served to a version 1 host sees no worker (RunSpec.worker unset) and
+// reports api_version 1 on that connection.
 //
 // Regenerate the Go code with `make proto`; the generated files are committed.
 
@@ -77,7 +87,8 @@ type InfoResponse struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// version is the plugin's own release, for humans (e.g. "v0.3.1").
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	// api_version is the protocol version the plugin speaks on this connection (1).
+	// api_version is the protocol version the plugin speaks on this connection: the version
+	// go-plugin negotiated (1 or 2).
 	ApiVersion int32 `protobuf:"varint,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// default_restart_scope is the restart scope the framework needs by default: "Gang" or
 	// "Index" (the TrainingRun's spec.restartScope values).
@@ -166,8 +177,11 @@ type RunSpec struct {
 	RestartScope string `protobuf:"bytes,4,opt,name=restart_scope,json=restartScope,proto3" json:"restart_scope,omitempty"`
 	// framework_options is spec.frameworkOptions, as the user wrote it.
 	FrameworkOptions map[string]string `protobuf:"bytes,5,rep,name=framework_options,json=frameworkOptions,proto3" json:"framework_options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// worker is what the run's pod template asks for (API version 2: a version 2 host always
+	// sets it; unset means the host speaks only version 1 and did not say).
+	Worker        *Worker `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
@@ -235,6 +249,61 @@ func (x *RunSpec) GetFrameworkOptions() map[string]string {
 	return nil
 }
 
+func (x *RunSpec) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+// Worker is the part of the run's pod template a plugin may depend on.
+type Worker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// devices are the extended resources (domain-prefixed names such as "nvidia.com/gpu")
+	// that the worker container, the template's first, asks for: its limits, or its requests
+	// for a resource it sets no limit on, in whole units.
+	Devices       map[string]int64 `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Worker) Reset() {
+	*x = Worker{}
+	mi := &file_framework_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Worker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Worker) ProtoMessage() {}
+
+func (x *Worker) ProtoReflect() protoreflect.Message {
+	mi := &file_framework_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Worker.ProtoReflect.Descriptor instead.
+func (*Worker) Descriptor() ([]byte, []int) {
+	return file_framework_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Worker) GetDevices() map[string]int64 {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
 type RendezvousRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *RunSpec               `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -244,7 +313,7 @@ type RendezvousRequest struct {
 
 func (x *RendezvousRequest) Reset() {
 	*x = RendezvousRequest{}
-	mi := &file_framework_proto_msgTypes[3]
+	mi := &file_framework_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +325,7 @@ func (x *RendezvousRequest) String() string {
 func (*RendezvousRequest) ProtoMessage() {}
 
 func (x *RendezvousRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[3]
+	mi := &file_framework_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +338,7 @@ func (x *RendezvousRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RendezvousRequest.ProtoReflect.Descriptor instead.
 func (*RendezvousRequest) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{3}
+	return file_framework_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RendezvousRequest) GetRun() *RunSpec {
@@ -293,7 +362,7 @@ type RendezvousResponse struct {
 
 func (x *RendezvousResponse) Reset() {
 	*x = RendezvousResponse{}
-	mi := &file_framework_proto_msgTypes[4]
+	mi := &file_framework_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +374,7 @@ func (x *RendezvousResponse) String() string {
 func (*RendezvousResponse) ProtoMessage() {}
 
 func (x *RendezvousResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[4]
+	mi := &file_framework_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +387,7 @@ func (x *RendezvousResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RendezvousResponse.ProtoReflect.Descriptor instead.
 func (*RendezvousResponse) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{4}
+	return file_framework_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RendezvousResponse) GetEnv() []*EnvVar {
@@ -351,7 +420,7 @@ type EnvVar struct {
 
 func (x *EnvVar) Reset() {
 	*x = EnvVar{}
-	mi := &file_framework_proto_msgTypes[5]
+	mi := &file_framework_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +432,7 @@ func (x *EnvVar) String() string {
 func (*EnvVar) ProtoMessage() {}
 
 func (x *EnvVar) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[5]
+	mi := &file_framework_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +445,7 @@ func (x *EnvVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
 func (*EnvVar) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{5}
+	return file_framework_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnvVar) GetName() string {
@@ -438,7 +507,7 @@ type FieldRef struct {
 
 func (x *FieldRef) Reset() {
 	*x = FieldRef{}
-	mi := &file_framework_proto_msgTypes[6]
+	mi := &file_framework_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +519,7 @@ func (x *FieldRef) String() string {
 func (*FieldRef) ProtoMessage() {}
 
 func (x *FieldRef) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[6]
+	mi := &file_framework_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +532,7 @@ func (x *FieldRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldRef.ProtoReflect.Descriptor instead.
 func (*FieldRef) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{6}
+	return file_framework_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FieldRef) GetFieldPath() string {
@@ -486,7 +555,7 @@ type ContainerPort struct {
 
 func (x *ContainerPort) Reset() {
 	*x = ContainerPort{}
-	mi := &file_framework_proto_msgTypes[7]
+	mi := &file_framework_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +567,7 @@ func (x *ContainerPort) String() string {
 func (*ContainerPort) ProtoMessage() {}
 
 func (x *ContainerPort) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[7]
+	mi := &file_framework_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +580,7 @@ func (x *ContainerPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerPort.ProtoReflect.Descriptor instead.
 func (*ContainerPort) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{7}
+	return file_framework_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContainerPort) GetName() string {
@@ -543,7 +612,7 @@ type FailureHintsRequest struct {
 
 func (x *FailureHintsRequest) Reset() {
 	*x = FailureHintsRequest{}
-	mi := &file_framework_proto_msgTypes[8]
+	mi := &file_framework_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +624,7 @@ func (x *FailureHintsRequest) String() string {
 func (*FailureHintsRequest) ProtoMessage() {}
 
 func (x *FailureHintsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[8]
+	mi := &file_framework_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +637,7 @@ func (x *FailureHintsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureHintsRequest.ProtoReflect.Descriptor instead.
 func (*FailureHintsRequest) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{8}
+	return file_framework_proto_rawDescGZIP(), []int{9}
 }
 
 type FailureHintsResponse struct {
@@ -582,7 +651,7 @@ type FailureHintsResponse struct {
 
 func (x *FailureHintsResponse) Reset() {
 	*x = FailureHintsResponse{}
-	mi := &file_framework_proto_msgTypes[9]
+	mi := &file_framework_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +663,7 @@ func (x *FailureHintsResponse) String() string {
 func (*FailureHintsResponse) ProtoMessage() {}
 
 func (x *FailureHintsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[9]
+	mi := &file_framework_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +676,7 @@ func (x *FailureHintsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureHintsResponse.ProtoReflect.Descriptor instead.
 func (*FailureHintsResponse) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{9}
+	return file_framework_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FailureHintsResponse) GetHints() []*HintPattern {
@@ -621,8 +690,9 @@ type HintPattern struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pattern is an RE2 regular expression (Go regexp syntax).
 	Pattern string `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	// cause is PeerFailure, an infrastructure cause (e.g. Preemption, GPUFault) or an
-	// application cause (e.g. AppGPUError); never Unknown.
+	// cause is PeerFailure or an application cause (e.g. AppGPUError); never Unknown. Version
+	// 1 also allowed infrastructure causes, which the host now drops: program output never
+	// proves infrastructure.
 	Cause string `protobuf:"bytes,2,opt,name=cause,proto3" json:"cause,omitempty"`
 	// description says, for humans, what the pattern recognises.
 	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
@@ -632,7 +702,7 @@ type HintPattern struct {
 
 func (x *HintPattern) Reset() {
 	*x = HintPattern{}
-	mi := &file_framework_proto_msgTypes[10]
+	mi := &file_framework_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +714,7 @@ func (x *HintPattern) String() string {
 func (*HintPattern) ProtoMessage() {}
 
 func (x *HintPattern) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[10]
+	mi := &file_framework_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +727,7 @@ func (x *HintPattern) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HintPattern.ProtoReflect.Descriptor instead.
 func (*HintPattern) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{10}
+	return file_framework_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HintPattern) GetPattern() string {
@@ -693,16 +763,22 @@ const file_framework_proto_rawDesc = "" +
 	"\vapi_version\x18\x03 \x01(\x05R\n" +
 	"apiVersion\x122\n" +
 	"\x15default_restart_scope\x18\x04 \x01(\tR\x13defaultRestartScope\x12J\n" +
-	"\rdefault_ports\x18\x05 \x03(\v2%.faultline.framework.v1.ContainerPortR\fdefaultPorts\"\xa3\x02\n" +
+	"\rdefault_ports\x18\x05 \x03(\v2%.faultline.framework.v1.ContainerPortR\fdefaultPorts\"\xdb\x02\n" +
 	"\aRunSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aworkers\x18\x03 \x01(\x05R\aworkers\x12#\n" +
 	"\rrestart_scope\x18\x04 \x01(\tR\frestartScope\x12b\n" +
-	"\x11framework_options\x18\x05 \x03(\v25.faultline.framework.v1.RunSpec.FrameworkOptionsEntryR\x10frameworkOptions\x1aC\n" +
+	"\x11framework_options\x18\x05 \x03(\v25.faultline.framework.v1.RunSpec.FrameworkOptionsEntryR\x10frameworkOptions\x126\n" +
+	"\x06worker\x18\x06 \x01(\v2\x1e.faultline.framework.v1.WorkerR\x06worker\x1aC\n" +
 	"\x15FrameworkOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\x06Worker\x12E\n" +
+	"\adevices\x18\x01 \x03(\v2+.faultline.framework.v1.Worker.DevicesEntryR\adevices\x1a:\n" +
+	"\fDevicesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"F\n" +
 	"\x11RendezvousRequest\x121\n" +
 	"\x03run\x18\x01 \x01(\v2\x1f.faultline.framework.v1.RunSpecR\x03run\"\x83\x01\n" +
 	"\x12RendezvousResponse\x120\n" +
@@ -745,40 +821,44 @@ func file_framework_proto_rawDescGZIP() []byte {
 	return file_framework_proto_rawDescData
 }
 
-var file_framework_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_framework_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_framework_proto_goTypes = []any{
 	(*InfoRequest)(nil),          // 0: faultline.framework.v1.InfoRequest
 	(*InfoResponse)(nil),         // 1: faultline.framework.v1.InfoResponse
 	(*RunSpec)(nil),              // 2: faultline.framework.v1.RunSpec
-	(*RendezvousRequest)(nil),    // 3: faultline.framework.v1.RendezvousRequest
-	(*RendezvousResponse)(nil),   // 4: faultline.framework.v1.RendezvousResponse
-	(*EnvVar)(nil),               // 5: faultline.framework.v1.EnvVar
-	(*FieldRef)(nil),             // 6: faultline.framework.v1.FieldRef
-	(*ContainerPort)(nil),        // 7: faultline.framework.v1.ContainerPort
-	(*FailureHintsRequest)(nil),  // 8: faultline.framework.v1.FailureHintsRequest
-	(*FailureHintsResponse)(nil), // 9: faultline.framework.v1.FailureHintsResponse
-	(*HintPattern)(nil),          // 10: faultline.framework.v1.HintPattern
-	nil,                          // 11: faultline.framework.v1.RunSpec.FrameworkOptionsEntry
+	(*Worker)(nil),               // 3: faultline.framework.v1.Worker
+	(*RendezvousRequest)(nil),    // 4: faultline.framework.v1.RendezvousRequest
+	(*RendezvousResponse)(nil),   // 5: faultline.framework.v1.RendezvousResponse
+	(*EnvVar)(nil),               // 6: faultline.framework.v1.EnvVar
+	(*FieldRef)(nil),             // 7: faultline.framework.v1.FieldRef
+	(*ContainerPort)(nil),        // 8: faultline.framework.v1.ContainerPort
+	(*FailureHintsRequest)(nil),  // 9: faultline.framework.v1.FailureHintsRequest
+	(*FailureHintsResponse)(nil), // 10: faultline.framework.v1.FailureHintsResponse
+	(*HintPattern)(nil),          // 11: faultline.framework.v1.HintPattern
+	nil,                          // 12: faultline.framework.v1.RunSpec.FrameworkOptionsEntry
+	nil,                          // 13: faultline.framework.v1.Worker.DevicesEntry
 }
 var file_framework_proto_depIdxs = []int32{
-	7,  // 0: faultline.framework.v1.InfoResponse.default_ports:type_name -> faultline.framework.v1.ContainerPort
-	11, // 1: faultline.framework.v1.RunSpec.framework_options:type_name -> faultline.framework.v1.RunSpec.FrameworkOptionsEntry
-	2,  // 2: faultline.framework.v1.RendezvousRequest.run:type_name -> faultline.framework.v1.RunSpec
-	5,  // 3: faultline.framework.v1.RendezvousResponse.env:type_name -> faultline.framework.v1.EnvVar
-	7,  // 4: faultline.framework.v1.RendezvousResponse.ports:type_name -> faultline.framework.v1.ContainerPort
-	6,  // 5: faultline.framework.v1.EnvVar.field_ref:type_name -> faultline.framework.v1.FieldRef
-	10, // 6: faultline.framework.v1.FailureHintsResponse.hints:type_name -> faultline.framework.v1.HintPattern
-	0,  // 7: faultline.framework.v1.Framework.Info:input_type -> faultline.framework.v1.InfoRequest
-	3,  // 8: faultline.framework.v1.Framework.Rendezvous:input_type -> faultline.framework.v1.RendezvousRequest
-	8,  // 9: faultline.framework.v1.Framework.FailureHints:input_type -> faultline.framework.v1.FailureHintsRequest
-	1,  // 10: faultline.framework.v1.Framework.Info:output_type -> faultline.framework.v1.InfoResponse
-	4,  // 11: faultline.framework.v1.Framework.Rendezvous:output_type -> faultline.framework.v1.RendezvousResponse
-	9,  // 12: faultline.framework.v1.Framework.FailureHints:output_type -> faultline.framework.v1.FailureHintsResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	8,  // 0: faultline.framework.v1.InfoResponse.default_ports:type_name -> faultline.framework.v1.ContainerPort
+	12, // 1: faultline.framework.v1.RunSpec.framework_options:type_name -> faultline.framework.v1.RunSpec.FrameworkOptionsEntry
+	3,  // 2: faultline.framework.v1.RunSpec.worker:type_name -> faultline.framework.v1.Worker
+	13, // 3: faultline.framework.v1.Worker.devices:type_name -> faultline.framework.v1.Worker.DevicesEntry
+	2,  // 4: faultline.framework.v1.RendezvousRequest.run:type_name -> faultline.framework.v1.RunSpec
+	6,  // 5: faultline.framework.v1.RendezvousResponse.env:type_name -> faultline.framework.v1.EnvVar
+	8,  // 6: faultline.framework.v1.RendezvousResponse.ports:type_name -> faultline.framework.v1.ContainerPort
+	7,  // 7: faultline.framework.v1.EnvVar.field_ref:type_name -> faultline.framework.v1.FieldRef
+	11, // 8: faultline.framework.v1.FailureHintsResponse.hints:type_name -> faultline.framework.v1.HintPattern
+	0,  // 9: faultline.framework.v1.Framework.Info:input_type -> faultline.framework.v1.InfoRequest
+	4,  // 10: faultline.framework.v1.Framework.Rendezvous:input_type -> faultline.framework.v1.RendezvousRequest
+	9,  // 11: faultline.framework.v1.Framework.FailureHints:input_type -> faultline.framework.v1.FailureHintsRequest
+	1,  // 12: faultline.framework.v1.Framework.Info:output_type -> faultline.framework.v1.InfoResponse
+	5,  // 13: faultline.framework.v1.Framework.Rendezvous:output_type -> faultline.framework.v1.RendezvousResponse
+	10, // 14: faultline.framework.v1.Framework.FailureHints:output_type -> faultline.framework.v1.FailureHintsResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_framework_proto_init() }
@@ -786,7 +866,7 @@ func file_framework_proto_init() {
 	if File_framework_proto != nil {
 		return
 	}
-	file_framework_proto_msgTypes[5].OneofWrappers = []any{
+	file_framework_proto_msgTypes[6].OneofWrappers = []any{
 		(*EnvVar_Value)(nil),
 		(*EnvVar_FieldRef)(nil),
 	}
@@ -796,7 +876,7 @@ func file_framework_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_framework_proto_rawDesc), len(file_framework_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,4 @@
-// The faultline framework plugin protocol, API version 1.
+// The faultline framework plugin protocol, API versions 1 and 2.
 //
 // The controller (host) starts a plugin binary, faultline-plugin-<framework>, through
 // hashicorp/go-plugin and talks to it over gRPC with this service. The Go side of the
@@ -9,6 +9,16 @@
 // Compatibility: fields are only ever added. A change that old plugins or old hosts could
 // misread is a new API version, i.e. a new package faultline.framework.v2 negotiated
 // through go-plugin's VersionedPlugins, served side by side with v1.
+//
+// Versions. Both versions are this one service; the version go-plugin negotiated says what
+// each side may rely on:
+//   1  the original contract.
+//   2  the host always sends RunSpec.worker (what the run's pod template asks for), and a
+//      hint's cause is PeerFailure or an application cause: the host refuses a version 2
+//      plugin that names an infrastructure cause, and drops (with a warning) such hints of
+//      a version 1 plugin, since program output never proves infrastructure.
+// A version 2 plugin served to a version 1 host sees no worker (RunSpec.worker unset) and
+// reports api_version 1 on that connection.
 //
 // Regenerate the Go code with `make proto`; the generated files are committed.
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/framework/expansion"
+	"github.com/faultline-dev/faultline/pkg/framework/hinttest"
 )
 
 func makeRun(name string, workers int32, opts map[string]string) *v1alpha1.TrainingRun {
@@ -138,7 +138,7 @@ func TestInvalidOptions(t *testing.T) {
 
 func TestInfo(t *testing.T) {
 	info, err := Plugin{Version: "v9"}.Info(context.Background())
-	want := framework.Info{Name: "jax", Version: "v9", APIVersion: 1, DefaultRestartScope: v1alpha1.RestartScopeGang, DefaultPorts: []framework.Port{{Name: "jax-coord", Port: 1234}}}
+	want := framework.Info{Name: "jax", Version: "v9", APIVersion: framework.APIVersion, DefaultRestartScope: v1alpha1.RestartScopeGang, DefaultPorts: []framework.Port{{Name: "jax-coord", Port: 1234}}}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,76 +147,81 @@ func TestInfo(t *testing.T) {
 	}
 }
 
+// TestHints: JAX's hints against real messages (each case names its upstream source), in
+// the order the host tries them.
 func TestHints(t *testing.T) {
-	var patterns []exitclass.HintPattern
-	for _, h := range Hints() {
-		patterns = append(patterns, exitclass.HintPattern{Pattern: h.Pattern, Cause: h.Cause, Source: Name})
-	}
-	hints, err := exitclass.CompileHints(patterns)
-	if err != nil {
-		t.Fatalf("CompileHints: %v", err)
-	}
-	cases := map[string]struct {
-		msg  string
-		want v1alpha1.Cause
-	}{
-		"distributed service fatal error (JAX's fault tolerance guide)": {
-			msg: "E0926 17:26:32.075402 coordination_service_agent.cc:332] Polled an error from coordination service (this can be an error from this or another task).\n" +
-				"F0926 17:26:32.075587 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details. " +
-				"absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:3",
-			want: v1alpha1.CausePeerFailure,
+	hinttest.Run(t, Name, Hints(), map[string]hinttest.Case{
+		"another process died (JAX's fault tolerance guide)": {
+			Source: "jax docs/fault_tolerance.rst; xla/tsl/distributed_runtime/coordination/coordination_service.cc (CheckHeartbeatTimeout)",
+			Message: "E0926 17:26:32.075402  157988 coordination_service_agent.cc:332] Polled an error from coordination service (this can be an error from this or another task).\n" +
+				"F0926 17:26:32.075587  157988 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; " +
+				"see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. " +
+				"absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:3\n" +
+				"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.",
+			Want: v1alpha1.CausePeerFailure,
 		},
-		"heartbeat timeout": {
-			msg:  "UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
-			want: v1alpha1.CausePeerFailure,
+		"process 0, the coordinator, died (JAX's fault tolerance guide)": {
+			Source: "jax docs/fault_tolerance.rst; xla/tsl/distributed_runtime/coordination/coordination_service_error_util.cc",
+			Message: "F0929 17:42:48.594200 1044529 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; " +
+				"see the other task logs for more details. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted " +
+				"unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/PollForError:\n" +
+				":UNKNOWN:Error received from peer  {grpc_message:\"Socket closed\", grpc_status:14}",
+			Want: v1alpha1.CausePeerFailure,
 		},
-		"coordination service stopped": {
-			msg:  "INTERNAL: Coordination service has stopped. RecordHeartbeat() from task: /job:jax_worker/replica:0/task:2 failed.",
-			want: v1alpha1.CausePeerFailure,
-		},
-		"the coordinator is gone": {
-			msg:  "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task died or the network is down.",
-			want: v1alpha1.CausePeerFailure,
+		"a restarted process met its predecessor's registration": {
+			Source:  "xla/tsl/distributed_runtime/coordination/coordination_service.cc (TaskState::RecordHeartbeat)",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: ABORTED: /job:jax_worker/replica:0/task:2 Heartbeat: Incarnation ID mismatch: expecting 8357309125311455270 but got 1529413470372386390. The task has restarted and likely crashed earlier",
+			Want:    v1alpha1.CausePeerFailure,
 		},
 		"NCCL lost a peer": {
-			msg:  "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation ncclAllReduce failed: remote process exited or there was a network error",
-			want: v1alpha1.CausePeerFailure,
-		},
-		"NCCL socket closed": {
-			msg:  "NCCL WARN Net : Connection closed by remote peer 10.0.0.3<53422>\nunhandled system error",
-			want: v1alpha1.CausePeerFailure,
-		},
-		"ECC": {
-			msg:  "XlaRuntimeError: INTERNAL: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered",
-			want: v1alpha1.CauseGPUFault,
+			Source: "nccl src/misc/socket.cc (socketProgress); xla/service/gpu nccl ToStatus",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/runtime/nccl_api.cc:518: NCCL operation ncclGroupEnd() failed: remote process exited or there was a network error. " +
+				"Last NCCL warning(error) log entry (may be unrelated) 'socketProgress: Connection closed by remote peer 10.4.2.7<53422>'.",
+			Want: v1alpha1.CausePeerFailure,
 		},
 		"illegal address": {
-			msg:  "XlaRuntimeError: INTERNAL: Failed to execute XLA Runtime executable: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
-			want: v1alpha1.CauseAppGPUError,
+			Source:  "CUDA driver cuGetErrorName/cuGetErrorString via xla stream_executor",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to execute XLA Runtime executable: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
+			Want:    v1alpha1.CauseAppGPUError,
 		},
-		"the root cause before the peer message": {
-			msg:  "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered\nTerminating process because the JAX distributed service detected fatal errors.",
-			want: v1alpha1.CauseAppGPUError,
+		"the program's own fault wins over the gang's dying words after it": {
+			Source: "CUDA driver; xla/tsl/distributed_runtime/coordination/coordination_service.cc",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered\n" +
+				"UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:1",
+			Want: v1alpha1.CauseAppGPUError,
 		},
+		"the device-side assert of a custom kernel": {
+			Source:  "CUDA runtime cudaGetErrorString (cudaErrorAssert) via xla",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ASSERT: device-side assert triggered",
+			Want:    v1alpha1.CauseAppGPUError,
+		},
+
+		// Local errors and start-up problems: never a peer failure.
 		"an application error": {
-			msg: "TypeError: dot_general requires contracting dimensions to have the same shape, got (128,) and (64,).",
+			Source:  "jax/_src/lax/lax.py (dot_general shape check)",
+			Message: "TypeError: dot_general requires contracting dimensions to have the same shape, got (128,) and (64,).",
+		},
+		"this process's own error, wrapped by the fatal-errors line": {
+			Source: "xla/tsl/distributed_runtime/coordination/coordination_service_agent.cc (StartPollingForError); coordination_service.cc (CheckBarrierTimeout)",
+			Message: "E1121 coordination_service_agent.cc:332] Polled an error from coordination service (this can be an error from this or another task).\n" +
+				"F1121 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; " +
+				"see the other task logs for more details. absl::Status: DEADLINE_EXCEEDED: Barrier timed out. Id: checkpoint::0. This usually happens because a task " +
+				"triggered the barrier too early or too slowly.",
+		},
+		"start-up with a wrong coordinator port": {
+			Source: "xla/tsl/distributed_runtime/coordination/coordination_service_error_util.cc, around gRPC's connection failure",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted " +
+				"unexpectedly or this task is experiencing network issues.\nAdditional GRPC error information from remote target coordination_service while calling " +
+				"/tensorflow.CoordinationService/RegisterTask:\n:UNKNOWN:failed to connect to all addresses; last error: UNKNOWN: ipv4:10.96.4.17:1235: Failed to connect to remote host: Connection refused {grpc_status:14}",
 		},
 		"a bare NCCL system error is not a peer's fault": {
-			msg: "NCCL operation ncclCommInitRank failed: unhandled system error",
+			Source:  "xla/service/gpu nccl ToStatus; nccl ncclGetErrorString (ncclSystemError)",
+			Message: "XlaRuntimeError: INTERNAL: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled system error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Error while creating shared memory segment /dev/shm/nccl-vzIpS6 (size 9637888)'.",
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			var got v1alpha1.Cause
-			for _, h := range hints {
-				if h.Pattern.MatchString(tc.msg) {
-					got = h.Cause
-					break
-				}
-			}
-			if got != tc.want {
-				t.Errorf("cause %q, want %q", got, tc.want)
-			}
-		})
-	}
+		"an uncorrectable ECC error is the node agent's to prove": {
+			Source:  "CUDA driver cuGetErrorName (CUDA_ERROR_ECC_UNCORRECTABLE)",
+			Message: "XlaRuntimeError: INTERNAL: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered",
+		},
+	}, nil)
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/framework/expansion"
+	"github.com/faultline-dev/faultline/pkg/framework/hinttest"
 )
 
 // tfConfig is TF_CONFIG's documented schema (TFConfigClusterResolver): a cluster of task
@@ -215,7 +215,7 @@ func TestInvalidOptions(t *testing.T) {
 
 func TestInfo(t *testing.T) {
 	info, err := Plugin{Version: "v9"}.Info(context.Background())
-	want := framework.Info{Name: "tensorflow", Version: "v9", APIVersion: 1, DefaultRestartScope: v1alpha1.RestartScopeGang, DefaultPorts: []framework.Port{{Name: "tf-server", Port: 2222}}}
+	want := framework.Info{Name: "tensorflow", Version: "v9", APIVersion: framework.APIVersion, DefaultRestartScope: v1alpha1.RestartScopeGang, DefaultPorts: []framework.Port{{Name: "tf-server", Port: 2222}}}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,78 +226,75 @@ func TestInfo(t *testing.T) {
 
 // TestHints runs realistic termination messages (log tails) through the compiled hints;
 // the first match decides, as in exitclass.
+// TestHints: TensorFlow's hints against real messages (each case names its upstream
+// source), in the order the host tries them.
 func TestHints(t *testing.T) {
-	patterns := make([]exitclass.HintPattern, 0)
-	for _, h := range Hints() {
-		patterns = append(patterns, exitclass.HintPattern{Pattern: h.Pattern, Cause: h.Cause, Source: Name})
-	}
-	hints, err := exitclass.CompileHints(patterns)
-	if err != nil {
-		t.Fatalf("CompileHints: %v", err)
-	}
-	cases := map[string]struct {
-		msg  string
-		want v1alpha1.Cause // "" = no hint matches
-	}{
-		"preemption notice received": {
-			msg: "I1121 10:00:01 failure_handling.py:420] Member /job:worker/replica:0/task:1 has received termination notice.\n" +
-				"I1121 10:00:03 failure_handling.py:512] Termination caught in main thread on preempted worker\n" +
-				"I1121 10:00:09 failure_handling.py:488] PreemptionCheckpointHandler: checkpoint saved. Exiting.",
-			want: v1alpha1.CausePreemption,
+	const failureHandling = "tensorflow/python/distribute/failure_handling/failure_handling.py (PreemptionCheckpointHandler)"
+	hinttest.Run(t, Name, Hints(), map[string]hinttest.Case{
+		"this worker received the termination notice": {
+			Source: failureHandling,
+			Message: "I1121 10:00:01.000000 140 failure_handling.py:420] Member /job:worker/replica:0/task:1 has received termination notice.\n" +
+				"I1121 10:00:03.000000 140 failure_handling.py:512] Termination caught in main thread on preempted worker\n" +
+				"I1121 10:00:09.000000 140 failure_handling.py:488] PreemptionCheckpointHandler: checkpoint saved. Exiting.",
+			Want: v1alpha1.CausePeerFailure,
 		},
-		"checkpointed because a peer was preempted": {
-			msg:  "I1121 10:00:08 failure_handling.py:640] PreemptionCheckpointHandler: RUN_TO_CHECKPOINT set, preemption awareness acknowledged\nI1121 10:00:09 PreemptionCheckpointHandler: checkpoint saved. Exiting.",
-			want: v1alpha1.CausePeerFailure,
+		"the main thread caught the termination": {
+			Source:  failureHandling,
+			Message: "I1121 10:00:03.000000 140 failure_handling.py:512] Termination caught in main thread on preempted worker",
+			Want:    v1alpha1.CausePeerFailure,
 		},
-		"duplicate task registration": {
-			msg:  "tensorflow.python.framework.errors_impl.AbortedError: /job:worker/task:4: Duplicate task registration with task_name=/job:worker/replica:0/task:4",
-			want: v1alpha1.CausePeerFailure,
+		"checkpointed because another worker was told to stop": {
+			Source:  failureHandling,
+			Message: "I1121 10:00:08.000000 140 failure_handling.py:640] PreemptionCheckpointHandler: RUN_TO_CHECKPOINT set, preemption awareness acknowledged\nI1121 10:00:09.000000 140 failure_handling.py:488] PreemptionCheckpointHandler: checkpoint saved. Exiting.",
+			Want:    v1alpha1.CausePeerFailure,
 		},
-		"gRPC socket closed": {
-			msg:  "tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: failed to connect to all addresses\nAdditional GRPC error information from remote target /job:worker/replica:0/task:2: Socket closed",
-			want: v1alpha1.CausePeerFailure,
+		"a worker came back with a new incarnation (once \"Duplicate task registration\")": {
+			Source:  "xla/tsl/distributed_runtime/coordination/coordination_service.cc (RegisterTaskAsync)",
+			Message: "tensorflow.python.framework.errors_impl.AbortedError: /job:worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation. It has likely restarted.",
+			Want:    v1alpha1.CausePeerFailure,
 		},
-		"connection reset": {
-			msg:  "UnavailableError: {{function_node __wrapped__CollectiveReduceV2}} recvmsg:Connection reset by peer",
-			want: v1alpha1.CausePeerFailure,
+		"the coordination service lost a worker": {
+			Source:  "xla/tsl/distributed_runtime/coordination/coordination_service.cc (CheckHeartbeatTimeout)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Task /job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
+			Want:    v1alpha1.CausePeerFailure,
 		},
-		"coordination service heartbeat": {
-			msg:  "UnavailableError: Task /job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed",
-			want: v1alpha1.CausePeerFailure,
+		"a peer's server went away under a collective": {
+			Source: "tensorflow/core/distributed_runtime/rpc/grpc_util.h (FromGrpcStatus); tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: Socket closed\n" +
+				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n" +
+				":{\"created\":\"@1700000000.123456789\",\"description\":\"Error received from peer ipv4:10.4.2.7:2222\",\"file\":\"external/com_github_grpc_grpc/src/core/lib/surface/call.cc\",\"file_line\":1056,\"grpc_message\":\"Socket closed\",\"grpc_status\":14}",
+			Want: v1alpha1.CausePeerFailure,
 		},
-		"NCCL remote error": {
-			msg:  "InternalError: NCCL failure: remote process exited or there was a network error",
-			want: v1alpha1.CausePeerFailure,
+		"the program's own fault wins over the peer messages after it": {
+			Source: "CUDA runtime cudaGetErrorString; tensorflow grpc_util.h",
+			Message: "tensorflow.python.framework.errors_impl.InternalError: CUDA error: an illegal memory access was encountered\n" +
+				"UnavailableError: Socket closed\nAdditional GRPC error information from remote target /job:worker/replica:0/task:0:\n:{\"grpc_message\":\"Socket closed\",\"grpc_status\":14}",
+			Want: v1alpha1.CauseAppGPUError,
 		},
-		"ECC": {
-			msg:  "InternalError: CUDA error: uncorrectable ECC error encountered (CUDA_ERROR_ECC_UNCORRECTABLE)",
-			want: v1alpha1.CauseGPUFault,
-		},
-		"illegal address before a peer error": {
-			msg:  "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered\nSocket closed",
-			want: v1alpha1.CauseAppGPUError,
-		},
+
+		// Local errors and start-up problems: never a peer failure.
 		"an application error": {
-			msg: "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: Shapes (None, 10) and (None, 1) are incompatible",
+			Source:  "keras/src/losses (shape check)",
+			Message: "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: Shapes (None, 10) and (None, 1) are incompatible",
 		},
-		"a bare NCCL system error (e.g. /dev/shm too small) is not a peer's fault": {
-			msg: "InternalError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+		"a collective aborted by this worker's own error": {
+			Source:  "tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort)",
+			Message: "tensorflow.python.framework.errors_impl.InvalidArgumentError: Collective ops is aborted by: Shape mismatch in the collective instance 100. Op at device /job:worker/replica:0/task:1/device:CPU:0 expected shape [10] but another member in the group expected the same key 100 with shape [20]",
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			var got v1alpha1.Cause
-			for _, h := range hints {
-				if h.Pattern.MatchString(tc.msg) {
-					got = h.Cause
-					break
-				}
-			}
-			if got != tc.want {
-				t.Errorf("cause %q, want %q", got, tc.want)
-			}
-		})
-	}
+		"start-up with a wrong port: gRPC cannot connect": {
+			Source: "tensorflow/core/distributed_runtime/rpc/grpc_util.h (FromGrpcStatus)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses; last error: UNKNOWN: ipv4:10.96.4.17:2223: Failed to connect to remote host: Connection refused\n" +
+				"Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling /tensorflow.eager.EagerService/CreateContext:\n:{\"grpc_message\":\"failed to connect to all addresses\",\"grpc_status\":14}",
+		},
+		"a bare NCCL system error (e.g. /dev/shm too small)": {
+			Source:  "tensorflow/core/nccl/nccl_manager.cc; nccl ncclGetErrorString (ncclSystemError)",
+			Message: "tensorflow.python.framework.errors_impl.InternalError: NCCL: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+		},
+		"an uncorrectable ECC error is the node agent's to prove": {
+			Source:  "CUDA runtime cudaGetErrorString (cudaErrorECCUncorrectable)",
+			Message: "tensorflow.python.framework.errors_impl.InternalError: CUDA error: uncorrectable ECC error encountered",
+		},
+	}, terminationHints())
 }
 
 // The hints survive the host's own checks (and compile there), over gRPC.
@@ -311,7 +308,7 @@ func TestHintsThroughTheHost(t *testing.T) {
 	for _, hint := range hints {
 		fmt.Fprintf(&b, "%s %s\n", hint.Cause, hint.Pattern)
 	}
-	if !strings.Contains(b.String(), "Preemption Member") {
+	if !strings.Contains(b.String(), "PeerFailure Member") {
 		t.Errorf("hints:\n%s", b.String())
 	}
 }

@@ -10,6 +10,8 @@
 //	badregex     answers FailureHints with an invalid regular expression
 //	wrongname    calls itself by another framework's name
 //	apiv99       speaks only plugin API version 99
+//	apiv1        speaks only plugin API version 1, as a plugin built before version 2 did,
+//	             with a hint that names an infrastructure cause (which version 1 allowed)
 //	exitatstart  exits before the handshake
 //
 // Any other mode is a well-behaved plugin of that name. Each start appends the process
@@ -49,6 +51,12 @@ func main() {
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  framework.HandshakeConfig,
 			VersionedPlugins: map[int]plugin.PluginSet{99: framework.PluginSets(p)[1]},
+			GRPCServer:       plugin.DefaultGRPCServer,
+		})
+	case "apiv1":
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig:  framework.HandshakeConfig,
+			VersionedPlugins: map[int]plugin.PluginSet{1: framework.PluginSets(p)[1]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
 	default:
@@ -99,8 +107,14 @@ func (b broken) Rendezvous(_ context.Context, run framework.RunSpec) (framework.
 }
 
 func (b broken) FailureHints(context.Context) ([]framework.HintPattern, error) {
-	if b.mode == "badregex" {
+	switch b.mode {
+	case "badregex":
 		return []framework.HintPattern{{Pattern: "(unclosed", Cause: v1alpha1.CausePeerFailure}}, nil
+	case "apiv1":
+		return []framework.HintPattern{
+			{Pattern: "uncorrectable ECC error", Cause: v1alpha1.CauseGPUFault},
+			{Pattern: "peer went away", Cause: v1alpha1.CausePeerFailure},
+		}, nil
 	}
 	return []framework.HintPattern{{Pattern: "peer went away", Cause: v1alpha1.CausePeerFailure}}, nil
 }

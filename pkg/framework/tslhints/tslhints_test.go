@@ -1,0 +1,110 @@
+package tslhints
+
+import (
+	"testing"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/framework/hinttest"
+)
+
+const (
+	service = "xla/tsl/distributed_runtime/coordination/coordination_service.cc"
+	agent   = "xla/tsl/distributed_runtime/coordination/coordination_service_agent.cc"
+	errutil = "xla/tsl/distributed_runtime/coordination/coordination_service_error_util.cc (TrimCoordinationErrorMessage)"
+	jaxDoc  = "jax docs/fault_tolerance.rst (the example output of a killed process)"
+)
+
+func TestHints(t *testing.T) {
+	hints := append(Coordination(), GRPCPeerClosed()...)
+	hinttest.Run(t, "tsl", hints, map[string]hinttest.Case{
+		"heartbeat timeout": {
+			Source: service + " (CheckHeartbeatTimeout)",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 heartbeat timeout. " +
+				"This indicates that the remote task has failed, got preempted, or crashed unexpectedly. Check the task logs for an " +
+				"earlier error or scheduler events (e.g. preemption, eviction) to debug further.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"unhealthy tasks, propagated to the survivors": {
+			Source: jaxDoc + "; " + service + " (CheckHeartbeatTimeout)",
+			Message: "E0926 17:26:32.075402  157988 coordination_service_agent.cc:332] Polled an error from coordination service (this can be an error from this or another task).\n" +
+				"F0926 17:26:32.075587  157988 client.h:77] Terminating process because the JAX distributed service detected fatal errors. " +
+				"This most likely indicates that another task died; see the other task logs for more details. Disable Python buffering, " +
+				"i.e. `python -u`, to be sure to see all the previous output. absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n" +
+				"/job:jax_worker/replica:0/task:3\n" +
+				"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.\n\n" +
+				"RPC: /tensorflow.CoordinationService/PollForError",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"the leader's service stopped": {
+			Source: service + " (RegisterTaskAsync)",
+			Message: "INTERNAL: Coordination service has stopped. RegisterTask() from task: /job:worker/replica:0/task:1 failed. This usually " +
+				"implies an earlier error that caused coordination service to shut down before the workers disconnect gracefully. Check the " +
+				"task leader's logs for an earlier error or scheduler events (e.g. preemption, eviction) to debug the root cause.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"a task came back with a new incarnation": {
+			Source:  service + " (RegisterTaskAsync), which replaced TensorFlow's \"Duplicate task registration\"",
+			Message: "tensorflow.python.framework.errors_impl.AbortedError: /job:worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation. It has likely restarted.",
+			Want:    v1alpha1.CausePeerFailure,
+		},
+		"a task's heartbeat from a new incarnation": {
+			Source: service + " (TaskState::RecordHeartbeat)",
+			Message: "ABORTED: /job:jax_worker/replica:0/task:2 Heartbeat: Incarnation ID mismatch: expecting 8357309125311455270 but got " +
+				"1529413470372386390. The task has restarted and likely crashed earlier - check for any earlier errors or any scheduler " +
+				"events (e.g. preemption, eviction) to debug further.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"the leader restarted": {
+			Source: agent + " (StartSendingHeartbeats)",
+			Message: "ABORTED: Leader incarnation ID mismatch: the coordination  leader (usually slice 0 task 0) has restarted. Check for " +
+				"earlier errors or any scheduler events (e.g. preemption, eviction) to debug further.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"process 0 died under a call (current gRPC)": {
+			Source: jaxDoc + "; " + errutil,
+			Message: "F0929 17:42:48.594200 1044529 client.h:77] Terminating process because the JAX distributed service detected fatal errors. " +
+				"This most likely indicates that another task died; see the other task logs for more details. Disable Python buffering, " +
+				"i.e. `python -u`, to be sure to see all the previous output. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. " +
+				"Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs " +
+				"from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/PollForError:\n" +
+				":UNKNOWN:Error received from peer  {grpc_message:\"Socket closed\", grpc_status:14}",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"a TensorFlow peer's server went away (older gRPC's JSON detail)": {
+			Source: "tensorflow/core/distributed_runtime/rpc/grpc_util.h (FromGrpcStatus appends gRPC's debug error string)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed\n" +
+				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n" +
+				":{\"created\":\"@1700000000.123456789\",\"description\":\"Error received from peer ipv4:10.4.2.7:2222\"," +
+				"\"file\":\"external/com_github_grpc_grpc/src/core/lib/surface/call.cc\",\"file_line\":1056,\"grpc_message\":\"Socket closed\",\"grpc_status\":14}",
+			Want: v1alpha1.CausePeerFailure,
+		},
+
+		// A local error or a start-up problem: never a peer failure.
+		"this task's own error, wrapped by the fatal-errors line": {
+			Source: agent + " (StartPollingForError: \"this can be an error from this or another task\"); " + service + " (CheckBarrierTimeout)",
+			Message: "E1121 10:00:00.000000 1 coordination_service_agent.cc:332] Polled an error from coordination service (this can be an error from this or another task).\n" +
+				"F1121 10:00:00.000100 1 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely " +
+				"indicates that another task died; see the other task logs for more details. absl::Status: DEADLINE_EXCEEDED: Barrier timed out. " +
+				"Id: checkpoint_save::0. This usually happens because a task triggered the barrier too early or too slowly. Please look at the task " +
+				"logs (both timed out and first task) to debug further.\n# of tasks that reached the barrier: 3/4.",
+		},
+		"start-up: the coordinator's address or port is wrong": {
+			Source: errutil + ", around gRPC's connection failure",
+			Message: "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was " +
+				"preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the " +
+				"leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/RegisterTask:\n" +
+				":UNKNOWN:failed to connect to all addresses; last error: UNKNOWN: ipv4:10.96.4.17:1235: Failed to connect to remote host: Connection refused {grpc_status:14}",
+		},
+		"a collective aborted by this worker's own shape error": {
+			Source:  "tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort: \"Collective ops is aborted by: \")",
+			Message: "tensorflow.python.framework.errors_impl.InvalidArgumentError: Collective ops is aborted by: Shape mismatch in the collective instance 100. Op at device /job:worker/replica:0/task:1/device:CPU:0 expected shape [10] but another member in the group expected the same key 100 with shape [20]",
+		},
+		"the shutdown barrier timed out": {
+			Source: service + " (ShutdownTaskAsync: MakeShutdownBarrierError)",
+			Message: "INTERNAL: Shutdown barrier has failed.\nBarrier result: 'DEADLINE_EXCEEDED: Barrier timed out. Id: Shutdown::0. This usually " +
+				"happens because a task triggered the barrier too early or too slowly.",
+		},
+	}, hints)
+}
