@@ -14,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
-// The tests in this file start real plugin processes: the TensorFlow and JAX plugins and
-// testdata/brokenplugin, built once per test binary (skipped with -short).
+// The tests in this file start real plugin processes: the TensorFlow, JAX and PyTorch
+// plugins and testdata/brokenplugin, built once per test binary (skipped with -short).
 
 var (
 	goTool    string // found before any test changes PATH
@@ -36,7 +39,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// built returns the directory with the built binaries tensorflow, jax and brokenplugin.
+// built returns the directory with the built binaries tensorflow, jax, pytorch and
+// brokenplugin.
 func built(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -54,6 +58,7 @@ func built(t *testing.T) string {
 		cmd := exec.Command(goTool, "build", "-o", buildDir+string(filepath.Separator),
 			"github.com/faultline-dev/faultline/plugins/tensorflow",
 			"github.com/faultline-dev/faultline/plugins/jax",
+			"github.com/faultline-dev/faultline/plugins/pytorch",
 			"github.com/faultline-dev/faultline/pkg/framework/testdata/brokenplugin")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -164,6 +169,7 @@ func TestProcessRealPlugins(t *testing.T) {
 	dir := t.TempDir()
 	install(t, dir, "tensorflow", "tensorflow")
 	install(t, dir, "jax", "jax")
+	install(t, dir, "pytorch", "pytorch")
 	h, _ := processHost(t, HostOptions{PluginDir: dir})
 	ctx := context.Background()
 
@@ -178,7 +184,14 @@ func TestProcessRealPlugins(t *testing.T) {
 		t.Errorf("JAX_COORDINATOR_ADDRESS = %q", got)
 	}
 
-	for _, fw := range []string{"tensorflow", "jax"} {
+	torch := makeRun("pytorch", "gpt")
+	torch.Spec.Template.Spec.Containers = []corev1.Container{{Name: "trainer", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}
+	if got := envValue(t, h, torch, "PET_NPROC_PER_NODE"); got != "8" {
+		t.Errorf("PET_NPROC_PER_NODE = %q: the worker's 8 GPUs did not reach the plugin process", got)
+	}
+
+	for _, fw := range []string{"tensorflow", "jax", "pytorch"} {
 		info, err := h.Info(ctx, fw)
 		if err != nil || info.Name != fw || info.APIVersion != APIVersion || info.DefaultRestartScope != v1alpha1.RestartScopeGang {
 			t.Errorf("Info(%s) = %+v, %v", fw, info, err)
@@ -194,7 +207,7 @@ func TestProcessRealPlugins(t *testing.T) {
 		}
 	}
 
-	pids := []int{pidOf(h, "tensorflow"), pidOf(h, "jax")}
+	pids := []int{pidOf(h, "tensorflow"), pidOf(h, "jax"), pidOf(h, "pytorch")}
 	h.Close()
 	for _, pid := range pids {
 		if pid == 0 {

@@ -44,12 +44,38 @@ func BuildLauncher(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, p := range []string{"tensorflow", "jax"} {
+	plugins, err := Plugins()
+	if err != nil {
+		return "", err
+	}
+	for _, p := range plugins {
 		if _, err := BuildBinary(dir, "./plugins/"+p, "faultline-plugin-"+p); err != nil {
 			return "", err
 		}
 	}
 	return launcher, nil
+}
+
+// Plugins are the framework plugins the product ships: every plugins/<name> with a
+// main.go, as the Makefile's build target finds them, so that a new plugin is tested
+// without a list to update.
+func Plugins() ([]string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	mains, err := filepath.Glob(filepath.Join(root, "plugins", "*", "main.go"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range mains {
+		names = append(names, filepath.Base(filepath.Dir(m)))
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no framework plugin under %s", filepath.Join(root, "plugins"))
+	}
+	return names, nil
 }
 
 // Process is a product binary run by a test, its output in a log file.

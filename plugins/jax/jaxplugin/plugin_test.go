@@ -3,6 +3,7 @@ package jaxplugin
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/framework/expansion"
 	"github.com/faultline-dev/faultline/pkg/framework/hinttest"
+	"github.com/faultline-dev/faultline/pkg/framework/plugintest"
 )
 
 func makeRun(name string, workers int32, opts map[string]string) *v1alpha1.TrainingRun {
@@ -224,4 +226,10 @@ func TestHints(t *testing.T) {
 			Message: "XlaRuntimeError: INTERNAL: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered",
 		},
 	}, nil)
+}
+
+// The whole env of every pod, as the kubelet makes it (testdata/env.golden; go test -update
+// rewrites it).
+func TestEnvGoldenFile(t *testing.T) {
+	plugintest.Golden(t, filepath.Join("testdata", "env.golden"), plugintest.FormatEnvs(plugintest.PodEnvs(t, Plugin{}, makeRun("lm", 3, nil))))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/framework/expansion"
 	"github.com/faultline-dev/faultline/pkg/framework/hinttest"
+	"github.com/faultline-dev/faultline/pkg/framework/plugintest"
 )
 
 // tfConfig is TF_CONFIG's documented schema (TFConfigClusterResolver): a cluster of task
@@ -311,4 +313,10 @@ func TestHintsThroughTheHost(t *testing.T) {
 	if !strings.Contains(b.String(), "PeerFailure Member") {
 		t.Errorf("hints:\n%s", b.String())
 	}
+}
+
+// The whole env of every pod, as the kubelet makes it (testdata/env.golden; go test -update
+// rewrites it).
+func TestEnvGoldenFile(t *testing.T) {
+	plugintest.Golden(t, filepath.Join("testdata", "env.golden"), plugintest.FormatEnvs(plugintest.PodEnvs(t, Plugin{}, makeRun("mnist", 3, nil))))
 }
