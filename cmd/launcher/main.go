@@ -52,7 +52,7 @@ func run(args []string, streams cli.IOStreams) int {
 func newRootCommand(env *cli.Env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "launcher",
-		Short: "Run distributed TensorFlow and JAX training that survives infrastructure faults",
+		Short: "Run distributed TensorFlow, JAX and PyTorch training that survives infrastructure faults",
 		Long: `launcher submits and follows faultline TrainingRuns: gangs of workers that are restarted
 when the infrastructure fails them (a node shutdown, a GPU fault) and failed fast when the
 program does. It takes kubectl's flags for the cluster and namespace.`,

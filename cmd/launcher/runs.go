@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/cli"
+	"github.com/faultline-dev/faultline/pkg/framework"
 )
 
 // completeRuns completes the names of the runs in the command's namespace.
@@ -171,7 +173,7 @@ workers' command. Flags left out keep the API's defaults (see README: TrainingRu
 	f.StringVar(&s.Name, "name", "", "name of the TrainingRun (required)")
 	f.StringVar(&s.Image, "image", "", "container image of the workers (required)")
 	f.Int32Var(&s.Workers, "workers", 1, "number of workers (pods), one per index 0..N-1")
-	f.StringVar(&s.Framework, "framework", "", `framework plugin: jax, tensorflow, or "none" (default none)`)
+	f.StringVar(&s.Framework, "framework", "", fmt.Sprintf(`framework plugin: %s, or "none" (default none)`, strings.Join(framework.Shipped, ", ")))
 	f.Int64Var(&s.GPUsPerWorker, "gpus-per-worker", 0, "nvidia.com/gpu per worker")
 	f.StringVar(&s.CPU, "cpu", "", "CPU request per worker (e.g. 8)")
 	f.StringVar(&s.Memory, "memory", "", "memory request and limit per worker (e.g. 64Gi)")
@@ -189,7 +191,7 @@ workers' command. Flags left out keep the API's defaults (see README: TrainingRu
 	f.Int32Var(&ttl, "ttl-seconds-after-finished", 0, "delete the run this long after it ends")
 	f.BoolVarP(&watch, "watch", "w", false, "follow the run until it ends (exit 0 Succeeded, 1 Failed)")
 	f.BoolVar(&dryRun, "dry-run", false, "print the TrainingRun as YAML instead of creating it")
-	_ = cmd.RegisterFlagCompletionFunc("framework", cobra.FixedCompletions([]cobra.Completion{"jax", "tensorflow", "none"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("framework", cobra.FixedCompletions(append(slices.Clone(framework.Shipped), v1alpha1.FrameworkNone), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("restart-scope", cobra.FixedCompletions([]cobra.Completion{"Gang", "Index"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

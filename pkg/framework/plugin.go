@@ -198,3 +198,7 @@ func IsInvalidOptions(err error) bool {
 	var oe *OptionsError
 	return errors.As(err, &oe)
 }
+
+// Shipped are the frameworks faultline ships a plugin for (plugins/<name>), in order; the
+// launcher offers them with "none". Other plugins work the same once installed.
+var Shipped = []string{"jax", "pytorch", "tensorflow"}
