@@ -13,6 +13,18 @@ const (
 	LabelRun = GroupName + "/run"
 	// LabelAttempt carries the attempt number (starting at 1) on the Job and its pods.
 	LabelAttempt = GroupName + "/attempt"
+	// LabelRunUID carries the run's UID on everything the run owns (Job, pods, Service): a run
+	// deleted and created again under the same name is another run, and its pods, still
+	// stopping, are leftovers of the earlier one, never the new run's workers.
+	LabelRunUID = GroupName + "/run-uid"
+
+	// FinalizerAttemptJob holds every attempt's Job until faultline has seen the Job
+	// controller done with it after its deletion: its pods gone and its status written by a
+	// sync that saw the deletion. The next attempt's Job has the same name (stable rendezvous
+	// addresses), and the Job controller keys what it expects to create by name: a creation
+	// of the old Job still in flight when it leaves would be inherited by the new one, which
+	// then creates no pod for minutes (kubernetes/kubernetes#131917).
+	FinalizerAttemptJob = GroupName + "/attempt-job"
 
 	// AnnotationFaultEvidence holds the node agent's FaultEvidence as JSON on a pod.
 	AnnotationFaultEvidence = GroupName + "/fault-evidence"
@@ -26,12 +38,6 @@ const (
 	PodConditionInfrastructureFault = GroupName + "/InfrastructureFault"
 	// NodeConditionGPUHealthy is False on a node with a fatal GPU fault; its reason is e.g. Xid79.
 	NodeConditionGPUHealthy = GroupName + "/GPUHealthy"
-
-	// SchedulingGatePreviousAttempt holds the pods of an attempt whose Job was created while
-	// pods of an earlier attempt were still going: the Job controller creates the new pods
-	// (at its own rate limit) during the teardown, and the controller removes the gate once
-	// no pod of an earlier attempt is left, so that no index ever has two pods that can run.
-	SchedulingGatePreviousAttempt = GroupName + "/previous-attempt"
 
 	// ResourceGPU is the extended resource through which pods get NVIDIA GPUs.
 	ResourceGPU = "nvidia.com/gpu"

@@ -32,9 +32,6 @@ type Options struct {
 	// Ports are the framework's container ports, declared on the first container unless
 	// the user declared the same port number there.
 	Ports []corev1.ContainerPort
-	// Gated holds the pods with SchedulingGatePreviousAttempt: the Job is created while pods
-	// of an earlier attempt are still going, and the controller releases its pods after.
-	Gated bool
 	// Traceparent, when set, is copied onto the pods so that the node agent's spans join
 	// the restart's trace.
 	Traceparent string
@@ -75,20 +72,23 @@ func IndexOrNone(pod metav1.Object) int {
 	return NoIndex
 }
 
-// Held reports whether a pod (or a Job's pod template) waits for the previous attempt's
-// pods to be gone.
-func Held(spec *corev1.PodSpec) bool {
-	return slices.ContainsFunc(spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-		return g.Name == v1alpha1.SchedulingGatePreviousAttempt
-	})
-}
-
 // Labels are the labels of an attempt's Job and pods.
 func Labels(run *v1alpha1.TrainingRun, attempt int32) map[string]string {
 	return map[string]string{
 		v1alpha1.LabelRun:     run.Name,
+		v1alpha1.LabelRunUID:  string(run.UID),
 		v1alpha1.LabelAttempt: strconv.Itoa(int(attempt)),
 	}
+}
+
+// OfRun reports whether obj (a pod, Job or Service with the run label) is run's own rather
+// than a leftover of an earlier run of the same name: its run-uid label says so. An object
+// made before that label existed counts as the run's when it is no older than the run.
+func OfRun(obj metav1.Object, run *v1alpha1.TrainingRun) bool {
+	if uid, ok := obj.GetLabels()[v1alpha1.LabelRunUID]; ok {
+		return uid == string(run.UID)
+	}
+	return !obj.GetCreationTimestamp().Time.Before(run.CreationTimestamp.Time)
 }
 
 // Job is the Indexed Job of an attempt: one pod per index (completions = parallelism =
@@ -119,9 +119,6 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	}
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
-	if opts.Gated {
-		tmpl.Spec.SchedulingGates = append(tmpl.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGatePreviousAttempt})
-	}
 
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -129,6 +126,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 			Namespace:       run.Namespace,
 			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))},
+			Finalizers:      []string{v1alpha1.FinalizerAttemptJob},
 		},
 		Spec: batchv1.JobSpec{
 			CompletionMode:       ptr.To(batchv1.IndexedCompletion),

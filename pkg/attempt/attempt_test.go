@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -36,9 +37,12 @@ func TestJobGang(t *testing.T) {
 	run := makeRun()
 	job := Job(run, Options{Attempt: 3, Env: []corev1.EnvVar{{Name: "PLUGIN", Value: "$(FAULTLINE_INDEX)"}}, Traceparent: "00-abc-def-01"})
 
-	wantLabels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "3"}
+	wantLabels := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelRunUID: "uid-1", v1alpha1.LabelAttempt: "3"}
 	if diff := cmp.Diff(wantLabels, job.Labels); diff != "" {
 		t.Errorf("job labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{v1alpha1.FinalizerAttemptJob}, job.Finalizers); diff != "" {
+		t.Errorf("job finalizers (-want +got): the Job must stay until faultline has seen the Job controller done with it\n%s", diff)
 	}
 	if job.Name != "llm" || job.Namespace != "ml" {
 		t.Errorf("job is %s/%s, want ml/llm: the name must stay the run's across attempts", job.Namespace, job.Name)
@@ -57,7 +61,7 @@ func TestJobGang(t *testing.T) {
 		t.Errorf("gang scope: backoffLimit %v perIndex %v maxFailed %v, want unset, 0 and unset", s.BackoffLimit, s.BackoffLimitPerIndex, s.MaxFailedIndexes)
 	}
 	tmpl := s.Template
-	if tmpl.Labels["team"] != "a" || tmpl.Labels[v1alpha1.LabelAttempt] != "3" || tmpl.Labels[v1alpha1.LabelRun] != "llm" {
+	if tmpl.Labels["team"] != "a" || tmpl.Labels[v1alpha1.LabelAttempt] != "3" || tmpl.Labels[v1alpha1.LabelRun] != "llm" || tmpl.Labels[v1alpha1.LabelRunUID] != "uid-1" {
 		t.Errorf("pod labels = %v: want the user's plus run and attempt", tmpl.Labels)
 	}
 	if tmpl.Annotations[v1alpha1.AnnotationTraceparent] != "00-abc-def-01" {
@@ -82,22 +86,13 @@ func TestJobGang(t *testing.T) {
 	}
 }
 
-// TestJobHeld: a Job created while the previous attempt's pods still go holds its pods with
-// faultline's scheduling gate, beside the user's own gates; otherwise it adds none.
-func TestJobHeld(t *testing.T) {
+// TestJobKeepsTheUsersGates: the user's scheduling gates go onto the workers as they are.
+func TestJobKeepsTheUsersGates(t *testing.T) {
 	run := makeRun()
 	run.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
-	free := Job(run, Options{Attempt: 2})
-	if Held(&free.Spec.Template.Spec) || len(free.Spec.Template.Spec.SchedulingGates) != 1 {
-		t.Errorf("unheld Job: gates %v, want only the user's", free.Spec.Template.Spec.SchedulingGates)
-	}
-	held := Job(run, Options{Attempt: 2, Gated: true})
-	want := []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: v1alpha1.SchedulingGatePreviousAttempt}}
-	if diff := cmp.Diff(want, held.Spec.Template.Spec.SchedulingGates); diff != "" || !Held(&held.Spec.Template.Spec) {
-		t.Errorf("held Job: gates (-want +got):\n%s", diff)
-	}
-	if len(run.Spec.Template.Spec.SchedulingGates) != 1 {
-		t.Error("Job() modified the run's gates")
+	got := Job(run, Options{Attempt: 2}).Spec.Template.Spec.SchedulingGates
+	if diff := cmp.Diff([]corev1.PodSchedulingGate{{Name: "example.com/quota"}}, got); diff != "" {
+		t.Errorf("gates (-want +got):\n%s", diff)
 	}
 }
 
@@ -278,5 +273,29 @@ func TestTerminationMessagePolicyKeepsTheUsersChoice(t *testing.T) {
 	}
 	if cs[1].TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
 		t.Errorf("sidecar's policy = %q, want FallbackToLogsOnError", cs[1].TerminationMessagePolicy)
+	}
+}
+
+// TestOfRun: a pod is the run's by its run-uid label; a pod of an earlier run of the same name
+// is not, and a pod made before the label existed counts by its age against the run's.
+func TestOfRun(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	run := makeRun(func(r *v1alpha1.TrainingRun) { r.CreationTimestamp = created })
+	pod := func(labels map[string]string, at time.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels, CreationTimestamp: metav1.NewTime(at)}}
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"its UID":                           {pod(map[string]string{v1alpha1.LabelRunUID: "uid-1"}, created.Add(time.Second)), true},
+		"an earlier run's UID":              {pod(map[string]string{v1alpha1.LabelRunUID: "uid-0"}, created.Add(time.Second)), false},
+		"no UID label, made after the run":  {pod(nil, created.Add(time.Second)), true},
+		"no UID label, made before the run": {pod(nil, created.Add(-time.Second)), false},
+		"no UID label, made with the run":   {pod(nil, created.Time), true},
+	} {
+		if got := OfRun(tc.pod, run); got != tc.want {
+			t.Errorf("%s: OfRun = %v, want %v", name, got, tc.want)
+		}
 	}
 }

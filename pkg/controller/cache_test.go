@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
@@ -66,11 +67,14 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 			Annotations:   map[string]string{v1alpha1.AnnotationShutdownDetectedAt: "2026-11-22T21:00:00.123456Z"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kwok"}},
 		},
-		Spec: corev1.NodeSpec{Unschedulable: true},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{
+			{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.NewTime(time.Date(2026, 11, 22, 20, 59, 0, 0, time.UTC)))},
+			{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
+		}},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{
 				{Type: corev1.NodeReady, Status: corev1.ConditionFalse},
-				{Type: v1alpha1.NodeConditionGPUHealthy, Status: corev1.ConditionFalse, Reason: "XID79"},
+				{Type: v1alpha1.NodeConditionGPUHealthy, Status: corev1.ConditionFalse, Reason: "XID79", LastTransitionTime: metav1.NewTime(time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC))},
 			},
 			Images:    []corev1.ContainerImage{{Names: []string{"trainer"}, SizeBytes: 1 << 30}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.3"}},
@@ -85,7 +89,8 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 	if got, want := exitclass.FactsOfNode(slim), exitclass.FactsOfNode(full); !reflect.DeepEqual(got, want) {
 		t.Fatalf("facts of the slim node %+v, of the full one %+v", got, want)
 	}
-	if f := exitclass.FactsOfNode(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" {
+	if f := exitclass.FactsOfNode(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" ||
+		f.GPUUnhealthySince == nil || !f.Unreachable || f.UnreachableSince == nil || !f.OutOfService {
 		t.Fatalf("the test node should have every fact, or the comparison above proves little: %+v", f)
 	}
 	if slim.ManagedFields != nil || slim.Status.Images != nil || slim.Status.Capacity != nil {

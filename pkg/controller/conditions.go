@@ -8,6 +8,9 @@ const (
 	ConditionFailed      = "Failed"
 	ConditionSuspended   = "Suspended"
 	ConditionPluginReady = "PluginReady"
+	// ConditionStalled is True while something outside faultline keeps the run from its next
+	// step; its message names what and how to free it (kstatus's Stalled).
+	ConditionStalled = "Stalled"
 )
 
 // Reasons of conditions and events that are not a Cause.
@@ -22,6 +25,15 @@ const (
 	ReasonPluginOK          = "PluginReady"
 	ReasonRestarting        = "Restarting"
 	ReasonJobDeleted        = "JobDeleted"
+
+	// Reasons of Stalled.
+	ReasonNodeUnreachable = "NodeUnreachable" // an old worker's node is unreachable
+	ReasonPodsStuck       = "PodsStuck"       // old workers stopping long past their grace period
+	ReasonJobNotReleased  = "JobNotReleased"  // the Job controller has not seen a Job deleted
+	ReasonNameTaken       = "NameTaken"       // a Job or Service of the run's name is not the run's
+	ReasonJobRejected     = "JobRejected"     // the API server refused the attempt's Job
+	ReasonPodsNotCreated  = "PodsNotCreated"  // the Job creates no pods (a quota, an admission policy)
+	ReasonProgressing     = "Progressing"     // Stalled=False
 )
 
 // Actions of the controller's events (events.k8s.io "action"); tools such as
@@ -35,6 +47,7 @@ const (
 	ActionResume        = "Resume"
 	ActionLoadPlugin    = "LoadPlugin"
 	ActionStopWorkers   = "StopWorkers"
+	ActionWait          = "Wait"
 )
 
 // Crash points for the crash-safety tests (launcher controller --test-crash-at).

@@ -91,7 +91,7 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		}
 		// The Job is suspended (or gone): the stopped pods may leave without it, so that the
 		// run frees its nodes at once (when a queue such as Kueue admits the next workload).
-		if err := r.removePods(ctx, r.seen.of(run), live, true); err != nil {
+		if err := r.removePods(ctx, live, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -128,16 +128,18 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
 		r.event(run, corev1.EventTypeNormal, ReasonSuspended, ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
 	}
-	stripped, strip := []*corev1.Pod(nil), slices.Concat(obs.current, obs.older)
-	if obs.job != nil {
-		var err error
-		if stripped, strip, err = r.retireJob(ctx, obs.job, strip); err != nil {
-			return ctrl.Result{}, err
+	// The Job is retired (and made again on resume); pods no Job counts go at once.
+	var rest []*corev1.Pod
+	for _, p := range slices.Concat(obs.current, obs.older) {
+		if obs.job == nil || !metav1.IsControlledBy(p, obs.job) {
+			rest = append(rest, p)
 		}
 	}
-	// retireJob's drops are not in the cache yet: dropping them again would double the requests.
-	sg := r.seen.of(run)
-	return ctrl.Result{}, errors.Join(r.removePods(ctx, sg, stripped, false), r.removePods(ctx, sg, strip, true))
+	var err error
+	if obs.job != nil {
+		_, err = r.retire(ctx, obs.job, obs.all, obs.nodes)
+	}
+	return ctrl.Result{}, errors.Join(err, r.removePods(ctx, rest, true))
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

@@ -97,7 +97,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			&corev1.Pod{}:     {Label: byRun, Transform: slimPod},
 			&batchv1.Job{}:    {Label: byRun},
 			&corev1.Service{}: {Label: byRun},
-			&corev1.Node{}:    {Transform: slimNode},
+			// Nodes are only read (exitclass.FactsOfNode), for every distinct node of a run's
+			// pods at every reconcile: no copy of each.
+			&corev1.Node{}: {Transform: slimNode, UnsafeDisableDeepCopy: ptr.To(true)},
 		},
 	}
 	if opts.Namespace != "" {

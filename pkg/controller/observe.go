@@ -16,31 +16,42 @@ import (
 
 // observed is what the reconciler knows of a run's world at one moment.
 type observed struct {
-	// job is the run's Job, whatever its attempt (nil if none).
+	// job is the run's Job (controlled by it), whatever its attempt, possibly being deleted;
+	// nil if none.
 	job *batchv1.Job
-	// current are the pods of the run's current attempt; older are the pods of earlier
-	// attempts, which must all be gone before the next attempt starts.
-	current, older []*corev1.Pod
+	// other is a Job with the run's name that is not the run's: an earlier run's of the same
+	// name, or somebody else's; nil if none.
+	other *batchv1.Job
+	// all are every pod under the run's name. current are the run's own pods of its current
+	// attempt, older those of its earlier attempts, which must all be gone before the next
+	// attempt starts; leftovers are the pods of an earlier run of the same name, which hold
+	// the run's next Job as older ones do (see attempt.OfRun).
+	all, current, older, leftovers []*corev1.Pod
+	// nodes are the facts of the nodes of every pod above that the cache knows.
+	nodes map[string]exitclass.NodeFacts
 }
 
 func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*observed, error) {
 	o := &observed{}
 	job := &batchv1.Job{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Name}, job); {
+	case err == nil && metav1IsControlledBy(job, run):
+		o.job = job
 	case err == nil:
-		if metav1IsControlledBy(job, run) {
-			o.job = job
-		}
+		o.other = job
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("get job %s: %w", run.Name, err)
 	}
-	pods, err := r.podsOf(ctx, run)
+	pods, err := r.podsOf(ctx, run.Namespace, run.Name)
 	if err != nil {
 		return nil, err
 	}
+	o.all = pods
 	for _, p := range pods {
 		n, ok := attempt.Number(p)
 		switch {
+		case !attempt.OfRun(p, run):
+			o.leftovers = append(o.leftovers, p)
 		case !ok || n > run.Status.Attempt:
 			// Not ours to judge (a label someone else wrote, or from a future we have not
 			// persisted: impossible unless status was rolled back).
@@ -50,14 +61,16 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 			o.older = append(o.older, p)
 		}
 	}
+	o.nodes = r.nodeFacts(ctx, pods)
 	return o, nil
 }
 
-// podsOf lists the run's pods, of every attempt, from the cache.
-func (r *Reconciler) podsOf(ctx context.Context, run *v1alpha1.TrainingRun) ([]*corev1.Pod, error) {
+// podsOf lists the pods under a run's name, of every attempt and of every run of that name,
+// from the cache.
+func (r *Reconciler) podsOf(ctx context.Context, namespace, run string) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := r.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingFields{podsByRun: run.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of %s: %w", run.Name, err)
+	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{podsByRun: run}); err != nil {
+		return nil, fmt.Errorf("list pods of %s: %w", run, err)
 	}
 	pods := make([]*corev1.Pod, len(list.Items))
 	for i := range list.Items {
@@ -75,7 +88,17 @@ func (o *observed) jobAttempt() int32 {
 	return n
 }
 
-// nodeFacts reads what exitclass needs to know about the nodes of the failed pods.
+// workers are the current attempt's pods of its Job: what the attempt is judged on. A pod of
+// the attempt that another Job made (one someone deleted, whose Job was made again) is not:
+// its end says nothing of the Job that runs now.
+func (o *observed) workers() []*corev1.Pod {
+	if o.job == nil {
+		return nil
+	}
+	return controlledBy(o.current, o.job.UID)
+}
+
+// nodeFacts reads what exitclass needs to know about the nodes of pods.
 func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[string]exitclass.NodeFacts {
 	facts := map[string]exitclass.NodeFacts{}
 	for _, p := range pods {
@@ -108,8 +131,8 @@ func metav1IsControlledBy(obj client.Object, run *v1alpha1.TrainingRun) bool {
 	return false
 }
 
-// podFailed reports whether a pod of the current attempt has failed: enough to start
-// judging the attempt (exitclass decides what the failure means).
+// podFailed reports whether a pod has a failed container or phase: what an informer event
+// alone tells (the failure clock); judging uses exitclass.Failed, which knows lost nodes.
 func podFailed(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodFailed {
 		return true

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -70,17 +69,22 @@ func TestReconcileTracesARestart(t *testing.T) {
 		},
 	}
 	owner := []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-		Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner,
-		Labels: map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "1"},
-	}}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "llm", Namespace: "ml", UID: "uid-job-1", OwnerReferences: owner,
+			Labels:     map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelRunUID: "uid-llm", v1alpha1.LabelAttempt: "1"},
+			Finalizers: []string{v1alpha1.FinalizerAttemptJob},
+		},
+		Status: batchv1.JobStatus{Active: 1},
+	}
 	evidence, _ := json.Marshal(v1alpha1.FaultEvidence{Source: "logind", Node: "gpu-1", Cause: v1alpha1.CauseNodeShutdown, DetectedAt: at(0).Format(time.RFC3339Nano)})
 	worker := func(i int, a int32, failed bool) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("llm-%d-a%d", i, a), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d-a%d", i, a)),
-				Labels:      map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: fmt.Sprint(a)},
-				Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
+				Labels:          map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelRunUID: "uid-llm", v1alpha1.LabelAttempt: fmt.Sprint(a)},
+				Annotations:     map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
 			},
 			Spec:   corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "worker"}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
@@ -105,7 +109,7 @@ func TestReconcileTracesARestart(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}
 	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, worker(0, 1, true), worker(1, 1, false), node).
-		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+		WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
 	spy := &spyFrameworks{}
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clock, Frameworks: spy, Tracing: provider}
 	reconcile := func(step string, want ...string) {
@@ -127,16 +131,12 @@ func TestReconcileTracesARestart(t *testing.T) {
 	}
 
 	// The decision: the old workers are deleted, but the kubelet still stops their
-	// containers (its finalizer stands for that), so attempt 2's Job is created at once with
-	// its pods held: backoff (from the decision) and create end beside a teardown that has
-	// not ended yet.
+	// containers (its finalizer stands for that), and the old Job is held by its own until
+	// they are gone: no Job of attempt 2 yet.
 	clock.SetTime(at(200))
-	reconcile("judge, restart, create attempt 2", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt, tracing.SpanBackoff, tracing.SpanCreate)
+	reconcile("judge, restart, tear down", tracing.SpanSettle, tracing.SpanClassify, tracing.SpanAttempt)
 	if len(spy.hints) != 1 || !spy.hints[0].Equal(agentRoot) {
 		t.Errorf("Hints called with span contexts %v, want the agent's episode %v", spy.hints, agentRoot)
-	}
-	if len(spy.resolve) != 1 || !spy.resolve[0].Equal(agentRoot) {
-		t.Errorf("Resolve called with span contexts %v, want the agent's episode %v", spy.resolve, agentRoot)
 	}
 	got := &v1alpha1.TrainingRun{}
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
@@ -148,28 +148,11 @@ func TestReconcileTracesARestart(t *testing.T) {
 	if tr := got.Status.Trace; !tr.DetectedAt.Time.Equal(at(0)) || !tr.DecidedAt.Time.Equal(at(200)) || tr.TornDownAt != nil {
 		t.Errorf("episode detected %v, decided %v, torn down %v; want %v, %v, not yet", tr.DetectedAt, tr.DecidedAt, tr.TornDownAt, at(0), at(200))
 	}
-	next := &batchv1.Job{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err != nil {
-		t.Fatal(err)
-	}
-	if next.Labels[v1alpha1.LabelAttempt] != "2" || !attempt.Held(&next.Spec.Template.Spec) {
-		t.Fatalf("Job after the decision: attempt %s, held %v; want attempt 2, its pods held", next.Labels[v1alpha1.LabelAttempt], attempt.Held(&next.Spec.Template.Spec))
-	}
-
-	// The Job controller creates attempt 2's pods, held; the old ones are still stopping.
-	for i := range 2 {
-		p := worker(i, 2, false)
-		p.Spec.NodeName, p.Status = "", corev1.PodStatus{Phase: corev1.PodPending}
-		p.Spec.SchedulingGates = next.Spec.Template.Spec.SchedulingGates
-		if err := cl.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
 	clock.SetTime(at(300))
 	reconcile("old workers still stopping")
-	requireHeld(ctx, t, cl, "ml", true)
 
-	// The kubelet is done: the old workers are gone, the teardown is over, the pods go.
+	// The kubelet is done and the Job controller has seen the Job deleted: the old Job goes,
+	// the teardown is over, attempt 2's Job is created.
 	for i := range 2 {
 		p := &corev1.Pod{}
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(worker(i, 1, false)), p); err != nil {
@@ -180,9 +163,34 @@ func TestReconcileTracesARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	old := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), old); err != nil {
+		t.Fatal(err)
+	}
+	old.Status.Active = 0
+	if err := cl.Status().Update(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	clock.SetTime(at(500))
-	reconcile("release attempt 2", tracing.SpanTeardown)
-	requireHeld(ctx, t, cl, "ml", false)
+	reconcile("old Job released, attempt 2 created", tracing.SpanTeardown, tracing.SpanBackoff, tracing.SpanCreate)
+	if len(spy.resolve) != 1 || !spy.resolve[0].Equal(agentRoot) {
+		t.Errorf("Resolve called with span contexts %v, want the agent's episode %v", spy.resolve, agentRoot)
+	}
+	next := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Labels[v1alpha1.LabelAttempt] != "2" {
+		t.Fatalf("Job after the teardown: attempt %s, want 2", next.Labels[v1alpha1.LabelAttempt])
+	}
+	for i := range 2 {
+		p := worker(i, 2, false)
+		p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(next, batchv1.SchemeGroupVersion.WithKind("Job"))}
+		p.Spec.NodeName, p.Status = "", corev1.PodStatus{Phase: corev1.PodPending}
+		if err := cl.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// The scheduler and the kubelet: both workers Running.
 	for i := range 2 {
@@ -203,21 +211,4 @@ func TestReconcileTracesARestart(t *testing.T) {
 	reconcile("attempt 2 Running", tracing.SpanSchedule, tracing.SpanRunning, tracing.SpanRestart)
 	clock.SetTime(at(900))
 	reconcile("nothing new")
-}
-
-// requireHeld fails unless every pod of attempt 2 is held (held) or none is.
-func requireHeld(ctx context.Context, t *testing.T, cl client.Client, ns string, held bool) {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelAttempt: "2"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) == 0 {
-		t.Fatal("no pod of attempt 2")
-	}
-	for _, p := range pods.Items {
-		if attempt.Held(&p.Spec) != held {
-			t.Errorf("pod %s: held %v, want %v (scheduling gates %v)", p.Name, attempt.Held(&p.Spec), held, p.Spec.SchedulingGates)
-		}
-	}
 }

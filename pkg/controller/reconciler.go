@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -54,6 +56,7 @@ type Reconciler struct {
 	seen     sightings
 	failures failureClock
 	versions knownVersions
+	removed  removals
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
@@ -65,12 +68,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			return ctrl.Result{}, r.retireGone(ctx, req.NamespacedName)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
 	if run.DeletionTimestamp != nil {
 		r.forget(req.NamespacedName)
-		return ctrl.Result{}, nil // owner references delete everything the run made
+		return ctrl.Result{}, r.retireGone(ctx, req.NamespacedName)
 	}
 	ctx = withPersistedTrace(ctx, run)
 	if run.Status.Attempt == 0 {
@@ -80,6 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	live := func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }
 	switch {
 	case run.Status.Phase == v1alpha1.PhaseSucceeded || run.Status.Phase == v1alpha1.PhaseFailed:
 		return r.finished(ctx, run, obs)
@@ -87,22 +92,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.suspend(ctx, run, obs)
 	case run.Status.Phase == v1alpha1.PhaseSuspended:
 		return ctrl.Result{}, r.resume(ctx, run)
-	case len(obs.older) > 0 || (obs.job != nil && obs.jobAttempt() < run.Status.Attempt):
+	case obs.other != nil || slices.ContainsFunc(obs.leftovers, live):
+		return r.clearLeftovers(ctx, run, obs)
+	case slices.ContainsFunc(obs.older, live) || (obs.job != nil && (obs.jobAttempt() < run.Status.Attempt || obs.job.DeletionTimestamp != nil)):
 		return r.teardown(ctx, run, obs)
 	case obs.job == nil && len(obs.current) > 0:
 		return r.jobLost(ctx, run, obs)
 	case obs.job == nil:
-		return r.createAttempt(ctx, run, false)
-	}
-	if held := heldPods(obs.current); len(held) > 0 {
-		// The Job controller may go on creating held pods long after the first are released
-		// (40 s for 2,048 workers at its default rate limit): the released ones are tracked
-		// meanwhile, as usual.
-		if res, err := r.release(ctx, run, held); err != nil || !res.IsZero() {
-			return res, err
-		}
+		return r.createAttempt(ctx, run, obs)
 	}
 	return r.track(ctx, run, obs)
+}
+
+// retireGone retires the Job of a run that is gone or being deleted (see retire): the
+// garbage collector deletes it, and it stays, held by FinalizerAttemptJob, until its pods
+// are gone and the Job controller is done with it.
+func (r *Reconciler) retireGone(ctx context.Context, key types.NamespacedName) error {
+	job := &batchv1.Job{}
+	if err := r.Get(ctx, key, job); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !faultlineJob(job) {
+		return nil
+	}
+	pods, err := r.podsOf(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return err
+	}
+	_, err = r.retire(ctx, job, pods, r.nodeFacts(ctx, pods))
+	return err
 }
 
 // start gives a new run its first attempt.
@@ -117,18 +135,13 @@ func (r *Reconciler) start(ctx context.Context, run *v1alpha1.TrainingRun) error
 
 // track follows a running attempt: success, the first failure, readiness.
 func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
-	if jobSucceeded(obs.job) {
+	workers := obs.workers()
+	if jobSucceeded(obs.job) || leaderSucceeded(run, workers) {
 		return ctrl.Result{}, r.succeed(ctx, run, obs)
-	}
-	var failed []*corev1.Pod
-	for _, p := range obs.current {
-		if podFailed(p) {
-			failed = append(failed, p)
-		}
 	}
 	// In Gang scope the first failure ends the attempt. In Index scope the Job controller
 	// replaces failed indexes itself; the run fails only when the Job gives up.
-	judge := len(failed) > 0
+	judge := slices.ContainsFunc(workers, func(p *corev1.Pod) bool { return exitclass.Failed(p, obs.nodes) })
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
 		judge = jobFailed(obs.job)
 	}
@@ -136,6 +149,19 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return r.judge(ctx, run, obs)
 	}
 	return r.updateProgress(ctx, run, obs)
+}
+
+// leaderSucceeded: under successPolicy Leader, index 0 has exited 0, which ends the run
+// whatever its peers do after (they lose their leader, and many exit non-zero before the
+// Job's SuccessCriteriaMet reaches the cache): a success is never judged as a failure.
+func leaderSucceeded(run *v1alpha1.TrainingRun, workers []*corev1.Pod) bool {
+	if run.Spec.SuccessPolicy != v1alpha1.SuccessPolicyLeader {
+		return false
+	}
+	return slices.ContainsFunc(workers, func(p *corev1.Pod) bool {
+		i, ok := attempt.Index(p)
+		return ok && i == 0 && p.Status.Phase == corev1.PodSucceeded
+	})
 }
 
 // progressInterval is how often at most a run's status records a change in the count of its
@@ -153,7 +179,8 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	now := r.now()
 	st := &run.Status
 	ready, bound := int32(0), int32(0)
-	for _, p := range obs.current {
+	workers := obs.workers()
+	for _, p := range workers {
 		if podReady(p) {
 			ready++
 		}
@@ -184,10 +211,14 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	} else {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonWaitingForWorkers, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 	}
+	again, err := r.creationStall(ctx, run, obs.job, workers)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if equality.Semantic.DeepEqual(before, st) {
 		// Not worth a write of its own, which would hold back the next step: the next
 		// write records it, with the time it was first seen.
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: again}, nil
 	}
 	sg := r.seen.of(run)
 	if onlyReadyCount(before, st) {
@@ -202,7 +233,67 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		return ctrl.Result{}, err
 	}
 	sg.progressWritten = now.Time
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: again}, nil
+}
+
+// creationStall sets or clears Stalled for a Job that creates too few pods (see
+// podsNotCreated), in the run's status (the caller writes it). It returns when to look
+// again while the Job has fewer pods than workers: nothing else may wake the run.
+func (r *Reconciler) creationStall(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod) (time.Duration, error) {
+	if job == nil || int32(len(workers)) >= run.Spec.Workers {
+		if c := meta.FindStatusCondition(run.Status.Conditions, ConditionStalled); c != nil && c.Reason == ReasonPodsNotCreated {
+			unstall(run)
+		}
+		return 0, nil
+	}
+	now := r.now().Time
+	if podsNotCreated(job, workers, run.Spec.Workers, "", now) == "" {
+		return stuckAfter, nil
+	}
+	why, err := r.lastFailedCreate(ctx, job)
+	if err != nil {
+		return 0, err
+	}
+	if meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: ReasonPodsNotCreated, Message: podsNotCreated(job, workers, run.Spec.Workers, why, now)}) {
+		r.event(run, corev1.EventTypeWarning, ReasonPodsNotCreated, ActionWait, "%s", podsNotCreated(job, workers, run.Spec.Workers, why, now))
+	}
+	return stalledRecheck, nil
+}
+
+// lastFailedCreate is the message of the Job controller's latest FailedCreate event on job
+// (the API server's refusal of a pod), or "". Read only when the Job is stuck: it is a List.
+func (r *Reconciler) lastFailedCreate(ctx context.Context, job *batchv1.Job) (string, error) {
+	events := &corev1.EventList{}
+	sel := fields.SelectorFromSet(fields.Set{"involvedObject.uid": string(job.UID), "reason": reasonFailedCreate})
+	if err := r.APIReader.List(ctx, events, client.InNamespace(job.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
+		return "", fmt.Errorf("list events of job %s: %w", job.Name, err)
+	}
+	var last *corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if last == nil || eventTime(e).After(eventTime(last)) {
+			last = e
+		}
+	}
+	if last == nil {
+		return "", nil
+	}
+	return last.Message, nil
+}
+
+// reasonFailedCreate is the Job controller's event reason for a pod it could not create
+// (k8s.io/kubernetes pkg/controller FailedCreatePodReason).
+const reasonFailedCreate = "FailedCreate"
+
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return e.FirstTimestamp.Time
 }
 
 // onlyReadyCount reports whether after differs from before in the count of ready workers
@@ -227,8 +318,7 @@ func attemptCreated(run *v1alpha1.TrainingRun, job *batchv1.Job) {
 	}
 	if tr := st.Trace; tr != nil && tr.CreatedAt == nil {
 		created := micro(job.CreationTimestamp.Time)
-		// A held Job was created during the teardown, which release ends.
-		if tr.Traceparent != "" && tr.TornDownAt == nil && !attempt.Held(&job.Spec.Template.Spec) {
+		if tr.Traceparent != "" && tr.TornDownAt == nil {
 			tr.TornDownAt = created
 		}
 		if tr.CreatingAt == nil {
@@ -252,15 +342,15 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	}
 	// The plugin's calls belong to the failure's episode; the verdict has not named its root
 	// pod yet, so the episode is a guess that the verdict nearly always confirms.
-	hintsCtx := withEpisode(ctx, r.episodeOf(run, failedPodWithEpisode(run, obs.current), "").root)
+	hintsCtx := withEpisode(ctx, r.episodeOf(run, failedPodWithEpisode(run, obs.workers()), "").root)
 	hints, err := r.Frameworks.Hints(hintsCtx, run)
 	if err != nil {
 		hints = nil // a broken plugin costs its hints, never the decision
 	}
 	now := r.now().Time
 	v := exitclass.Classify(exitclass.Observation{
-		Pods:  obs.current,
-		Nodes: r.nodeFacts(ctx, obs.current),
+		Pods:  obs.workers(),
+		Nodes: obs.nodes,
 		Hints: hints,
 		Now:   now,
 		// The settle window is applied below, from the root's failure time.
@@ -299,7 +389,7 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	decisionLatency.Observe(now.Sub(v.FailedAt).Seconds())
 	r.failures.decided(run, decided.Time)
 	vs := verdictStatus(v, d, decided)
-	ep := r.episodeOf(run, podNamed(obs.current, v.RootPod), v.Cause)
+	ep := r.episodeOf(run, podNamed(obs.workers(), v.RootPod), v.Cause)
 	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)
 	decidedAttempt := run.Status.Attempt
 	res, err := apply(r, ctx, run, obs, vs, d, tr)

@@ -143,21 +143,8 @@ type sighting struct {
 	uid       types.UID
 	attempt   int32
 	scheduled time.Time
-	// released: the API server showed no pod of an earlier attempt (see release).
-	released bool
-	// olderCreated is when the Job controller last created a pod of an earlier attempt after
-	// that attempt had ended, or when it may have been about to (see quietAt).
-	olderCreated time.Time
-	// overlap: whether the next Job is created during the teardown (see overlapTeardown),
-	// decided at the teardown's first sight of the earlier attempt's pods; nil before.
-	overlap *bool
 	// progressWritten: when updateProgress last wrote the attempt's status.
 	progressWritten time.Time
-	// removed: pods whose removal (see removePods) this process requested and the API server
-	// took. The cache shows such a pod unchanged until its update arrives, most of a second
-	// under load, and every reconcile in between would request it again: 50 requests a
-	// teardown of 256 workers, some pods deleted four times (2026-11-24-s12-256-qps200-audit-before.md).
-	removed map[types.UID]bool
 }
 
 // evidenceMemory bounds how long the evidence of an episode that no failure followed (a
@@ -301,21 +288,10 @@ var restartPhases = []struct {
 	{tracing.SpanSettle, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.SeenAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.JudgedAt }},
 	{tracing.SpanClassify, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.JudgedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.DecidedAt }},
 	{tracing.SpanTeardown, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.DecidedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.TornDownAt }},
-	{tracing.SpanBackoff, backoffStart, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }},
+	{tracing.SpanBackoff, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.TornDownAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }},
 	{tracing.SpanCreate, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatingAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatedAt }},
 	{tracing.SpanSchedule, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.CreatedAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.ScheduledAt }},
 	{tracing.SpanRunning, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.ScheduledAt }, func(t *v1alpha1.TraceStatus) *metav1.MicroTime { return t.RunningAt }},
-}
-
-// backoffStart is when the backoff phase began: when the teardown ended, or, for a Job
-// created during the teardown (its pods held until it ended), at the decision. Then
-// backoff, create and the start of schedule run beside teardown; every phase still starts
-// when the one it waited for ended.
-func backoffStart(t *v1alpha1.TraceStatus) *metav1.MicroTime {
-	if t.CreatingAt != nil && (t.TornDownAt == nil || t.CreatingAt.Before(t.TornDownAt)) {
-		return t.DecidedAt
-	}
-	return t.TornDownAt
 }
 
 // failPhases is how many of restartPhases a fail has.

@@ -256,65 +256,6 @@ func TestRestartTrace(t *testing.T) {
 	}
 }
 
-// TestHeldRestartTrace: the next attempt's Job created during the teardown, its pods held
-// until the teardown ended. Backoff runs from the decision beside teardown, create and
-// schedule follow it, and the phases still leave no moment of the restart uncovered: each
-// is emitted when its phase ends, teardown last of the three.
-func TestHeldRestartTrace(t *testing.T) {
-	ctx := context.Background()
-	r, exp := newTracedReconciler()
-	root := r.Tracing.EpisodeFor("uid-llm/1")
-	run := makeRun("llm", 4).obj()
-	started := run.Status.Trace.DeepCopy()
-	tr := &v1alpha1.TraceStatus{Traceparent: tracing.Traceparent(root), SeenAt: mt(150), JudgedAt: mt(160), DecidedAt: mt(170)}
-	run = makeRun("llm", 4).trace(started).failed(shutdownVerdict(at(170)), tr).obj()
-	r.traceWritten(ctx, run, started)
-	steps := []struct {
-		step string
-		set  func(*v1alpha1.TraceStatus)
-		want []string
-	}{
-		{"job created, held", func(tr *v1alpha1.TraceStatus) { tr.CreatingAt, tr.CreatedAt = mt(175), mt(190) }, []string{tracing.SpanBackoff, tracing.SpanCreate}},
-		{"old pods gone, released", func(tr *v1alpha1.TraceStatus) { tr.TornDownAt = mt(700) }, []string{tracing.SpanTeardown}},
-		{"all bound", func(tr *v1alpha1.TraceStatus) { tr.ScheduledAt = mt(900) }, []string{tracing.SpanSchedule}},
-		{"all running", func(tr *v1alpha1.TraceStatus) { tr.RunningAt = mt(1000) }, []string{tracing.SpanRunning, tracing.SpanRestart}},
-	}
-	seen := len(exp.GetSpans())
-	for _, st := range steps {
-		before := run.Status.Trace.DeepCopy()
-		st.set(run.Status.Trace)
-		r.traceWritten(ctx, run, before)
-		var got []string
-		for _, s := range exp.GetSpans().Snapshots()[seen:] {
-			got = append(got, s.Name())
-		}
-		seen = len(exp.GetSpans())
-		if diff := cmp.Diff(st.want, got); diff != "" {
-			t.Errorf("%s: spans emitted (-want +got):\n%s", st.step, diff)
-		}
-	}
-	ms := time.Millisecond
-	want := []spanView{
-		{Name: tracing.SpanRestart, Start: 150 * ms, End: 1000 * ms},
-		{Name: tracing.SpanSettle, Parent: tracing.SpanRestart, Start: 150 * ms, End: 160 * ms},
-		{Name: tracing.SpanClassify, Parent: tracing.SpanRestart, Start: 160 * ms, End: 170 * ms},
-		{Name: tracing.SpanBackoff, Parent: tracing.SpanRestart, Start: 170 * ms, End: 175 * ms},
-		{Name: tracing.SpanTeardown, Parent: tracing.SpanRestart, Start: 170 * ms, End: 700 * ms},
-		{Name: tracing.SpanCreate, Parent: tracing.SpanRestart, Start: 175 * ms, End: 190 * ms},
-		{Name: tracing.SpanSchedule, Parent: tracing.SpanRestart, Start: 190 * ms, End: 900 * ms},
-		{Name: tracing.SpanRunning, Parent: tracing.SpanRestart, Start: 900 * ms, End: 1000 * ms},
-	}
-	var episode []sdktrace.ReadOnlySpan
-	for _, s := range exp.GetSpans().Snapshots() {
-		if s.Name() != tracing.SpanAttempt {
-			episode = append(episode, s)
-		}
-	}
-	if diff := cmp.Diff(want, view(episode)); diff != "" {
-		t.Errorf("held restart trace (-want +got):\n%s", diff)
-	}
-}
-
 // TestFailFastTrace: an application error without node evidence fails the run: the
 // controller reserves the episode itself and records faultline.fail with settle and
 // classify, error.type = the cause, and the attempt's span linked to it.

@@ -712,3 +712,52 @@ func TestClassifyAttestation(t *testing.T) {
 		},
 	})
 }
+
+// TestClassifyLostPods: a pod whose node is unreachable (the node lifecycle controller's
+// taint) or gone has failed, though nothing reports its end: it runs in the API forever
+// otherwise. Its time is when its node went silent.
+func TestClassifyLostPods(t *testing.T) {
+	silent := at(0.5)
+	runRuleCases(t, map[string]ruleCase{
+		"running on an unreachable node": {
+			pods:      []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").obj()},
+			nodes:     map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: &silent}},
+			want:      infra(v1alpha1.CauseNodeLost, "r-3", 3, 0),
+			wantBasis: "and its node is NotReady",
+		},
+		"running on a node that is gone": {
+			pods:  []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {Gone: true}},
+			want:  infra(v1alpha1.CauseNodeLost, "r-3", 3, 0),
+		},
+		"running on a NotReady node that the kubelet still reports": {
+			pods:  []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").obj(), worker(1, 1, at(1)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {NotReady: true}},
+			want:  app(v1alpha1.CauseAppExit, "r-1", 1, 1, false),
+		},
+	})
+}
+
+// TestFailedIsClassifysDefinition: Failed says of one pod what Classify counts as failed.
+func TestFailedIsClassifysDefinition(t *testing.T) {
+	lost := map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true}}
+	for name, tc := range map[string]struct {
+		pod   *corev1.Pod
+		nodes map[string]NodeFacts
+		want  bool
+	}{
+		"running":                {makePod("r-3").node("gpu-3").obj(), nil, false},
+		"exit 1":                 {worker(3, 1, at(1)).obj(), nil, true},
+		"succeeded":              {worker(3, 0, at(1)).obj(), lost, false},
+		"on an unreachable node": {makePod("r-3").node("gpu-3").obj(), lost, true},
+		"unknown node facts":     {makePod("r-3").node("gpu-3").obj(), nil, false},
+		"deleted, node NotReady": {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {NotReady: true}}, true},
+		"deleted, node Ready":    {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {}}, false},
+	} {
+		got := Failed(tc.pod, tc.nodes)
+		classified := Classify(Observation{Pods: []*corev1.Pod{tc.pod}, Nodes: tc.nodes}).RootPod != ""
+		if got != tc.want || got != classified {
+			t.Errorf("%s: Failed = %v, Classify counts it %v; want %v", name, got, classified, tc.want)
+		}
+	}
+}

@@ -9,16 +9,18 @@
 //
 // A pod has failed when its phase is Failed, when a container (init containers included) has
 // terminated with a non-zero exit code, when a container's state is ContainerStatusUnknown,
-// or when it is being deleted (deletionTimestamp) while its node is Gone or NotReady (lost).
-// Succeeded and running pods are not failures. A pod whose node is missing from
+// or when it is lost: its node is Gone or Unreachable (the node lifecycle controller's
+// node.kubernetes.io/unreachable taint: nothing has heard from its kubelet, and nothing will
+// report the pod's end), or it is being deleted (deletionTimestamp) while its node is
+// NotReady. Succeeded and running pods are not failures. Failed applies this test alone. A pod whose node is missing from
 // Observation.Nodes has unknown node facts, which is not the same as a gone node.
 //
 // The exit that stands for a pod is its earliest non-zero container exit, else a container
 // whose state the kubelet lost, else any terminated container (a program that handles SIGTERM
 // in a node shutdown exits 0 in a Failed pod). Its finishedAt is the pod's failure time; a pod
 // without one (lost, or rejected at admission) takes the earliest time recorded by its
-// InfrastructureFault or DisruptionTarget condition, its fault evidence or its deletion, else
-// its time is unknown and sorts after every known time.
+// InfrastructureFault or DisruptionTarget condition, its deletion or its node turning
+// unreachable, else its time is unknown and sorts after every known time.
 //
 // # One pod's own cause
 //

@@ -166,6 +166,9 @@ func (f *podFailure) failureTime() time.Time {
 	if f.pod.DeletionTimestamp != nil {
 		pick(f.pod.DeletionTimestamp.Time)
 	}
+	if f.known && f.facts.Unreachable && f.facts.UnreachableSince != nil {
+		pick(*f.facts.UnreachableSince) // nothing reports a lost pod's end: its node went silent then
+	}
 	return t
 }
 

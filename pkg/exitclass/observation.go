@@ -47,15 +47,37 @@ type NodeFacts struct {
 	// `kubectl drain` does before it evicts. It turns an eviction through the Eviction API
 	// into NodeMaintenance; leave it false if unknown.
 	Unschedulable bool
+	// Unreachable: the node lifecycle controller has heard nothing from the node's kubelet
+	// for its grace period (the node.kubernetes.io/unreachable taint), since
+	// UnreachableSince (nil: unknown). Its pods are lost: nothing will report their end.
+	Unreachable      bool
+	UnreachableSince *time.Time
+	// OutOfService: an operator tainted the node node.kubernetes.io/out-of-service, saying
+	// it is down: its pods' processes are gone, and the pod garbage collector deletes them.
+	OutOfService bool
 }
 
 // FactsOfNode reads what Classify needs to know about a node from its Node object.
 func FactsOfNode(node *corev1.Node) NodeFacts {
 	f := NodeFacts{Unschedulable: node.Spec.Unschedulable}
+	for _, t := range node.Spec.Taints {
+		switch t.Key {
+		case corev1.TaintNodeUnreachable:
+			f.Unreachable = true
+			if t.TimeAdded != nil && (f.UnreachableSince == nil || t.TimeAdded.Time.Before(*f.UnreachableSince)) {
+				f.UnreachableSince = &t.TimeAdded.Time
+			}
+		case corev1.TaintNodeOutOfService:
+			f.OutOfService = true
+		}
+	}
 	for _, c := range node.Status.Conditions {
 		switch c.Type {
 		case corev1.NodeReady:
 			f.NotReady = c.Status != corev1.ConditionTrue
+			if f.Unreachable && f.UnreachableSince == nil && c.Status == corev1.ConditionUnknown && !c.LastTransitionTime.IsZero() {
+				f.UnreachableSince = &c.LastTransitionTime.Time
+			}
 		case v1alpha1.NodeConditionGPUHealthy:
 			if c.Status == corev1.ConditionFalse {
 				f.GPUUnhealthyReason = c.Reason

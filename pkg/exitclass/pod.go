@@ -95,7 +95,20 @@ func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool) bo
 	if term.statusUnknown || (term.found && term.exitCode != 0) {
 		return true
 	}
-	return pod.DeletionTimestamp != nil && known && (facts.Gone || facts.NotReady)
+	return known && (facts.Gone || facts.Unreachable || pod.DeletionTimestamp != nil && facts.NotReady)
+}
+
+// Failed reports whether pod has failed by this package's definition (see the package doc),
+// given what is known of the nodes: the same test Classify applies, for a caller that must
+// know when to classify.
+func Failed(pod *corev1.Pod, nodes map[string]NodeFacts) bool {
+	var facts NodeFacts
+	known := false
+	if pod.Spec.NodeName != "" {
+		facts, known = nodes[pod.Spec.NodeName]
+	}
+	term, _ := failingContainer(pod)
+	return isFailed(pod, term, facts, known)
 }
 
 // requestsGPU reports whether any container asks for nvidia.com/gpu.

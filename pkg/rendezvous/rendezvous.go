@@ -34,17 +34,20 @@ func Address(run *v1alpha1.TrainingRun, index int) string {
 }
 
 // Service is the headless Service that publishes every worker's address, Ready or not:
-// frameworks resolve their peers while they are still starting up.
+// frameworks resolve their peers while they are still starting up. It selects the run's own
+// workers by its UID: the stopping workers of an earlier run of the same name have the same
+// hostnames, and a new worker must never resolve one of them.
 func Service(run *v1alpha1.TrainingRun) *corev1.Service {
+	own := map[string]string{v1alpha1.LabelRun: run.Name, v1alpha1.LabelRunUID: string(run.UID)}
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      ServiceName(run),
 			Namespace: run.Namespace,
-			Labels:    map[string]string{v1alpha1.LabelRun: run.Name},
+			Labels:    own,
 		},
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
-			Selector:                 map[string]string{v1alpha1.LabelRun: run.Name},
+			Selector:                 own,
 			PublishNotReadyAddresses: true,
 		},
 	}

@@ -199,46 +199,43 @@ func stopSlowly(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *core
 	}
 }
 
-// TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone: the next attempt's Job is created while an
-// old worker is still stopping, so the Job controller makes the new pods during the
-// teardown, not after it; they stay held by the scheduling gate, never bound, until the
-// last old worker is gone, and then run. The monitor fails the test if any index ever had
-// two pods that could run.
-func TestE2ENextAttemptIsHeldUntilTheOldPodsAreGone(t *testing.T) {
+// TestE2ENextAttemptWaitsUntilTheOldPodsAreGone: while an old worker is still stopping, the
+// old attempt's Job stays (held by faultline's finalizer, being deleted) and no pod of the
+// next attempt exists; once the worker is gone the Job goes, and the next attempt runs. The
+// monitor fails the test if any index ever had two pods that could run.
+func TestE2ENextAttemptWaitsUntilTheOldPodsAreGone(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	run, pods := runningRun(ctx, t, c, ns, newRun("held", 4))
+	run, pods := runningRun(ctx, t, c, ns, newRun("waits", 4))
 	slow := pods[2]
 	stopped := stopSlowly(ctx, t, c, slow)
 
 	overlaps := monitorOverlaps(ctx, t, c, ns, run.Name)
 	infraFault(ctx, t, c, pods[1], v1alpha1.CauseNodeShutdown)
 
-	next, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 2), func(pods []*corev1.Pod) (bool, error) {
-		for _, p := range pods {
-			if !attempt.Held(&p.Spec) || p.Spec.NodeName != "" {
-				return false, fmt.Errorf("pod %s of attempt 2 is not held (node %q) while old worker %s stops", p.Name, p.Spec.NodeName, slow.Name)
-			}
+	held, err := c.WaitJob(ctx, ns, run.Name, func(j *batchv1.Job) (bool, error) {
+		if j.Labels[v1alpha1.LabelAttempt] != "1" {
+			return false, fmt.Errorf("Job of attempt %s while old worker %s still stops", j.Labels[v1alpha1.LabelAttempt], slow.Name)
 		}
-		return len(pods) == 4, nil
+		return j.DeletionTimestamp != nil, nil
 	})
 	if err != nil {
-		t.Fatalf("attempt 2's pods, all held: %v; pods: %s", err, describePods(next))
+		t.Fatalf("attempt 1's Job, held while it is deleted: %v", err)
 	}
-	switch old, err := c.Client.CoreV1().Pods(ns).Get(ctx, slow.Name, metav1.GetOptions{}); {
-	case err != nil:
-		t.Fatalf("old worker %s: %v, want it still stopping", slow.Name, err)
-	case old.DeletionTimestamp == nil:
-		t.Fatalf("old worker %s is not being deleted", slow.Name)
+	if !slices.Contains(held.Finalizers, v1alpha1.FinalizerAttemptJob) {
+		t.Errorf("attempt 1's Job being deleted has finalizers %q, want faultline's", held.Finalizers)
+	}
+	requireRunStays(ctx, t, c, ns, run.Name, 2*time.Second, "no attempt-2 Job while an old worker stops", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Phase != v1alpha1.PhaseRestarting
+	})
+	if next := podsOfAttempt(ctx, t, c, ns, run.Name, 2); len(next) > 0 {
+		t.Fatalf("%d pods of attempt 2 exist while old worker %s stops", len(next), slow.Name)
 	}
 
 	stopped()
 	waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
 	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
-	if n := overlaps.heldPods(); n != 4 {
-		t.Errorf("the monitor saw %d held pods, want the 4 of attempt 2", n)
-	}
 	overlaps.check(t)
 }
 

@@ -532,10 +532,9 @@ func annotateFaultEvidence(ctx context.Context, t *testing.T, c *cluster.Cluster
 }
 
 // overlapMonitor watches every pod of a run and records each moment at which one completion
-// index had more than one pod that may run (present, not terminal, and not held by
-// faultline's scheduling gate, which the scheduler never binds): the duplicate task
-// registration that TensorFlow and JAX cannot survive. It also counts the pods it saw held,
-// for the tests that need the next attempt created during the teardown.
+// index had more than one pod that may run (present, not terminal, not held by a scheduling
+// gate, which the scheduler never binds): the duplicate task registration that TensorFlow
+// and JAX cannot survive.
 type overlapMonitor struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -543,7 +542,6 @@ type overlapMonitor struct {
 	mu         sync.Mutex
 	violations []string
 	events     int
-	held       map[types.UID]bool
 	err        error
 }
 
@@ -552,7 +550,7 @@ type overlapMonitor struct {
 func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string) *overlapMonitor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	m := &overlapMonitor{cancel: cancel, done: make(chan struct{}), held: map[types.UID]bool{}}
+	m := &overlapMonitor{cancel: cancel, done: make(chan struct{})}
 	synced := make(chan struct{})
 	var once sync.Once
 	go func() {
@@ -564,11 +562,7 @@ func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, 
 			m.events++
 			live := map[int][]*corev1.Pod{}
 			for _, p := range pods {
-				if attempt.Held(&p.Spec) {
-					m.held[p.UID] = true
-					continue
-				}
-				if cluster.PodLive(p) {
+				if cluster.PodLive(p) && len(p.Spec.SchedulingGates) == 0 {
 					live[attempt.IndexOrNone(p)] = append(live[attempt.IndexOrNone(p)], p)
 				}
 			}
@@ -594,13 +588,6 @@ func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, 
 		t.Fatalf("pod monitor for %s did not sync: %v", run, ctx.Err())
 	}
 	return m
-}
-
-// heldPods is how many pods the monitor saw held.
-func (m *overlapMonitor) heldPods() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.held)
 }
 
 func (m *overlapMonitor) stop() {

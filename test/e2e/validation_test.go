@@ -140,7 +140,7 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			podSpec(s)["readinessGates"] = []any{map[string]any{"conditionType": v1alpha1.PodConditionInfrastructureFault}}
 		}, "spec.template.spec.readinessGates", "must not name faultline.dev/ conditions"},
 		{"template-faultline-scheduling-gate", func(s map[string]any) {
-			podSpec(s)["schedulingGates"] = []any{map[string]any{"name": v1alpha1.SchedulingGatePreviousAttempt}}
+			podSpec(s)["schedulingGates"] = []any{map[string]any{"name": v1alpha1.GroupName + "/hold"}}
 		}, "spec.template.spec.schedulingGates", "must not name faultline.dev/ gates"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
+)
+
+// The teardown of an attempt: its Job deleted, its pods stopped, and the Job let go once the
+// Job controller is done with it. Two pods of one index must never run at once (TensorFlow
+// and JAX refuse a second registration of a task), and the next attempt's Job has the old
+// one's name (stable rendezvous addresses), so it is created only once both are gone.
+
+// retire stops job, a Job of faultline's that is not wanted any more (an earlier attempt's, a
+// deleted run's, or one someone deleted), and lets it go once the Job controller is done
+// with it (see jobDone). pods are the pods the cache shows under the run's name; nodes what
+// is known of their nodes. It reports whether the Job is gone.
+//
+// A Job's deletion makes the Job controller drop the tracking finalizer of every pod of it
+// that it still shows with one, one request after another, on the same rate-limited client
+// (QPS 20 by default) that creates the next attempt's pods: measured at 2,048 workers, that
+// was a minute of its budget. So the running pods lose theirs first. Only running pods: the
+// Job counts a pod that has ended (or is ending) only through its finalizer, and would
+// replace an uncounted one. Once the Job is being deleted the Job controller creates no pod
+// for it (its manageJob runs only for a Job without a deletion timestamp), and the rest lose
+// theirs too.
+func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod, nodes map[string]exitclass.NodeFacts) (bool, error) {
+	own := controlledBy(pods, job.UID)
+	// The cache shows the Job's deletion a moment after it: until then, it is known here.
+	if job.DeletionTimestamp == nil && !r.removed.has(job.UID) {
+		running, others := splitRunning(own)
+		tracked := slices.DeleteFunc(slices.Clone(running), func(p *corev1.Pod) bool { return !hasTrackingFinalizer(p) })
+		if err := forEachPod(tracked, "drop the finalizer of", func(p *corev1.Pod) error { return r.dropTrackingFinalizer(ctx, p) }); err != nil {
+			return false, err
+		}
+		if err := r.deleteJob(ctx, job); err != nil {
+			return false, err
+		}
+		r.removed.add(job.UID, r.Clock.Now())
+		r.crash(CrashOldJobDeleted)
+		// The cache does not show the finalizers just dropped: dropping them again would
+		// double the requests.
+		return false, errors.Join(r.removePods(ctx, running, false), r.removePods(ctx, others, true))
+	}
+	if err := r.removePods(ctx, own, true); err != nil {
+		return false, err
+	}
+	if job.DeletionTimestamp == nil || !jobDone(job, own, nodes) {
+		return false, nil // the Job's own events bring it back
+	}
+	if !slices.Contains(job.Finalizers, v1alpha1.FinalizerAttemptJob) {
+		return false, nil // a Job made before the finalizer: the API server removes it
+	}
+	// The cache may not show a pod that the Job controller created a moment ago.
+	left, err := r.livePodsAt(ctx, job.Namespace, job.Labels[v1alpha1.LabelRun], func(p *metav1.PartialObjectMetadata) bool {
+		ref := metav1.GetControllerOfNoCopy(p)
+		return ref != nil && ref.UID == job.UID
+	}, pods, nodes)
+	if err != nil || left > 0 {
+		return false, err
+	}
+	return true, r.releaseJob(ctx, job)
+}
+
+// jobDone reports whether the Job controller is done with a Job being deleted: no pod of it
+// that may still run is left (pods are its pods; see podGone), and its status counts no pod
+// active, ready or terminating. The Job controller writes a Job's status with the
+// resourceVersion it read, so a sync that read the Job before its deletion cannot write it
+// after (the write conflicts and the Job is synced again), and one Job is never synced twice
+// at once: a status written after the deletion comes from a sync that saw it, after every
+// sync that could still create pods had ended. As the teardown removes the pods, the
+// counts fall to zero in such writes. Until then the Job stays, held by
+// FinalizerAttemptJob, so that a creation still in flight lands on it (and is removed with
+// it) rather than on the next attempt's Job of the same name.
+func jobDone(job *batchv1.Job, pods []*corev1.Pod, nodes map[string]exitclass.NodeFacts) bool {
+	st := job.Status
+	if st.Active > 0 || ptr.Deref(st.Ready, 0) > 0 || ptr.Deref(st.Terminating, 0) > 0 {
+		return false
+	}
+	return !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return !podGone(p, nodes) })
+}
+
+// releaseJob drops FinalizerAttemptJob from a Job that is being deleted: the API server
+// then removes it.
+func (r *Reconciler) releaseJob(ctx context.Context, job *batchv1.Job) error {
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":[%q]}}`, job.UID, v1alpha1.FinalizerAttemptJob)
+	if err := r.Patch(ctx, job.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("release job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return nil
+}
+
+// podGone reports whether a pod can no longer run a process, whether or not it is still in
+// the API: it has ended, or its node is gone, or its node is tainted out-of-service (an
+// operator's statement that the node is down, on which the pod garbage collector deletes
+// its pods). A pod on an unreachable node is not gone: its process may still run, and
+// would meet the next attempt's.
+func podGone(p *corev1.Pod, nodes map[string]exitclass.NodeFacts) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	f, known := nodes[p.Spec.NodeName]
+	return p.Spec.NodeName != "" && known && (f.Gone || f.OutOfService)
+}
+
+// splitRunning separates the pods that run from the others: those that have ended, or are
+// being stopped, or have a failed container, or are about to be stopped (the node agent's
+// InfrastructureFault or the control plane's DisruptionTarget): the workers most likely to
+// end while their finalizers go.
+func splitRunning(pods []*corev1.Pod) (running, others []*corev1.Pod) {
+	for _, p := range pods {
+		if podLive(p) && p.DeletionTimestamp == nil && !podFailed(p) && !podStopping(p) {
+			running = append(running, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	return running, others
+}
+
+// podStopping reports whether the infrastructure announced that it stops the pod.
+func podStopping(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Status == corev1.ConditionTrue && slices.Contains(attempt.StopConditions, c.Type)
+	})
+}
+
+// controlledBy are the pods whose controller is uid.
+func controlledBy(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && ref.UID == uid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasTrackingFinalizer(p *corev1.Pod) bool {
+	return slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer)
+}
+
+// deleteJob deletes a Job; it stays, held by FinalizerAttemptJob, until retire lets it go.
+func (r *Reconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
+	err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return nil
+}
+
+// removePods deletes pods and, with strip, drops the Job controller's tracking finalizer:
+// it only exists so that the Job counts the pod, and waiting for the rate-limited Job
+// controller to drop it costs seconds per hundred pods (26 s for 256 pods at its default
+// QPS). Strip only when no Job will count the pods: once their Job is being deleted or, for
+// running pods, about to be (retire), or suspended (a suspended Job neither counts nor
+// replaces the pods it loses). Dropping it never makes a pod vanish before the kubelet has
+// stopped its containers: that is graceful deletion's job. Each pod is removed once by this
+// process (see removals), whatever the cache still shows of it.
+func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip bool) error {
+	stripOf := func(p *corev1.Pod) bool { return strip && hasTrackingFinalizer(p) }
+	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
+		return r.removed.has(p.UID) || p.DeletionTimestamp != nil && !stripOf(p)
+	})
+	return forEachPod(work, "remove", func(p *corev1.Pod) error {
+		if err := r.removePod(ctx, p, stripOf(p)); err != nil {
+			return err
+		}
+		r.removed.add(p.UID, r.Clock.Now())
+		return nil
+	})
+}
+
+// removals remembers the pods (and Jobs) whose removal this process requested and the API
+// server took.
+// The cache shows such a pod unchanged until its update arrives, most of a second under
+// load, and every reconcile in between would request it again: 50 requests a teardown of
+// 256 workers, some pods deleted four times (2026-11-24-s12-256-qps200-audit-before.md).
+// A pod's UID is never reused, so an entry is only forgotten to bound the memory.
+type removals struct {
+	mu   sync.Mutex
+	uids map[types.UID]time.Time
+}
+
+// removalMemory is how long a removal is remembered: far longer than any cache lag.
+const removalMemory = 10 * time.Minute
+
+func (m *removals) has(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.uids[uid]
+	return ok
+}
+
+func (m *removals) add(uid types.UID, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.uids == nil {
+		m.uids = map[types.UID]time.Time{}
+	}
+	if len(m.uids)%1024 == 0 {
+		for u, t := range m.uids {
+			if now.Sub(t) > removalMemory {
+				delete(m.uids, u)
+			}
+		}
+	}
+	m.uids[uid] = now
+}
+
+// forEachPod calls write for every pod, 32 at a time: one request per pod, since a
+// DeleteCollection would save requests but not time (the API server deletes its items one
+// after another: no faster at 256 workers), and a patch has no collection form.
+func forEachPod(pods []*corev1.Pod, what string, write func(*corev1.Pod) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 32)
+	)
+	for _, p := range pods {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := write(p); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("%s %d pods: %w", what, len(errs), errs[0])
+	}
+	return nil
+}
+
+func (r *Reconciler) removePod(ctx context.Context, p *corev1.Pod, strip bool) error {
+	if strip {
+		if err := r.dropTrackingFinalizer(ctx, p); err != nil {
+			return err
+		}
+	}
+	if p.DeletionTimestamp == nil {
+		if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// dropTrackingFinalizer removes the Job-tracking finalizer from p, and nothing else: a
+// strategic merge patch that deletes the one value (as the Job controller does), so that it
+// needs no resourceVersion and cannot conflict with a cache that lags; p's UID guards
+// against a new pod of the same name.
+func (r *Reconciler) dropTrackingFinalizer(ctx context.Context, p *corev1.Pod) error {
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":[%q]}}`, p.UID, batchv1.JobTrackingFinalizer)
+	if err := r.Patch(ctx, p.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("drop finalizer of pod %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// livePodsAt counts, at the API server, the pods under a run's name for which match holds and
+// that may still run: the cache may lag behind deletions, and may not show a pod created a
+// moment ago. Their metadata is enough: a worker's spec carries the framework's rendezvous,
+// which grows with the gang. Whether a pod has ended comes from the cache's copy (a phase
+// never leaves Succeeded or Failed); a pod the cache does not have counts as live.
+func (r *Reconciler) livePodsAt(ctx context.Context, namespace, run string, match func(*metav1.PartialObjectMetadata) bool, cached []*corev1.Pod, nodes map[string]exitclass.NodeFacts) (int, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.APIReader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.LabelRun: run}); err != nil {
+		return 0, fmt.Errorf("list pods of %s: %w", run, err)
+	}
+	byUID := make(map[types.UID]*corev1.Pod, len(cached))
+	for _, p := range cached {
+		byUID[p.UID] = p
+	}
+	live := 0
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !match(p) {
+			continue
+		}
+		if c, ok := byUID[p.UID]; ok && podGone(c, nodes) {
+			continue
+		}
+		live++
+	}
+	return live, nil
+}
