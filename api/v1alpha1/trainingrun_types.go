@@ -63,6 +63,12 @@ const FrameworkNone = "none"
 // +kubebuilder:validation:XValidation:rule="self.restartScope == 'Index' || !has(self.backoffLimitPerIndex)",message="spec.backoffLimitPerIndex applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="self.restartScope == 'Index' || !has(self.maxFailedIndexes)",message="spec.maxFailedIndexes applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".maxFailedIndexes"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.workers",message="spec.maxFailedIndexes must not exceed spec.workers: lower it to at most the number of workers",fieldPath=".maxFailedIndexes"
+// In Index scope the Job controller retries each index (backoffLimitPerIndex, with infrastructure
+// failures not counted) and the run fails when it gives up: rules and budgets there would be
+// silently ignored, so they are refused (backoff and settleSeconds are documented as Gang's:
+// Go clients send their zero values, which cannot be told from a choice).
+// +kubebuilder:validation:XValidation:rule="self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
+// +kubebuilder:validation:XValidation:rule="self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
 	// (tensorflow, jax, …), or "none".
@@ -263,7 +269,8 @@ type TrainingRunStatus struct {
 	// +kubebuilder:validation:MaxItems=50
 	// +optional
 	Attempts []AttemptRecord `json:"attempts,omitempty"`
-	// ExcludedNodes are nodes that later attempts avoid.
+	// ExcludedNodes are nodes that later attempts avoid, at most MaxExcludedNodes, the oldest
+	// forgotten first.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
@@ -335,6 +342,10 @@ type TraceStatus struct {
 
 // MaxAttemptHistory bounds status.attempts so that a crash-looping run's status stays small.
 const MaxAttemptHistory = 50
+
+// MaxExcludedNodes bounds status.excludedNodes (the CRD's maxItems): a run that excluded more
+// nodes forgets the oldest exclusion first; beyond it every status write would be refused.
+const MaxExcludedNodes = 1000
 
 // RestartCounts are restarts spent per class.
 type RestartCounts struct {

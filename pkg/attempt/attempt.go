@@ -208,13 +208,14 @@ func addPorts(spec *corev1.PodSpec, ports []corev1.ContainerPort) {
 	}
 }
 
-// excludeNodes adds a required node affinity that keeps the pod off the given nodes. Terms
-// of a required affinity are ORed, so the exclusion is added to every term the user wrote.
+// excludeNodes adds a required node affinity that keeps the pod off the given nodes, by the
+// Node's name (metadata.name; a node's hostname label need not be its name). Terms of a
+// required affinity are ORed, so the exclusion is added to every term the user wrote.
 func excludeNodes(spec *corev1.PodSpec, nodes []string) {
 	if len(nodes) == 0 {
 		return
 	}
-	req := corev1.NodeSelectorRequirement{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
+	req := corev1.NodeSelectorRequirement{Key: NodeNameField, Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
@@ -230,9 +231,12 @@ func excludeNodes(spec *corev1.PodSpec, nodes []string) {
 		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
 	for i := range sel.NodeSelectorTerms {
-		sel.NodeSelectorTerms[i].MatchExpressions = append(sel.NodeSelectorTerms[i].MatchExpressions, req)
+		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
 	}
 }
+
+// NodeNameField is the one field a node selector's matchFields may name: the Node's name.
+const NodeNameField = "metadata.name"
 
 func merge(base, extra map[string]string) map[string]string {
 	out := make(map[string]string, len(base)+len(extra))

@@ -157,7 +157,8 @@ func TestJobIndexScopeAndLeader(t *testing.T) {
 }
 
 func TestExcludeNodes(t *testing.T) {
-	notIn := corev1.NodeSelectorRequirement{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-1", "bad-2"}}
+	// By the Node's name, not its hostname label (which need not be its name).
+	notIn := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-1", "bad-2"}}
 	zone := corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
 	gpu := corev1.NodeSelectorRequirement{Key: "gpu", Operator: corev1.NodeSelectorOpExists}
 	cases := map[string]struct {
@@ -165,15 +166,15 @@ func TestExcludeNodes(t *testing.T) {
 		want     []corev1.NodeSelectorTerm
 	}{
 		"no affinity gets one term": {
-			want: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{notIn}}},
+			want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notIn}}},
 		},
 		"every user term gets the exclusion (terms are ORed)": {
 			affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}, {MatchExpressions: []corev1.NodeSelectorRequirement{gpu}}},
 			}}},
 			want: []corev1.NodeSelectorTerm{
-				{MatchExpressions: []corev1.NodeSelectorRequirement{zone, notIn}},
-				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu, notIn}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{zone}, MatchFields: []corev1.NodeSelectorRequirement{notIn}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu}, MatchFields: []corev1.NodeSelectorRequirement{notIn}},
 			},
 		},
 	}
@@ -185,7 +186,7 @@ func TestExcludeNodes(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("terms (-want +got):\n%s", diff)
 			}
-			if tc.affinity != nil && len(run.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions) != 1 {
+			if tc.affinity != nil && len(run.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields) != 0 {
 				t.Error("Job() modified the run's affinity")
 			}
 		})

@@ -25,6 +25,8 @@ const (
 	ReasonPluginOK          = "PluginReady"
 	ReasonRestarting        = "Restarting"
 	ReasonJobDeleted        = "JobDeleted"
+	// ReasonExclusionsForgotten: status.excludedNodes is full, its oldest entries go.
+	ReasonExclusionsForgotten = "ExclusionsForgotten"
 
 	// Reasons of Stalled.
 	ReasonNodeUnreachable = "NodeUnreachable" // an old worker's node is unreachable

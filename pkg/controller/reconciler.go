@@ -360,12 +360,8 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return r.updateProgress(ctx, run, obs)
 	}
 	if !v.Conclusive && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
-		failedAt := v.FailedAt
-		if failedAt.IsZero() {
-			failedAt = now
-		}
-		deadline := failedAt.Add(time.Duration(ptr.Deref(run.Spec.FailurePolicy.SettleSeconds, policy.DefaultSettleSeconds)) * time.Second)
-		if now.Before(deadline) {
+		settle := time.Duration(ptr.Deref(run.Spec.FailurePolicy.SettleSeconds, policy.DefaultSettleSeconds)) * time.Second
+		if deadline := policy.SettleDeadline(v.FailedAt, failureSeen, settle); now.Before(deadline) {
 			return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
 		}
 	}

@@ -38,6 +38,11 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	st.LastFailure = v
 	if d.ExcludeNode != "" && !slices.Contains(st.ExcludedNodes, d.ExcludeNode) {
 		st.ExcludedNodes = append(st.ExcludedNodes, d.ExcludeNode)
+		if over := len(st.ExcludedNodes) - v1alpha1.MaxExcludedNodes; over > 0 {
+			r.event(run, corev1.EventTypeWarning, ReasonExclusionsForgotten, ActionRestart, "more than %d nodes excluded: the oldest exclusions (%s) are forgotten",
+				v1alpha1.MaxExcludedNodes, strings.Join(st.ExcludedNodes[:over], ", "))
+			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:])
+		}
 	}
 	st.Attempt++
 	appendRecord(run, v1alpha1.AttemptRecord{Attempt: st.Attempt, ExcludedNodes: slices.Clone(st.ExcludedNodes)})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -772,25 +773,23 @@ func ptrInt(p *int32) int32 {
 }
 
 // requireNodeExcluded fails the test unless every term of the pod template's required node
-// affinity keeps pods off node.
+// affinity keeps pods off node, by its name.
 func requireNodeExcluded(t *testing.T, tmpl *corev1.PodTemplateSpec, node string) {
 	t.Helper()
 	aff := tmpl.Spec.Affinity
 	if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
 		len(aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		t.Fatalf("job template has no required node affinity; want %s NotIn [%s]", corev1.LabelHostname, node)
+		t.Fatalf("job template has no required node affinity; want %s NotIn [%s]", attempt.NodeNameField, node)
 	}
 	for i, term := range aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 		found := false
-		for _, req := range term.MatchExpressions {
-			if req.Key == corev1.LabelHostname && req.Operator == corev1.NodeSelectorOpNotIn {
-				for _, v := range req.Values {
-					found = found || v == node
-				}
+		for _, req := range term.MatchFields {
+			if req.Key == attempt.NodeNameField && req.Operator == corev1.NodeSelectorOpNotIn {
+				found = found || slices.Contains(req.Values, node)
 			}
 		}
 		if !found {
-			t.Errorf("required node affinity term %d does not exclude %s: %+v", i, node, term.MatchExpressions)
+			t.Errorf("required node affinity term %d does not exclude %s by name: %+v", i, node, term.MatchFields)
 		}
 	}
 }

@@ -129,6 +129,15 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			"spec.restartScope", `Unsupported value: "Pod"`},
 		{"unknown-success-policy", func(s map[string]any) { s["successPolicy"] = "Majority" },
 			"spec.successPolicy", `Unsupported value: "Majority"`},
+		// In Index scope the Job controller retries each index: a failure policy would be ignored.
+		{"index-scope-rules", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			failurePolicy(s)["rules"] = rules(map[string]any{"name": "gpu", "onCauses": []any{"GPUFault"}, "action": "RestartRun"})
+		}, "spec.failurePolicy.rules", "have no effect with restartScope Index"},
+		{"index-scope-budget", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			failurePolicy(s)["maxRestarts"] = map[string]any{"application": int64(3)}
+		}, "spec.failurePolicy.maxRestarts", "has no effect with restartScope Index"},
 		// A template would copy these onto every worker: evidence must come from the node agent.
 		{"template-evidence-annotation", func(s map[string]any) {
 			templateMeta(s)["annotations"] = map[string]any{v1alpha1.AnnotationFaultEvidence: `{"source":"nvml-event","cause":"GPUFault"}`}
