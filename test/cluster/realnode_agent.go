@@ -96,15 +96,16 @@ func (a *Agent) InjectXIDByUUID(uuid string, xid uint64) error {
 	return a.simulate(fmt.Sprintf("uuid=%s&xid=%d", uuid, xid))
 }
 
-// AgentPodOn waits until the agent DaemonSet has a pod bound to node and returns it. On a
-// real node that pod never runs (its image is in no registry here, and the agent runs as a
-// process of the test), but it exists, which is all a token bound to it needs.
+// AgentPodOn waits until the agent DaemonSet has a live pod bound to node and returns it. On
+// a real node that pod never runs (its image is in no registry here, and the agent runs as a
+// process of the test), but it exists, which is all a token bound to it needs. A pod the
+// kubelet stopped (a node shutdown stops them all) is not live: the DaemonSet replaces it.
 func (c *Cluster) AgentPodOn(ctx context.Context, node string) (*corev1.Pod, error) {
 	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": AgentAppLabel})
 	var found *corev1.Pod
 	_, err := c.WaitPods(ctx, AgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
 		for _, p := range pods {
-			if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && PodLive(p) {
 				found = p
 				return true, nil
 			}

@@ -16,6 +16,8 @@
 //
 // With --heartbeats-only the coordinator notices a lost task only when its heartbeats stop
 // for --heartbeat-timeout, as XLA's does: the other tasks live on meanwhile, as real ones do.
+// With --sigterm-delay a worker goes on for a while after SIGTERM, as one that saves a
+// checkpoint does.
 //
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
 // `launcher logs`. The attempt comes from FAULTLINE_ATTEMPT.
@@ -69,6 +71,7 @@ type config struct {
 	failAfter, heartbeat, timeout  time.Duration
 	registerTimeout                time.Duration
 	heartbeatsOnly                 bool
+	sigtermDelay                   time.Duration
 }
 
 func main() {
@@ -90,6 +93,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.failAfter, "fail-after", 2*time.Second, "how long after the gang registered it fails")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 500*time.Millisecond, "heartbeat interval")
 	fs.DurationVar(&c.timeout, "heartbeat-timeout", 10*time.Second, "the coordinator's heartbeat timeout")
+	fs.DurationVar(&c.sigtermDelay, "sigterm-delay", 0, "how long it goes on after SIGTERM before it exits 143 (a framework saving a checkpoint)")
 	fs.BoolVar(&c.heartbeatsOnly, "heartbeats-only", false, "the coordinator notices a lost task by its heartbeat timeout only, as XLA's does, not at once when its connection closes")
 	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
 	if err := fs.Parse(args); err != nil {
@@ -147,6 +151,10 @@ func run(c config) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		s := <-sigs
+		if c.sigtermDelay > 0 {
+			logf("worker %d: received %v, exiting %d in %s", c.index, s, exitSIGTERM, c.sigtermDelay)
+			time.Sleep(c.sigtermDelay)
+		}
 		logf("worker %d: received %v, exiting %d", c.index, s, exitSIGTERM)
 		os.Exit(exitSIGTERM)
 	}()

@@ -1,0 +1,150 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// gpusInLog is the NVIDIA_VISIBLE_DEVICES the worker logged at start (what the device plugin
+// gave its container).
+var gpusInLog = regexp.MustCompile(`gpus="([^"]*)"`)
+
+// TestRealGPUToPodMapping: two workers with one GPU each on the same node; the real kubelet
+// allocates the fake device plugin's GPUs to them. An XID on the GPU that the kubelet gave
+// one worker (as its PodResources API says, and as the container's NVIDIA_VISIBLE_DEVICES
+// confirms) lands on that worker's pod, with that UUID in its evidence, and on no other.
+//
+// It runs alone: a fatal XID turns the node's GPUHealthy condition False, which explains the
+// failures of any container that runs on the node meanwhile. It turns it back when it ends.
+func TestRealGPUToPodMapping(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dumpOnFailure(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	startController(t, c, ns)
+
+	node := c.Real.Nodes[0]
+	run := realRun("gpus", 2, nil, withGPUs(1), func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.NodeSelector[corev1.LabelHostname] = node.Name
+		r.Spec.Template.Spec.TopologySpreadConstraints = nil
+	})
+	run = createRun(ctx, t, c, ns, run)
+	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
+
+	// The kubelet's own answer.
+	client, conn, err := nodeagent.DialPodResources(node.PodResourcesSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	owners, err := (&nodeagent.GPUMapper{Lister: client}).GPUOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuOf := map[string]string{} // pod → UUID
+	for uuid, refs := range owners {
+		for _, r := range refs {
+			if r.Namespace == ns {
+				gpuOf[r.Pod] = uuid
+			}
+		}
+	}
+	target, other := workers[1], workers[0]
+	uuid := gpuOf[target.Name]
+	if uuid == "" || gpuOf[other.Name] == "" || uuid == gpuOf[other.Name] {
+		t.Fatalf("PodResources allocations %v: want one distinct GPU for each of %s and %s", gpuOf, target.Name, other.Name)
+	}
+	if !containsString(node.GPUs, uuid) {
+		t.Fatalf("PodResources gave %s GPU %s, which is not one of the node's device plugin GPUs %v", target.Name, uuid, node.GPUs)
+	}
+	// The container sees the same GPU.
+	logs := workerLog(ctx, t, c, ns, run.Name, 1, 1)
+	if m := gpusInLog.FindStringSubmatch(logs); m == nil || m[1] != uuid {
+		t.Fatalf("worker 1 logged NVIDIA_VISIBLE_DEVICES %v, want %s (PodResources):\n%s", m, uuid, logs)
+	}
+
+	t.Cleanup(func() { resetGPUHealth(t, c, node.Name) })
+	injected := time.Now()
+	if err := agents[node.Name].InjectXIDByUUID(uuid, 79); err != nil { // 79: fallen off the bus, fatal
+		t.Fatal(err)
+	}
+	marked, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		for _, p := range pods {
+			if p.Name == target.Name && p.Annotations[v1alpha1.AnnotationFaultEvidence] != "" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("evidence on %s after an XID on its GPU %s: %v", target.Name, uuid, err)
+	}
+	t.Logf("XID 79 on %s -> evidence on %s in %s", uuid, target.Name, time.Since(injected).Round(time.Millisecond))
+	for _, p := range marked {
+		var ev v1alpha1.FaultEvidence
+		raw, has := p.Annotations[v1alpha1.AnnotationFaultEvidence]
+		switch p.Name {
+		case target.Name:
+			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
+				t.Fatalf("evidence %q: %v", raw, err)
+			}
+			if ev.GPU == nil || ev.GPU.UUID != uuid || ev.GPU.XID != 79 || ev.Node != node.Name || ev.Cause != v1alpha1.CauseGPUFault {
+				t.Errorf("evidence on %s: %+v (gpu %+v); want GPUFault XID 79 on %s, node %s", p.Name, ev, ev.GPU, uuid, node.Name)
+			}
+			if cond := podCondition(p, v1alpha1.PodConditionInfrastructureFault); cond == nil || cond.Status != corev1.ConditionTrue {
+				t.Errorf("pod %s has no InfrastructureFault condition after a fatal XID on its GPU", p.Name)
+			}
+		default:
+			if has || podCondition(p, v1alpha1.PodConditionInfrastructureFault) != nil {
+				t.Errorf("pod %s (GPU %s) was marked for an XID on %s: %s", p.Name, gpuOf[p.Name], uuid, raw)
+			}
+		}
+	}
+	// The node says which GPU is unhealthy.
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == v1alpha1.NodeConditionGPUHealthy && cond.Status == corev1.ConditionFalse && !strings.Contains(cond.Message, uuid) {
+			t.Errorf("node condition %s: %q does not name %s", cond.Type, cond.Message, uuid)
+		}
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// resetGPUHealth turns the node's GPUHealthy condition back to True, as an operator would
+// once the GPU was replaced.
+func resetGPUHealth(t *testing.T, c *cluster.Cluster, node string) {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: v1alpha1.NodeConditionGPUHealthy, Status: corev1.ConditionTrue, Reason: "TestReset",
+		Message: "the test reset the fake GPU", LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now(),
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("reset %s's GPUHealthy condition: %v", node, err)
+	}
+}

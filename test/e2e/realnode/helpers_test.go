@@ -1,0 +1,417 @@
+package realnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// startController starts `launcher controller` for namespace ns.
+func startController(t *testing.T, c *cluster.Cluster, ns string) *cluster.Process {
+	t.Helper()
+	return cluster.StartProcess(t, launcherBin, "controller",
+		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+}
+
+// ---------------------------------------------------------------------------------------
+// Runs of the test worker on the real nodes
+
+var (
+	schemeOnce sync.Once
+	testScheme *runtime.Scheme
+)
+
+func scheme() *runtime.Scheme {
+	schemeOnce.Do(func() {
+		s := runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(s); err != nil {
+			panic(err)
+		}
+		if err := v1alpha1.AddToScheme(s); err != nil {
+			panic(err)
+		}
+		testScheme = s
+	})
+	return testScheme
+}
+
+func runClient(t testing.TB, c *cluster.Cluster) client.Client {
+	t.Helper()
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// workerMemory is every worker's memory limit: the test worker needs about 10 MiB, and the
+// OOM scenario must reach the limit quickly.
+var workerMemory = resource.MustParse("64Mi")
+
+// runOption changes a run built by realRun.
+type runOption func(*v1alpha1.TrainingRun)
+
+// realRun is a JAX run of workers test workers on the real nodes, spread over them (at most
+// one worker more on one node than on another, counting this attempt's pods and the nodes
+// that take pods only), with
+// args for the worker (see test/worker).
+func realRun(name string, workers int32, args []string, opts ...runOption) *v1alpha1.TrainingRun {
+	run := &v1alpha1.TrainingRun{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindTrainingRun},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TrainingRunSpec{
+			Framework: "jax",
+			Workers:   workers,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy:                corev1.RestartPolicyNever,
+				NodeSelector:                 map[string]string{cluster.LabelNodeKind: cluster.NodeKindReal},
+				Tolerations:                  []corev1.Toleration{cluster.RealNodeToleration},
+				AutomountServiceAccountToken: ptr.To(false),
+				EnableServiceLinks:           ptr.To(false),
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+					MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+					// A node shutting down is NotReady and tainted so: no domain to balance against.
+					NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+					LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelRun: name}},
+					MatchLabelKeys: []string{v1alpha1.LabelAttempt},
+				}},
+				Containers: []corev1.Container{{
+					Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever, Args: args,
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: workerMemory}},
+				}},
+			}},
+		},
+	}
+	for _, o := range opts {
+		o(run)
+	}
+	return run
+}
+
+func withRules(rules ...v1alpha1.FailurePolicyRule) runOption {
+	return func(r *v1alpha1.TrainingRun) {
+		r.Spec.FailurePolicy.Rules = append(r.Spec.FailurePolicy.Rules, rules...)
+	}
+}
+
+func withGPUs(n int64) runOption {
+	return func(r *v1alpha1.TrainingRun) {
+		q := *resource.NewQuantity(n, resource.DecimalSI)
+		r.Spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceName(v1alpha1.ResourceGPU)] = q
+	}
+}
+
+func createRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, run *v1alpha1.TrainingRun) *v1alpha1.TrainingRun {
+	t.Helper()
+	run = run.DeepCopy()
+	run.Namespace = ns
+	if err := runClient(t, c).Create(ctx, run); err != nil {
+		t.Fatalf("create TrainingRun %s/%s: %v", ns, run.Name, err)
+	}
+	return run
+}
+
+// watchRun returns as soon as cond holds for the run (list+watch on its name).
+func watchRun(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name string, cond func(*v1alpha1.TrainingRun) bool) (*v1alpha1.TrainingRun, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.GroupVersion = &v1alpha1.GroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme()).WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lw := cache.NewListWatchFromClient(rc, v1alpha1.ResourceTrainingRun, ns, fields.OneTermEqualSelector("metadata.name", name))
+	var last *v1alpha1.TrainingRun
+	_, err = watchtools.UntilWithSync(ctx, lw, &v1alpha1.TrainingRun{}, nil, func(e watch.Event) (bool, error) {
+		r, ok := e.Object.(*v1alpha1.TrainingRun)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		last = r
+		return cond(r), nil
+	})
+	return last, err
+}
+
+// waitRun waits until cond holds for the run; it fails the test with what it saw last.
+func waitRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name, what string, cond func(*v1alpha1.TrainingRun) bool) *v1alpha1.TrainingRun {
+	t.Helper()
+	start := time.Now()
+	run, err := watchRun(ctx, t, c, ns, name, cond)
+	if err != nil {
+		t.Fatalf("TrainingRun %s/%s: %s: not observed within %s (%v); last seen: %s", ns, name, what,
+			time.Since(start).Round(time.Millisecond), err, describeRun(run))
+	}
+	return run
+}
+
+// runningAttempt holds when attempt n has every worker Running.
+func runningAttempt(n int32) func(*v1alpha1.TrainingRun) bool {
+	return func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Attempt == n && r.Status.Phase == v1alpha1.PhaseRunning && r.Status.ReadyWorkers == r.Spec.Workers
+	}
+}
+
+// attemptRunningOrOver holds when attempt n has every worker Running, or when the run went
+// past it (a later attempt, or a final phase): a test that waits for attempt n then fails at
+// once on what happened instead, rather than at its deadline.
+func attemptRunningOrOver(n int32) func(*v1alpha1.TrainingRun) bool {
+	return func(r *v1alpha1.TrainingRun) bool {
+		return runningAttempt(n)(r) || r.Status.Attempt > n || r.Status.Phase == v1alpha1.PhaseFailed || r.Status.Phase == v1alpha1.PhaseSucceeded
+	}
+}
+
+// requireRunning fails the test unless the run has attempt n Running.
+func requireRunning(t *testing.T, run *v1alpha1.TrainingRun, n int32) {
+	t.Helper()
+	if !runningAttempt(n)(run) {
+		t.Fatalf("want attempt %d Running, the run went on: %s", n, describeRun(run))
+	}
+}
+
+// failedOrRestarted holds once the run failed or went past its first attempt.
+func failedOrRestarted(r *v1alpha1.TrainingRun) bool {
+	return r.Status.Phase == v1alpha1.PhaseFailed || r.Status.Attempt > 1
+}
+
+func describeRun(run *v1alpha1.TrainingRun) string {
+	if run == nil {
+		return "<no run observed>"
+	}
+	s := run.Status
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%q attempt=%d restarts=%+v ready=%d/%d excluded=%v", s.Phase, s.Attempt, s.Restarts, s.ReadyWorkers, run.Spec.Workers, s.ExcludedNodes)
+	if f := s.LastFailure; f != nil {
+		fmt.Fprintf(&b, " lastFailure={class:%s cause:%s action:%s pod:%s node:%s exit:%v explanation:%q evidence:%q}",
+			f.Class, f.Cause, f.Action, f.Pod, f.Node, ptrOr(f.ExitCode), f.Explanation, f.Evidence)
+	}
+	return b.String()
+}
+
+func ptrOr(p *int32) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return strconv.Itoa(int(*p))
+}
+
+// ---------------------------------------------------------------------------------------
+// Workers
+
+func attemptSelector(run string, n int32) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run, v1alpha1.LabelAttempt: strconv.Itoa(int(n))})
+}
+
+// waitWorkers waits until every index of the attempt has one Running pod and returns them by
+// index.
+func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
+	t.Helper()
+	var byIndex map[int]*corev1.Pod
+	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, n), func(pods []*corev1.Pod) (bool, error) {
+		byIndex = map[int]*corev1.Pod{}
+		for _, p := range pods {
+			if !cluster.PodRunning(p) {
+				continue
+			}
+			byIndex[attempt.IndexOrNone(p)] = p
+		}
+		return len(byIndex) == workers, nil
+	})
+	if err != nil {
+		t.Fatalf("%d workers of %s attempt %d Running: %v; pods: %s", workers, run, n, err, describePods(pods))
+	}
+	return byIndex
+}
+
+func describePods(pods []*corev1.Pod) string {
+	var parts []string
+	for _, p := range pods {
+		var exits []string
+		for _, cs := range p.Status.ContainerStatuses {
+			if term := cs.State.Terminated; term != nil {
+				exits = append(exits, fmt.Sprintf("%s:exit %d %s", cs.Name, term.ExitCode, term.Reason))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s(attempt=%s,index=%d,%s,node=%s%s%v)", p.Name, p.Labels[v1alpha1.LabelAttempt],
+			attempt.IndexOrNone(p), p.Status.Phase, p.Spec.NodeName, map[bool]string{true: ",deleting", false: ""}[p.DeletionTimestamp != nil], exits))
+	}
+	if len(parts) == 0 {
+		return "<none>"
+	}
+	return strings.Join(parts, " ")
+}
+
+// workerLog is what `launcher logs` prints for one index of one attempt.
+func workerLog(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, n int32, index int) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, launcherBin, "logs", run, "--kubeconfig", c.Kubeconfig, "-n", ns,
+		"--attempt", strconv.Itoa(int(n)), "--index", strconv.Itoa(index))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("launcher logs %s --attempt %d --index %d: %v\n%s", run, n, index, err, errOut.String())
+	}
+	return out.String()
+}
+
+// terminated is the worker container's terminated state, or nil.
+func terminated(p *corev1.Pod) *corev1.ContainerStateTerminated {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------
+// One process per index
+
+// overlapMonitor watches every pod of a run and records each moment at which one completion
+// index had two bound pods that may run (scheduled, not terminal): the duplicate task
+// registration that TensorFlow and JAX cannot survive.
+type overlapMonitor struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	violations []string
+	events     int
+	err        error
+}
+
+func monitorOverlaps(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string) *overlapMonitor {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	m := &overlapMonitor{cancel: cancel, done: make(chan struct{})}
+	synced := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(m.done)
+		_, err := c.WaitPods(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}), func(pods []*corev1.Pod) (bool, error) {
+			once.Do(func() { close(synced) })
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.events++
+			live := map[int][]*corev1.Pod{}
+			for _, p := range pods {
+				if p.Spec.NodeName != "" && cluster.PodLive(p) {
+					live[attempt.IndexOrNone(p)] = append(live[attempt.IndexOrNone(p)], p)
+				}
+			}
+			for i, ps := range live {
+				if len(ps) > 1 {
+					m.violations = append(m.violations, fmt.Sprintf("index %d: %d bound live pods: %s", i, len(ps), describePods(ps)))
+				}
+			}
+			return false, nil
+		})
+		if ctx.Err() == nil {
+			m.mu.Lock()
+			m.err = err
+			m.mu.Unlock()
+		}
+	}()
+	t.Cleanup(m.stop)
+	select {
+	case <-synced:
+	case <-m.done:
+		t.Fatalf("pod monitor for %s ended before it synced: %v", run, m.err)
+	}
+	return m
+}
+
+func (m *overlapMonitor) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// check stops the monitor and fails the test if any index ever had two live pods.
+func (m *overlapMonitor) check(t *testing.T) {
+	t.Helper()
+	m.stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		t.Errorf("pod monitor ended early: %v", m.err)
+	}
+	for _, v := range m.violations {
+		t.Errorf("overlap: %s", v)
+	}
+	t.Logf("pod monitor saw %d pod changes, %d overlaps", m.events, len(m.violations))
+}
+
+// ---------------------------------------------------------------------------------------
+// Diagnostics
+
+// dumpOnFailure logs the namespace's pods and events, and the agents' logs, if the test failed.
+func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var b strings.Builder
+		if pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			var ps []*corev1.Pod
+			for i := range pods.Items {
+				ps = append(ps, &pods.Items[i])
+			}
+			fmt.Fprintf(&b, "pods: %s\n", describePods(ps))
+		}
+		if evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].LastTimestamp.Before(&evs.Items[j].LastTimestamp) })
+			for _, e := range evs.Items {
+				fmt.Fprintf(&b, "event %s %s/%s %s: %s\n", e.LastTimestamp.Format("15:04:05"), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+		for name, a := range agents {
+			fmt.Fprintf(&b, "agent %s (last 15 lines):\n%s\n", name, a.Tail(15))
+		}
+		t.Logf("namespace %s at the end of the failed test:\n%s", ns, b.String())
+	})
+}
+
+// namespacedName of a pod.
+func key(p *corev1.Pod) types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+}

@@ -1,0 +1,114 @@
+// Package realnode runs faultline's core claims on real nodes: kubelets v1.36 with containerd
+// 2.x and runc beside the local control plane (test/cluster, Options.RealNodes), running the
+// test worker (test/worker), which behaves like a JAX process where faultline depends on it.
+// The node agent runs as a process per node (as the other agent scenarios run it), sharing
+// the node's logind stand-in with the kubelet and mapping GPUs through the kubelet's own
+// PodResources API; the GPUs come from test/fakegpu, a device plugin on the kubelet's real
+// API. One cluster serves the package; the node-shutdown scenario runs alone (it takes a node
+// away), the others side by side.
+package realnode
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// gpusPerNode: enough for a GPU scenario beside the others on either node.
+const (
+	realNodes   = 2
+	gpusPerNode = 4
+)
+
+var (
+	// launcherBin (with the framework plugins beside it) and agentBin are built once.
+	launcherBin, agentBin string
+	// agents are the node agents, one per real node, by node name.
+	agents = map[string]*cluster.Agent{}
+	// agentDir holds their kubeconfigs and logs.
+	agentDir string
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	var binDir string
+	if !testing.Short() {
+		var err error
+		if binDir, err = os.MkdirTemp("", "faultline-realnode-bin-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		agentDir = filepath.Join(binDir, "agents")
+		if launcherBin, err = cluster.BuildLauncher(binDir); err == nil {
+			agentBin, err = cluster.BuildBinary(binDir, "./cmd/nodeagent", "")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.RemoveAll(binDir)
+			os.Exit(1)
+		}
+	}
+	code := cluster.Main(m, cluster.Options{
+		Name:      "realnode",
+		RealNodes: realNodes,
+		RealNode:  cluster.RealNodeSpec{GPUs: gpusPerNode},
+		Setup:     setup,
+	})
+	for _, a := range agents {
+		a.Stop()
+	}
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// setup installs the CRD, the admission policies and the agent's DaemonSet as an operator
+// would, and starts a node agent for each real node with a token bound to the DaemonSet's pod
+// there.
+func setup(ctx context.Context, c *cluster.Cluster) error {
+	if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
+		return err
+	}
+	if _, err := c.InstallAgentDaemonSet(ctx, 0); err != nil {
+		return err
+	}
+	for _, n := range c.Real.Nodes {
+		if err := startAgent(ctx, c, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startAgent (re)starts the node agent of a real node with a token bound to the agent
+// DaemonSet's current pod there. A node shutdown stops that pod (the kubelet stops every
+// pod, critical ones last) and the DaemonSet replaces it, which invalidates the tokens bound
+// to it: as the kubelet would start the new pod's agent with the new pod's token, the test
+// restarts the agent after the node comes back.
+func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) error {
+	if old := agents[n.Name]; old != nil {
+		old.Stop()
+		delete(agents, n.Name)
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pod, err := c.AgentPodOn(actx, n.Name)
+	if err != nil {
+		return err
+	}
+	a, err := c.StartRealNodeAgent(actx, n, cluster.AgentOptions{
+		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: []string{"--release-timeout", "5s"},
+	})
+	if err != nil {
+		return err
+	}
+	agents[n.Name] = a
+	return nil
+}

@@ -1,0 +1,170 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// registered matches the coordinator's line for each task that registers (test/worker).
+var registered = regexp.MustCompile(`coordinator: registered task (\d+) `)
+
+// TestRealNodeShutdownRestartsTheGang: a 4-worker run across both real nodes; logind (its
+// stand-in on the node's bus) announces a shutdown of one node. The real kubelet's graceful
+// node shutdown stops that node's workers (exit 143, DisruptionTarget TerminationByKubelet),
+// and the node agent's evidence is on them before they end. One infrastructure restart
+// follows; the new attempt's workers all run on the other node and rendezvous there: the
+// coordinator registers every index once.
+//
+// It runs alone: the node it shuts down is every scenario's. It brings the node back
+// (PrepareForShutdown(false)) before it ends.
+func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dumpOnFailure(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	startController(t, c, ns)
+
+	run := createRun(ctx, t, c, ns, realRun("gang", 4, nil))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	perNode := map[string]int{}
+	for _, p := range workers {
+		perNode[p.Spec.NodeName]++
+	}
+	if len(perNode) != 2 {
+		t.Fatalf("attempt 1 on nodes %v: the gang must span both real nodes", perNode)
+	}
+	down := c.Real.Node(workers[0].Spec.NodeName) // the coordinator's node
+	var up *cluster.RealNode
+	for _, n := range c.Real.Nodes {
+		if n != down {
+			up = n
+		}
+	}
+	t.Cleanup(func() { bringBack(t, c, down) })
+
+	announced := time.Now()
+	if err := down.Logind.PrepareForShutdown(true); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 1's pods on the node that goes down, as the kubelet leaves them.
+	var stopped []*corev1.Pod
+	_, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		stopped = nil
+		for _, p := range pods {
+			if p.Spec.NodeName == down.Name && p.Status.Phase == corev1.PodFailed {
+				stopped = append(stopped, p)
+			}
+		}
+		return len(stopped) == perNode[down.Name], nil
+	})
+	if err != nil {
+		t.Fatalf("the kubelet of %s stopped its %d workers: %v", down.Name, perNode[down.Name], err)
+	}
+	t.Logf("PrepareForShutdown(true) -> %d workers on %s Failed in %s", len(stopped), down.Name, time.Since(announced).Round(time.Millisecond))
+	for _, p := range stopped {
+		term := terminated(p)
+		if term == nil || term.ExitCode != 143 {
+			t.Errorf("pod %s on %s: terminated %+v, want exit 143 (SIGTERM from the kubelet)", p.Name, down.Name, term)
+			continue
+		}
+		dt := podCondition(p, corev1.DisruptionTarget)
+		if dt == nil || dt.Status != corev1.ConditionTrue || dt.Reason != corev1.PodReasonTerminationByKubelet {
+			t.Errorf("pod %s: DisruptionTarget %+v, want True/TerminationByKubelet from the kubelet", p.Name, dt)
+		}
+		infra := podCondition(p, v1alpha1.PodConditionInfrastructureFault)
+		if infra == nil || infra.Status != corev1.ConditionTrue || infra.Reason != string(v1alpha1.CauseNodeShutdown) {
+			t.Errorf("pod %s: InfrastructureFault %+v, want True/NodeShutdown from the node agent", p.Name, infra)
+			continue
+		}
+		var ev v1alpha1.FaultEvidence
+		if err := json.Unmarshal([]byte(p.Annotations[v1alpha1.AnnotationFaultEvidence]), &ev); err != nil {
+			t.Errorf("pod %s: evidence %q: %v", p.Name, p.Annotations[v1alpha1.AnnotationFaultEvidence], err)
+			continue
+		}
+		detected, err := time.Parse(time.RFC3339Nano, ev.DetectedAt)
+		if err != nil || ev.Node != down.Name {
+			t.Errorf("pod %s: evidence %+v, want detected on %s", p.Name, ev, down.Name)
+			continue
+		}
+		// Before it ended: the container's finishedAt has a resolution of one second, the
+		// evidence's of a nanosecond; the condition's time is when the agent wrote it.
+		if finished := term.FinishedAt.Time; detected.After(finished.Add(time.Second)) || infra.LastTransitionTime.After(finished.Add(time.Second)) {
+			t.Errorf("pod %s: evidence detected %s, condition written %s, after the container finished at %s",
+				p.Name, detected.Format(time.RFC3339Nano), infra.LastTransitionTime.Format(time.RFC3339Nano), finished.Format(time.RFC3339))
+		}
+		t.Logf("pod %s: agent detected %s, condition %s; kubelet: DisruptionTarget %s, container finished %s (exit %d, %q)",
+			p.Name, detected.Sub(announced).Round(time.Millisecond), infra.LastTransitionTime.Format("15:04:05"),
+			dt.LastTransitionTime.Format("15:04:05"), term.FinishedAt.Format("15:04:05"), term.ExitCode, p.Status.Message)
+	}
+
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	t.Logf("PrepareForShutdown(true) -> attempt 2 Running in %s", time.Since(announced).Round(time.Millisecond))
+	f := got.Status.LastFailure
+	if f == nil || f.Class != v1alpha1.ClassInfrastructure || f.Cause != v1alpha1.CauseNodeShutdown || f.Node != down.Name {
+		t.Fatalf("verdict: %s; want Infrastructure/NodeShutdown on %s", describeRun(got), down.Name)
+	}
+	if want := (v1alpha1.RestartCounts{Infrastructure: 1}); got.Status.Restarts != want {
+		t.Errorf("restarts %+v, want %+v", got.Status.Restarts, want)
+	}
+	second := waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
+	for i, p := range second {
+		if p.Spec.NodeName != up.Name {
+			t.Errorf("attempt 2 worker %d on %s, want %s (the node that stayed up)", i, p.Spec.NodeName, up.Name)
+		}
+	}
+	// The new gang rendezvoused: its coordinator registered each index once.
+	var log string
+	ok := func() bool {
+		log = workerLog(ctx, t, c, ns, run.Name, 2, 0)
+		return strings.Contains(log, "coordinator: all 4 tasks registered")
+	}
+	for !ok() { // the last worker's registration may trail its Running by a moment
+		select {
+		case <-ctx.Done():
+			t.Fatalf("attempt 2's coordinator never saw all 4 tasks register:\n%s", log)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	var tasks []string
+	for _, m := range registered.FindAllStringSubmatch(log, -1) {
+		tasks = append(tasks, m[1])
+	}
+	sort.Strings(tasks)
+	if strings.Join(tasks, ",") != "0,1,2,3" {
+		t.Errorf("attempt 2's coordinator registered tasks %v, want each of 0-3 once:\n%s", tasks, log)
+	}
+	if strings.Contains(log, "REFUSED") {
+		t.Errorf("attempt 2's coordinator refused a registration:\n%s", log)
+	}
+}
+
+// bringBack cancels the shutdown of a real node, waits until it is Ready again, and restarts
+// its node agent (see startAgent), so that later scenarios find the node as it was.
+func bringBack(t *testing.T, c *cluster.Cluster, n *cluster.RealNode) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.Logind.PrepareForShutdown(false); err != nil {
+		t.Errorf("cancel the shutdown of %s: %v", n.Name, err)
+		return
+	}
+	if err := c.WaitNodeReady(ctx, n.Name); err != nil {
+		t.Errorf("%s Ready again after the shutdown was cancelled: %v", n.Name, err)
+		return
+	}
+	if err := startAgent(ctx, c, n); err != nil {
+		t.Errorf("restart the node agent of %s with its new DaemonSet pod's token: %v", n.Name, err)
+	}
+}
