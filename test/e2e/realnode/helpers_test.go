@@ -100,8 +100,8 @@ func realRun(name string, workers int32, args []string, opts ...runOption) *v1al
 					MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
 					// A node shutting down is NotReady and tainted so: no domain to balance against.
 					NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-					LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelRun: name}},
-					MatchLabelKeys: []string{v1alpha1.LabelAttempt},
+					LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelRun: name}},
+					MatchLabelKeys:   []string{v1alpha1.LabelAttempt},
 				}},
 				Containers: []corev1.Container{{
 					Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever, Args: args,
