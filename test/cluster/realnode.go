@@ -566,7 +566,21 @@ func (rn *RealNodes) Stop() error {
 	if rn.lock != nil {
 		rn.lock.Close()
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if l := rn.Leftovers(); len(l) > 0 {
+		return fmt.Errorf("real nodes %s left on the machine: %s", rn.id, strings.Join(l, "; "))
+	}
+	return nil
+}
+
+// Leftovers lists what of the real nodes is still on the machine (nothing after Stop).
+func (rn *RealNodes) Leftovers() []string {
+	if rn.id == "" {
+		return nil
+	}
+	return leftovers(rn.Dir, rn.id)
 }
 
 // saveLogs copies every node's logs (kubelet, containerd, device plugin) and CoreDNS's into

@@ -307,3 +307,34 @@ func teardownInstance(dir, id string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// leftovers lists what of instance id (state directory dir) is still on the machine: the
+// directory, the bridge, cgroups, processes naming the directory.
+func leftovers(dir, id string) []string {
+	var out []string
+	if _, err := os.Stat(dir); err == nil {
+		out = append(out, "directory "+dir)
+	}
+	if _, err := net.InterfaceByName(realNodePrefix + id); err == nil {
+		out = append(out, "bridge "+realNodePrefix+id)
+	}
+	if hs, err := cgroupHierarchies(); err == nil {
+		for _, h := range hs {
+			m, _ := filepath.Glob(filepath.Join(h, realNodePrefix+id+"-*"))
+			for _, cg := range m {
+				out = append(out, "cgroup "+cg)
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
+			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(bytes.TrimRight(cmdline, "\x00")), "\x00", " "))
+		}
+	}
+	return out
+}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ var (
 	agents = map[string]*cluster.Agent{}
 	// agentDir holds their kubeconfigs and logs.
 	agentDir string
+	// nodes are the cluster's real nodes, kept to check after the teardown.
+	nodes *cluster.RealNodes
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +66,14 @@ func TestMain(m *testing.M) {
 	for _, a := range agents {
 		a.Stop()
 	}
+	// Every run leaves the machine as it found it: no process, bridge, cgroup or directory
+	// of the real nodes.
+	if nodes != nil {
+		if l := nodes.Leftovers(); len(l) > 0 {
+			fmt.Fprintf(os.Stderr, "the real nodes left on the machine: %s\n", strings.Join(l, "\n  "))
+			code = 1
+		}
+	}
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
@@ -73,6 +84,7 @@ func TestMain(m *testing.M) {
 // would, and starts a node agent for each real node with a token bound to the DaemonSet's pod
 // there.
 func setup(ctx context.Context, c *cluster.Cluster) error {
+	nodes = c.Real
 	if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
 		return err
 	}
