@@ -505,6 +505,26 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 	return nil
 }
 
+// CancelShutdown cancels an announced shutdown of node n (logind's PrepareForShutdown(false))
+// and returns once its kubelet holds a new inhibitor lock (n.KubeletLock) and the node is
+// Ready again. Locks that others (a node agent) take meanwhile are not waited for.
+func (c *Cluster) CancelShutdown(ctx context.Context, n *RealNode) error {
+	if err := n.Logind.PrepareForShutdown(false); err != nil {
+		return err
+	}
+	for n.KubeletLock = nil; n.KubeletLock == nil; {
+		select {
+		case l := <-n.Logind.Locks():
+			if l.Who == "kubelet" {
+				n.KubeletLock = l
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("the kubelet of %s took no new inhibitor lock after the cancelled shutdown: %w", n.Name, ctx.Err())
+		}
+	}
+	return c.WaitNodeReady(ctx, n.Name)
+}
+
 // LabelRealNode is "true" on real nodes.
 const LabelRealNode = "test.faultline.dev/real-node"
 

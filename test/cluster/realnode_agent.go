@@ -48,7 +48,8 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 		return nil, err
 	}
 	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+n.Name+".log")
-	logFile, err := os.Create(a.LogPath)
+	// Appended to: an agent restarted after a node shutdown keeps its predecessor's lines.
+	logFile, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,12 @@ var registered = regexp.MustCompile(`coordinator: registered task (\d+) `)
 // follows; the new attempt's workers all run on the other node and rendezvous there: the
 // coordinator registers every index once.
 //
+// The node that goes down is the one without the coordinator (index 0): when the
+// coordinator's node goes down, the other workers there may die of its loss (exit 1 with
+// the coordination service's words) before the kubelet's SIGTERM reaches them, as JAX's
+// would; faultline classifies them by the agent's evidence all the same, but their exit
+// codes are then a race.
+//
 // It runs alone: the node it shuts down is every scenario's. It brings the node back
 // (PrepareForShutdown(false)) before it ends.
 func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
@@ -35,7 +41,10 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	defer cancel()
 	startController(t, c, ns)
 
-	run := createRun(ctx, t, c, ns, realRun("gang", 4, nil))
+	// The workers notice a lost task by its heartbeats, as XLA's service does, not the moment
+	// its connection closes: the workers of the node going down all get the kubelet's SIGTERM
+	// before the coordination service (on the other node) tells them anything.
+	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	perNode := map[string]int{}
@@ -45,16 +54,29 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	if len(perNode) != 2 {
 		t.Fatalf("attempt 1 on nodes %v: the gang must span both real nodes", perNode)
 	}
-	down := c.Real.Node(workers[0].Spec.NodeName) // the coordinator's node
-	var up *cluster.RealNode
+	up := c.Real.Node(workers[0].Spec.NodeName) // the coordinator's node stays up
+	var down *cluster.RealNode
 	for _, n := range c.Real.Nodes {
-		if n != down {
-			up = n
+		if n != up {
+			down = n
 		}
 	}
 	t.Cleanup(func() { bringBack(t, c, down) })
 
+	// Both hold delay locks on the node's logind; each releases its own when it is done.
+	released := map[string]chan time.Duration{"kubelet": make(chan time.Duration, 1), "agent": make(chan time.Duration, 1)}
+	watchRelease := func(who string, l interface{ Released(time.Duration) bool }, within time.Duration) {
+		go func() {
+			start := time.Now()
+			if l.Released(within) {
+				released[who] <- time.Since(start)
+			}
+			close(released[who])
+		}()
+	}
 	announced := time.Now()
+	watchRelease("kubelet", down.KubeletLock, 30*time.Second)
+	watchRelease("agent", agents[down.Name].Lock, 30*time.Second)
 	if err := down.Logind.PrepareForShutdown(true); err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +131,18 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 			dt.LastTransitionTime.Format("15:04:05"), term.FinishedAt.Format("15:04:05"), term.ExitCode, p.Status.Message)
 	}
 
+	// Logind goes on (powers off) once every delay lock is released, or after its
+	// InhibitDelayMaxSec: the agent releases when its marks are written (--release-timeout
+	// bounds it), the kubelet when its pods have stopped (shutdownGracePeriod bounds it).
+	for _, who := range []string{"agent", "kubelet"} {
+		d, ok := <-released[who]
+		if !ok {
+			t.Errorf("the %s of %s kept its inhibitor lock for 30 s after PrepareForShutdown(true)", who, down.Name)
+			continue
+		}
+		t.Logf("the %s released its inhibitor lock %s after PrepareForShutdown(true)", who, d.Round(time.Millisecond))
+	}
+
 	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
 	requireRunning(t, got, 2)
 	t.Logf("PrepareForShutdown(true) -> attempt 2 Running in %s", time.Since(announced).Round(time.Millisecond))
@@ -156,12 +190,13 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 func bringBack(t *testing.T, c *cluster.Cluster, n *cluster.RealNode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := n.Logind.PrepareForShutdown(false); err != nil {
-		t.Errorf("cancel the shutdown of %s: %v", n.Name, err)
-		return
+	// The agent's token died with its DaemonSet pod: stop it before it takes a new lock.
+	if a := agents[n.Name]; a != nil {
+		a.Stop()
+		delete(agents, n.Name)
 	}
-	if err := c.WaitNodeReady(ctx, n.Name); err != nil {
-		t.Errorf("%s Ready again after the shutdown was cancelled: %v", n.Name, err)
+	if err := c.CancelShutdown(ctx, n); err != nil {
+		t.Errorf("bring %s back: %v", n.Name, err)
 		return
 	}
 	if err := startAgent(ctx, c, n); err != nil {
