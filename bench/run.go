@@ -15,11 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -355,17 +351,9 @@ func createGPUQuota(ctx context.Context, c *cluster.Cluster, gpus int) error {
 func waitQuota(ctx context.Context, c *cluster.Cluster, done func(used int64) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "resourcequotas", namespace, fields.OneTermEqualSelector("metadata.name", gpuQuotaName))
-	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.ResourceQuota{}, nil, func(e watch.Event) (bool, error) {
-		q, ok := e.Object.(*corev1.ResourceQuota)
-		if !ok {
-			return false, nil
-		}
-		used, counted := q.Status.Used[gpuQuotaKey]
-		return counted && done(used.Value()), nil
+	_, err := c.WaitResourceQuota(ctx, namespace, gpuQuotaName, func(q *corev1.ResourceQuota) bool {
+		used := q.Status.Used[gpuQuotaKey]
+		return done(used.Value())
 	})
-	if err != nil {
-		return fmt.Errorf("the quota controller's count of %s: %w", gpuQuotaName, err)
-	}
-	return nil
+	return err
 }

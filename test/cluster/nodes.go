@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -110,3 +111,38 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string) error {
 	})
 	return err
 }
+
+// AddNode creates one fake node of that name, with taints, and waits until it is Ready: a
+// node a single test owns (e.g. one it makes die), kept from the others' pods by a taint
+// only that test tolerates.
+func (c *Cluster) AddNode(ctx context.Context, name string, spec NodeSpec, taints ...corev1.Taint) error {
+	node := makeNode(name, spec.withDefaults(), 0)
+	node.Spec.Taints = taints
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.WaitNodeReady(ctx, name)
+}
+
+// StopNode makes a fake node die hard, as a machine that lost power: kwok stops simulating it
+// (no heartbeat, and no pod of it ever ends) and the node lifecycle controller marks it
+// unreachable once its grace period has passed. kwok's heartbeat stage skips a node labelled
+// LabelStopped (stages/node-heartbeat.yaml), and kwok acts on a node's changes only while it
+// holds the node's Lease, which is taken from it here by a holder that never renews it.
+func (c *Cluster) StopNode(ctx context.Context, name string) error {
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, LabelStopped)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("stop node %s: %w", name, err)
+	}
+	lease := fmt.Sprintf(`{"spec":{"holderIdentity":"faultline-test-stopped","leaseDurationSeconds":86400,"renewTime":%q}}`,
+		metav1.NowMicro().UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
+	if _, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Patch(ctx, name, types.MergePatchType, []byte(lease), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("stop node %s: take its lease: %w", name, err)
+	}
+	return nil
+}
+
+// LabelStopped marks a fake node that StopNode stopped.
+const LabelStopped = "stage.faultline.dev/stopped"

@@ -123,3 +123,28 @@ func (c *Cluster) WaitNode(ctx context.Context, name string, cond func(*corev1.N
 	}
 	return last, nil
 }
+
+// WaitResourceQuota watches one ResourceQuota until the quota controller has counted what the
+// namespace uses of every resource it limits (until then the API server admits nothing it
+// limits) and done, if set, holds for it.
+func (c *Cluster) WaitResourceQuota(ctx context.Context, namespace, name string, done func(*corev1.ResourceQuota) bool) (*corev1.ResourceQuota, error) {
+	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "resourcequotas", namespace, fields.OneTermEqualSelector("metadata.name", name))
+	var last *corev1.ResourceQuota
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.ResourceQuota{}, nil, func(e watch.Event) (bool, error) {
+		q, ok := e.Object.(*corev1.ResourceQuota)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		last = q
+		for r := range q.Spec.Hard {
+			if _, counted := q.Status.Used[r]; !counted {
+				return false, nil
+			}
+		}
+		return done == nil || done(q), nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("the quota controller's count of %s/%s: %w", namespace, name, err)
+	}
+	return last, nil
+}

@@ -37,10 +37,18 @@ func TestMain(m *testing.M) {
 	}
 	code := cluster.Main(m, cluster.Options{
 		Name: "e2e",
-		// The scenarios run side by side and ask for about 45 GPUs when they all start
-		// together: 6 nodes of 8 hold them all. With fewer, a pod left unscheduled waits
-		// for the scheduler to retry it, which can take longer than a scenario may.
-		Nodes: 6,
+		// The scenarios run side by side and ask for about 50 GPUs when they all start
+		// together (those that need none ask for none): 7 nodes of 8 hold them all. With
+		// fewer, a pod left unscheduled waits for the scheduler to retry it, which can take
+		// longer than a scenario may.
+		Nodes: 7,
+		// kwokctl runs the node lifecycle controller with a grace period of 3m20s; a node that
+		// dies hard (TestE2ENodeLostRestartsTheGang) is marked unreachable after Kubernetes'
+		// own 40 s here (kwok renews the nodes' leases every 10 s).
+		ExtraArgs: []string{
+			"kube-controller-manager=node-monitor-grace-period=40s",
+			"kube-controller-manager=node-monitor-period=5s",
+		},
 		// Every scenario needs the TrainingRun CRD; install it once for the package.
 		Setup: func(ctx context.Context, c *cluster.Cluster) error {
 			return c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd"))
