@@ -100,28 +100,45 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 
-	d.say("faultline demo: a %d-worker JAX run on %d simulated GPU nodes survives a node shutdown,", d.opts.Workers, d.opts.Nodes)
-	d.say("then fails fast when the program has a bug. Everything runs on this machine; nothing is left behind.")
+	if d.opts.RealNodes {
+		d.say("faultline demo: a %d-worker JAX run on %d real nodes (kubelet, containerd, runc) survives a node", d.opts.Workers, realNodes)
+		d.say("shutdown, then fails fast when the program has a bug. Everything runs on this machine; nothing is left behind.")
+	} else {
+		d.say("faultline demo: a %d-worker JAX run on %d simulated GPU nodes survives a node shutdown,", d.opts.Workers, d.opts.Nodes)
+		d.say("then fails fast when the program has a bug. Everything runs on this machine; nothing is left behind.")
+	}
 
 	// 1. The control plane.
-	d.stepf("Starting a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,\n"+
-		"      kube-scheduler, all real) with %d fake GPU nodes simulated by kwok...", d.opts.Nodes)
-	t := time.Now()
-	d.c, err = cluster.Start(ctx, cluster.Options{Name: "demo", Nodes: d.opts.Nodes})
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, func() {
+	stopCluster := func() {
+		if d.c == nil {
+			return
+		}
 		if err := d.c.Stop(); err != nil {
 			d.say("      stop the control plane: %v", err)
 		}
-	})
-	v, err := d.c.Client.Discovery().ServerVersion()
-	if err != nil {
-		return err
 	}
-	d.say("      up in %s: Kubernetes %s, nodes %s ... %s with %d GPUs each.", since(t), v.GitVersion,
-		cluster.NodeName(0), cluster.NodeName(d.opts.Nodes-1), cluster.DefaultNode.GPUs)
+	if d.opts.RealNodes {
+		err = d.startRealCluster(ctx)
+		cleanups = append(cleanups, stopCluster)
+		if err != nil {
+			return err
+		}
+	} else {
+		d.stepf("Starting a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,\n"+
+			"      kube-scheduler, all real) with %d fake GPU nodes simulated by kwok...", d.opts.Nodes)
+		t := time.Now()
+		d.c, err = cluster.Start(ctx, cluster.Options{Name: "demo", Nodes: d.opts.Nodes})
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, stopCluster)
+		v, err := d.c.Client.Discovery().ServerVersion()
+		if err != nil {
+			return err
+		}
+		d.say("      up in %s: Kubernetes %s, nodes %s ... %s with %d GPUs each.", since(t), v.GitVersion,
+			cluster.NodeName(0), cluster.NodeName(d.opts.Nodes-1), cluster.DefaultNode.GPUs)
+	}
 	if d.runs, err = cli.NewRuns(d.c.Config, namespace); err != nil {
 		return err
 	}
@@ -131,15 +148,23 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if _, err := d.launcher(ctx, true, "install", "--components", "crd,admission,agent"); err != nil {
 		return err
 	}
-	dsPods, err := d.c.AgentPods(ctx, d.opts.Nodes)
-	if err != nil {
-		return err
+	var dsPods map[string]*corev1.Pod
+	if !d.opts.RealNodes {
+		if dsPods, err = d.c.AgentPods(ctx, d.opts.Nodes); err != nil {
+			return err
+		}
 	}
 
 	// 3. Controller and agents.
-	d.stepf("Starting the controller (`launcher controller`) and a node agent for each node. Each agent has\n" +
-		"      a system bus of its own with a logind stand-in, simulated GPUs, and a token bound to its\n" +
-		"      DaemonSet pod, so it may only touch its own node's pods.")
+	if d.opts.RealNodes {
+		d.stepf("Starting the controller (`launcher controller`) and a node agent for each node. Each agent\n" +
+			"      shares its node's system bus with the kubelet (both hold a logind delay inhibitor lock), reads\n" +
+			"      GPU assignments from the kubelet's PodResources API, and has a token bound to its DaemonSet pod.")
+	} else {
+		d.stepf("Starting the controller (`launcher controller`) and a node agent for each node. Each agent has\n" +
+			"      a system bus of its own with a logind stand-in, simulated GPUs, and a token bound to its\n" +
+			"      DaemonSet pod, so it may only touch its own node's pods.")
+	}
 	if _, err := d.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -148,8 +173,12 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, stopCtrl)
-	t = time.Now()
-	d.agents, err = d.startAgents(ctx, dsPods)
+	t := time.Now()
+	if d.opts.RealNodes {
+		d.agents, err = d.startRealAgents(ctx)
+	} else {
+		d.agents, err = d.startAgents(ctx, dsPods)
+	}
 	cleanups = append(cleanups, func() {
 		for _, a := range d.agents {
 			a.Stop()
@@ -163,7 +192,11 @@ func (d *demo) run(ctx context.Context) (err error) {
 	// 4. Submit and watch.
 	d.stepf("Submitting a %d-worker JAX run and following it with `launcher watch`:", d.opts.Workers)
 	t = time.Now()
-	if _, err := d.launcher(ctx, true, "run", "--name", runName, "--framework", "jax",
+	if d.opts.RealNodes {
+		if err := d.submitReal(ctx); err != nil {
+			return err
+		}
+	} else if _, err := d.launcher(ctx, true, "run", "--name", runName, "--framework", "jax",
 		"--workers", strconv.Itoa(d.opts.Workers), "--gpus-per-worker", strconv.Itoa(gpusPerWorker),
 		"--image", "ghcr.io/example/jax-train:1.0", "--exclude-faulty-nodes",
 		"--", "python", "train.py", "--model", "llm-7b"); err != nil {
@@ -191,26 +224,36 @@ func (d *demo) run(ctx context.Context) (err error) {
 			onNode = append(onNode, p)
 		}
 	}
-	d.stepf("Node %s, which runs the JAX coordinator (index 0), is being shut down for maintenance:\n"+
-		"      logind announces PrepareForShutdown(true) to the node's agent.", node)
-	fault := time.Now()
-	if err := d.agents[node].Logind.PrepareForShutdown(true); err != nil {
-		return err
-	}
-	marked, err := d.waitMarked(ctx, onNode)
-	if err != nil {
-		return err
-	}
-	d.say("      the agent marked the %d workers on %s (indexes %s) with InfrastructureFault=NodeShutdown",
-		len(onNode), node, indexes(onNode))
-	d.say("      %s after the announcement, while they were still running, then let logind go on.", marked.Sub(fault).Round(time.Millisecond))
-	d.say("      The kubelet's graceful shutdown stops them: exit 143 (SIGTERM).")
-	for _, p := range onNode {
-		if err := d.c.FailPod(ctx, namespace, p.Name, cluster.Failure{ExitCode: 143, Message: "terminated by SIGTERM (node shutdown)"}); err != nil {
+	var fault, killed time.Time
+	if d.opts.RealNodes {
+		d.stepf("Node %s, which runs the JAX coordinator (index 0), is being shut down for maintenance:\n"+
+			"      logind announces PrepareForShutdown(true) to the node's kubelet and agent.", node)
+		if fault, err = d.shutdownReal(ctx, node, onNode); err != nil {
 			return err
 		}
+		killed = time.Now()
+	} else {
+		d.stepf("Node %s, which runs the JAX coordinator (index 0), is being shut down for maintenance:\n"+
+			"      logind announces PrepareForShutdown(true) to the node's agent.", node)
+		fault = time.Now()
+		if err := d.agents[node].Logind.PrepareForShutdown(true); err != nil {
+			return err
+		}
+		marked, err := d.waitMarked(ctx, onNode)
+		if err != nil {
+			return err
+		}
+		d.say("      the agent marked the %d workers on %s (indexes %s) with InfrastructureFault=NodeShutdown",
+			len(onNode), node, indexes(onNode))
+		d.say("      %s after the announcement, while they were still running, then let logind go on.", marked.Sub(fault).Round(time.Millisecond))
+		d.say("      The kubelet's graceful shutdown stops them: exit 143 (SIGTERM).")
+		for _, p := range onNode {
+			if err := d.c.FailPod(ctx, namespace, p.Name, cluster.Failure{ExitCode: 143, Message: "terminated by SIGTERM (node shutdown)"}); err != nil {
+				return err
+			}
+		}
+		killed = time.Now()
 	}
-	killed := time.Now()
 	if _, err := d.waitRun(ctx, "attempt 2 Running", running(2, d.opts.Workers)); err != nil {
 		return err
 	}
@@ -228,6 +271,18 @@ func (d *demo) run(ctx context.Context) (err error) {
 	d.say("      attempt 2: all %d workers Running again %s after the announcement (%s after the kill),",
 		d.opts.Workers, span(timeToRestart), span(restarted.Sub(killed)))
 	d.say("      none on %s: --exclude-faulty-nodes keeps later attempts off a node that failed them.", node)
+	if d.opts.RealNodes {
+		d.say("      Attempt 2's coordinator saw the whole gang register, each index once:")
+		logs, err := d.launcher(ctx, false, "logs", runName, "--attempt", "2", "--index", "0")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, "coordinator: registered task") || strings.Contains(l, "coordinator: all") {
+				d.say("        %s", l)
+			}
+		}
+	}
 	if _, err := d.launcher(ctx, true, "get", runName, "-o", "wide"); err != nil {
 		return err
 	}
@@ -244,17 +299,24 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 
 	// 7. A bug.
-	victim := next[min(5, len(next)-1)]
-	d.stepf("A bug: worker index %d exits 1 (\"ValueError: loss is NaN\"). No node signal comes within the\n"+
-		"      settle window (1s after the exit), so the application is to blame.", attempt.IndexOrNone(victim))
-	bug := time.Now()
-	if err := d.c.FailPod(ctx, namespace, victim.Name, cluster.Failure{ExitCode: 1, Message: "ValueError: loss is NaN"}); err != nil {
-		return err
+	var timeToFail time.Duration
+	if d.opts.RealNodes {
+		if timeToFail, err = d.bugReal(ctx, next); err != nil {
+			return err
+		}
+	} else {
+		victim := next[min(5, len(next)-1)]
+		d.stepf("A bug: worker index %d exits 1 (\"ValueError: loss is NaN\"). No node signal comes within the\n"+
+			"      settle window (1s after the exit), so the application is to blame.", attempt.IndexOrNone(victim))
+		bug := time.Now()
+		if err := d.c.FailPod(ctx, namespace, victim.Name, cluster.Failure{ExitCode: 1, Message: "ValueError: loss is NaN"}); err != nil {
+			return err
+		}
+		if _, err := d.waitRun(ctx, "phase Failed", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseFailed }); err != nil {
+			return err
+		}
+		timeToFail = time.Since(bug)
 	}
-	if _, err := d.waitRun(ctx, "phase Failed", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseFailed }); err != nil {
-		return err
-	}
-	timeToFail := time.Since(bug)
 	code, err := watcher.wait(ctx)
 	if err != nil {
 		return err
@@ -278,6 +340,10 @@ func (d *demo) summary() {
 	d.say("Summary")
 	d.say("  time to restart: %-7s (node shutdown announced → all %d workers of attempt 2 Running)", span(d.timeToRestart), d.opts.Workers)
 	d.say("  time to fail:    %-7s (worker exit 1 → phase Failed)", span(d.timeToFail))
+	if d.opts.RealNodes {
+		d.say("  (real nodes: the exits above are the kubelet's and the program's own; the time to fail counts from")
+		d.say("   the moment the worker logged its failure)")
+	}
 	d.say("  total wall time: %-7s (control plane start to cleanup done)", since(d.start))
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -56,6 +57,40 @@ func TestDemo(t *testing.T) {
 	}
 	for _, want := range []string{"launcher watch` exited 1", "Attempt 2 ended: AppExit", "none on gpu-node-"} {
 		if !bytes.Contains(out.Bytes(), []byte(want)) {
+			t.Errorf("the demo never says %q", want)
+		}
+	}
+}
+
+// TestDemoRealNodes runs the real-node story (make demo REAL_NODES=1) and checks that it says
+// what the real kubelet and program did. It starts two more kubelets beside the real-node
+// e2e package's, so it runs only when FAULTLINE_DEMO_REAL_NODES=1 asks for it.
+func TestDemoRealNodes(t *testing.T) {
+	if testing.Short() || os.Getenv("FAULTLINE_DEMO_REAL_NODES") != "1" {
+		t.Skip("set FAULTLINE_DEMO_REAL_NODES=1 to run the demo on real nodes")
+	}
+	bin := t.TempDir()
+	for _, b := range []struct{ pkg, name string }{
+		{"./cmd/launcher", ""}, {"./cmd/nodeagent", ""}, {"./plugins/jax", "faultline-plugin-jax"},
+	} {
+		if _, err := cluster.BuildBinary(bin, b.pkg, b.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	code := realMain([]string{"-timeout", "4m", "-bin", bin, "-real-nodes"}, &out)
+	t.Logf("demo output:\n%s", out.String())
+	if code != 0 {
+		t.Fatalf("demo exited %d", code)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`kubelet v1\.36\.\d+, containerd://2\.`),
+		regexp.MustCompile(`index \d: exit 143 \(SIGTERM\), DisruptionTarget TerminationByKubelet`),
+		regexp.MustCompile(`coordinator: all 4 tasks registered`),
+		regexp.MustCompile(`index 1: exit 1 \(the program's own exit\), its error: "ValueError: injected application error`),
+		regexp.MustCompile(`time to restart: +\S+ +\(node shutdown announced → all 4 workers of attempt 2 Running\)`),
+	} {
+		if !want.Match(out.Bytes()) {
 			t.Errorf("the demo never says %q", want)
 		}
 	}

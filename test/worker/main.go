@@ -274,6 +274,7 @@ func lostCoordinator(c config, err error) int {
 
 // failNow is the injected fault.
 func failNow(c config) int {
+	logf("worker %d: failing now (--fail %s, attempt %s)", c.index, c.fail, c.attempt)
 	switch c.fail {
 	case "oom":
 		logf("worker %d: allocating until the memory limit", c.index)

@@ -283,6 +283,46 @@ func workerLog(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run st
 	return out.String()
 }
 
+// waitEnded watches pods until each has ended (phase Failed or Succeeded) or is gone, and
+// returns each as it was last seen. A pod can go before another has ended: a restart deletes
+// an attempt's pods as soon as its verdict is in, and the kubelet removes each once it has
+// written how it ended.
+func waitEnded(ctx context.Context, c *cluster.Cluster, ns string, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	last := map[types.UID]*corev1.Pod{}
+	ended := func(p *corev1.Pod) bool { return !cluster.PodLive(p) }
+	_, err := c.WaitPods(ctx, ns, labels.Everything(), func(live []*corev1.Pod) (bool, error) {
+		present := map[types.UID]bool{}
+		for _, p := range live {
+			present[p.UID] = true
+			if _, ok := last[p.UID]; ok || containsPod(pods, p) {
+				last[p.UID] = p
+			}
+		}
+		for _, p := range pods {
+			if l, ok := last[p.UID]; !ok || (present[p.UID] && !ended(l)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if l, ok := last[p.UID]; ok {
+			out = append(out, l)
+		}
+	}
+	return out, err
+}
+
+func containsPod(pods []*corev1.Pod, p *corev1.Pod) bool {
+	for _, q := range pods {
+		if q.UID == p.UID {
+			return true
+		}
+	}
+	return false
+}
+
 // terminated is the worker container's terminated state, or nil.
 func terminated(p *corev1.Pod) *corev1.ContainerStateTerminated {
 	for _, cs := range p.Status.ContainerStatuses {

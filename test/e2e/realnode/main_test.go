@@ -4,8 +4,8 @@
 // The node agent runs as a process per node (as the other agent scenarios run it), sharing
 // the node's logind stand-in with the kubelet and mapping GPUs through the kubelet's own
 // PodResources API; the GPUs come from test/fakegpu, a device plugin on the kubelet's real
-// API. One cluster serves the package; the node-shutdown scenario runs alone (it takes a node
-// away), the others side by side.
+// API. One cluster serves the package, with one kwok node beside the real ones; the
+// node-shutdown and GPU scenarios run alone (they change a node), the others side by side.
 package realnode
 
 import (
@@ -58,7 +58,9 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := cluster.Main(m, cluster.Options{
-		Name:      "realnode",
+		Name: "realnode",
+		// One kwok node beside the real ones: the substrate keeps them apart.
+		Nodes:     1,
 		RealNodes: realNodes,
 		RealNode:  cluster.RealNodeSpec{GPUs: gpusPerNode},
 		Setup:     setup,

@@ -80,19 +80,17 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	if err := down.Logind.PrepareForShutdown(true); err != nil {
 		t.Fatal(err)
 	}
-	// Attempt 1's pods on the node that goes down, as the kubelet leaves them.
-	var stopped []*corev1.Pod
-	_, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
-		stopped = nil
-		for _, p := range pods {
-			if p.Spec.NodeName == down.Name && p.Status.Phase == corev1.PodFailed {
-				stopped = append(stopped, p)
-			}
+	// Attempt 1's pods on the node that goes down, as the kubelet leaves them (the restart
+	// may delete one before another has ended: each is seen as it last was).
+	var onDown []*corev1.Pod
+	for _, p := range workers {
+		if p.Spec.NodeName == down.Name {
+			onDown = append(onDown, p)
 		}
-		return len(stopped) == perNode[down.Name], nil
-	})
+	}
+	stopped, err := waitEnded(ctx, c, ns, onDown)
 	if err != nil {
-		t.Fatalf("the kubelet of %s stopped its %d workers: %v", down.Name, perNode[down.Name], err)
+		t.Fatalf("the kubelet of %s stopped its %d workers: %v", down.Name, len(onDown), err)
 	}
 	t.Logf("PrepareForShutdown(true) -> %d workers on %s Failed in %s", len(stopped), down.Name, time.Since(announced).Round(time.Millisecond))
 	for _, p := range stopped {
