@@ -104,6 +104,13 @@ type RealNode struct {
 	KubeletLock *login1sim.Lock
 	// GPUs are the UUIDs of the node's fake GPUs, in index order (none without GPUs).
 	GPUs []string
+	// Timings are how long the node's start took, step by step.
+	Timings struct {
+		// Containerd: from its start to its images imported; KubeletReady: from the
+		// kubelet's start to the Node Ready; GPUs: from the device plugin's start to the
+		// GPUs in the Node's allocatable.
+		Containerd, KubeletReady, GPUs time.Duration
+	}
 
 	dirPath     string
 	cgroup      string
@@ -167,8 +174,9 @@ func (c *Cluster) startRealNodes(ctx context.Context, n int, spec RealNodeSpec) 
 		if err != nil {
 			return rn, fmt.Errorf("real node %s: %w", RealNodeName(i), err)
 		}
-		c.logf("real node %s Ready in %s (kubelet pid %d, containerd pid %d)", node.Name,
-			time.Since(t).Round(time.Millisecond), node.kubelet.Pid(), node.containerd.Pid())
+		c.logf("real node %s Ready in %s: containerd with the images %s, kubelet start to Node Ready %s, GPUs registered %s (kubelet pid %d, containerd pid %d)",
+			node.Name, time.Since(t).Round(time.Millisecond), node.Timings.Containerd.Round(time.Millisecond),
+			node.Timings.KubeletReady.Round(time.Millisecond), node.Timings.GPUs.Round(time.Millisecond), node.kubelet.Pid(), node.containerd.Pid())
 	}
 	return rn, nil
 }
@@ -329,22 +337,28 @@ func (rn *RealNodes) startNode(ctx context.Context, c *Cluster, i int) (n *RealN
 	if err := rn.startNamespace(n); err != nil {
 		return n, err
 	}
+	t := time.Now()
 	if err := rn.startContainerd(ctx, n); err != nil {
 		return n, err
 	}
+	n.Timings.Containerd = time.Since(t)
 	if n.Bus, err = login1sim.StartBus(); err != nil {
 		return n, fmt.Errorf("%w: %v", ErrNoBus, err)
 	}
 	if n.Logind, err = login1sim.Serve(n.Bus.Address, rn.spec.InhibitDelayMax); err != nil {
 		return n, err
 	}
+	t = time.Now()
 	if err := rn.startKubelet(ctx, c, n); err != nil {
 		return n, err
 	}
+	n.Timings.KubeletReady = time.Since(t)
 	if rn.spec.GPUs > 0 {
+		t = time.Now()
 		if err := rn.startDevicePlugin(ctx, c, n); err != nil {
 			return n, err
 		}
+		n.Timings.GPUs = time.Since(t)
 	}
 	return n, nil
 }

@@ -142,6 +142,10 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "0%%", imagefs.availab
 # Graceful node shutdown through logind's stand-in on the node's bus (login1sim).
 shutdownGracePeriod: %[9]s
 shutdownGracePeriodCriticalPods: %[10]s
+# The kubelet looks at its node's status every this often and writes it when it changed
+# (10s by default): the device plugin's GPUs reach the Node's allocatable, and a cancelled
+# shutdown its Ready condition, within a second instead of ten.
+nodeStatusUpdateFrequency: 1s
 registerWithTaints:
 - {key: %[11]q, value: "true", effect: NoSchedule}
 `, n.IP, n.kubeletPort, clientCA, n.ContainerdSocket, n.cgroup, n.dir("pod-logs"), n.dir("volume-plugins"),
