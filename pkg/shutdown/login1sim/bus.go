@@ -71,6 +71,8 @@ func StartBus() (*Bus, error) {
 func (b *Bus) start() error {
 	_ = os.Remove(b.socket)
 	cmd := exec.Command(DBusDaemon, "--config-file="+b.config, "--nofork", "--print-address")
+	// A test binary that dies (a timeout, a panic) must not leave its buses running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
