@@ -179,11 +179,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		r.failures.saw(o, r.Clock.Now())
 		return runOf(ctx, o)
 	}
+	jobToRun := func(ctx context.Context, o client.Object) []reconcile.Request {
+		// Called with the old version and then the new: the first deleted version of a
+		// Job is the deletion itself (see syncedSinceDeletion).
+		if j, ok := o.(*batchv1.Job); ok {
+			r.deletions.saw(j)
+		}
+		return runOf(ctx, o)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// Every change of a run wakes it, our own status writes included: each write is a
 		// step of the state machine and the next step follows from it.
 		For(&v1alpha1.TrainingRun{}).
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(runOf)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRun)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToRun)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RecoverPanic: ptr.To(true)}).
 		Complete(r)

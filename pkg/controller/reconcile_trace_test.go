@@ -115,6 +115,9 @@ func TestReconcileTracesARestart(t *testing.T) {
 	reconcile := func(step string, want ...string) {
 		t.Helper()
 		exp.Reset()
+		if j := (&batchv1.Job{}); cl.Get(ctx, client.ObjectKeyFromObject(job), j) == nil {
+			r.deletions.saw(j) // as the Job informer does, at every version
+		}
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}

@@ -53,10 +53,11 @@ type Reconciler struct {
 	// Crash is called at the named crash points; tests make it kill the process.
 	Crash func(point string)
 
-	seen     sightings
-	failures failureClock
-	versions knownVersions
-	removed  removals
+	seen      sightings
+	failures  failureClock
+	versions  knownVersions
+	removed   removals
+	deletions jobDeletions
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.

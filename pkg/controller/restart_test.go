@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -129,6 +130,7 @@ func TestJobHeldUntilTheJobControllerIsDone(t *testing.T) {
 	step := func(what string, cached []*corev1.Pod, wantHeld bool) {
 		t.Helper()
 		j := current()
+		r.deletions.saw(j) // the informer sees every version
 		if _, err := r.teardown(ctx, run, &observed{job: j, all: cached, older: cached, nodes: map[string]exitclass.NodeFacts{}}); err != nil {
 			t.Fatal(err)
 		}
@@ -158,6 +160,50 @@ func TestJobHeldUntilTheJobControllerIsDone(t *testing.T) {
 	if n, _ := attempt.Number(next); n != 2 || !slices.Contains(next.Finalizers, v1alpha1.FinalizerAttemptJob) {
 		t.Errorf("the next Job is attempt %d with finalizers %q; want attempt 2, held by its own", n, next.Finalizers)
 	}
+}
+
+// TestJobHeldWhileAnEarlierSyncMayCreatePods: a Job deleted while the Job controller's
+// first sync of it still creates its pods (its status not written yet, none of its pods
+// in the API yet) stays until a sync that saw the deletion has written it: the pods still
+// to come land on it, not on the next attempt's Job of the same name (the CI failure of
+// TestE2EFaultWhileTheJobCreatesPods: attempt 2's Job got no pod for minutes).
+func TestJobHeldWhileAnEarlierSyncMayCreatePods(t *testing.T) {
+	ctx := context.Background()
+	run, job, _ := runWithJob(2, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
+	job.Finalizers = []string{v1alpha1.FinalizerAttemptJob}
+	job.DeletionTimestamp = &metav1.Time{Time: t0}
+	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(run, job).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
+	clk := clocktesting.NewFakeClock(t0.Add(time.Second))
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clk, Frameworks: &spyFrameworks{}}
+	step := func(what string, wantHeld bool) {
+		t.Helper()
+		j := &batchv1.Job{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(job), j); err != nil {
+			t.Fatalf("%s: attempt 1's Job: %v", what, err)
+		}
+		r.deletions.saw(j)
+		if _, err := r.teardown(ctx, run, &observed{job: j, nodes: map[string]exitclass.NodeFacts{}}); err != nil {
+			t.Fatal(err)
+		}
+		got := &batchv1.Job{}
+		err := cl.Get(ctx, client.ObjectKeyFromObject(job), got)
+		if held := err == nil && got.UID == job.UID; held != wantHeld {
+			t.Errorf("%s: attempt 1's Job held %v, want %v", what, held, wantHeld)
+		}
+	}
+	step("deleted before the Job controller first wrote it", true)
+	j := &batchv1.Job{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(job), j); err != nil {
+		t.Fatal(err)
+	}
+	j.Status.StartTime = &metav1.Time{Time: t0}
+	j.Status.Ready = ptr.To[int32](0)
+	j.Status.Terminating = ptr.To[int32](0)
+	if err := cl.Status().Update(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	step("written by a sync that saw the deletion", false)
 }
 
 // TestEachPodRemovedOnceWhateverTheCacheShows: the cache shows a pod unchanged for most of

@@ -85,8 +85,9 @@ func stuck(obs *observed, now time.Time) (reason, msg string) {
 		if j != nil && j.DeletionTimestamp != nil && now.After(j.DeletionTimestamp.Add(stuckAfter)) &&
 			!slices.ContainsFunc(controlledBy(obs.all, j.UID), func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }) {
 			st := j.Status
-			return ReasonJobNotReleased, fmt.Sprintf("waiting for the Job controller to see Job %s deleted (its status still counts %d active, %d ready, %d terminating): "+
-				"is kube-controller-manager running?", j.Name, st.Active, ptr.Deref(st.Ready, 0), ptr.Deref(st.Terminating, 0))
+			return ReasonJobNotReleased, fmt.Sprintf("waiting for the Job controller to sync Job %s since its deletion (its status counts %d active, %d ready, %d terminating), "+
+				"so that no pod it may still be creating meets the next Job of the same name; released by %s at the latest: is kube-controller-manager running?",
+				j.Name, st.Active, ptr.Deref(st.Ready, 0), ptr.Deref(st.Terminating, 0), j.DeletionTimestamp.Add(jobControllerExpectationsTimeout).UTC().Format(time.RFC3339))
 		}
 	}
 	return "", ""

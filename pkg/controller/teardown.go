@@ -60,7 +60,7 @@ func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev
 	if err := r.removePods(ctx, own, true); err != nil {
 		return false, err
 	}
-	if job.DeletionTimestamp == nil || !jobDone(job, own, nodes) {
+	if job.DeletionTimestamp == nil || !jobDone(job, own, nodes, r.syncedSinceDeletion(job)) {
 		return false, nil // the Job's own events bring it back
 	}
 	if !slices.Contains(job.Finalizers, v1alpha1.FinalizerAttemptJob) {
@@ -74,25 +74,85 @@ func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev
 	if err != nil || left > 0 {
 		return false, err
 	}
-	return true, r.releaseJob(ctx, job)
+	if err := r.releaseJob(ctx, job); err != nil {
+		return false, err
+	}
+	r.deletions.forget(job.UID)
+	return true, nil
 }
 
 // jobDone reports whether the Job controller is done with a Job being deleted: no pod of it
-// that may still run is left (pods are its pods; see podGone), and its status counts no pod
-// active, ready or terminating. The Job controller writes a Job's status with the
-// resourceVersion it read, so a sync that read the Job before its deletion cannot write it
-// after (the write conflicts and the Job is synced again), and one Job is never synced twice
-// at once: a status written after the deletion comes from a sync that saw it, after every
-// sync that could still create pods had ended. As the teardown removes the pods, the
-// counts fall to zero in such writes. Until then the Job stays, held by
-// FinalizerAttemptJob, so that a creation still in flight lands on it (and is removed with
-// it) rather than on the next attempt's Job of the same name.
-func jobDone(job *batchv1.Job, pods []*corev1.Pod, nodes map[string]exitclass.NodeFacts) bool {
+// that may still run is left (pods are its pods; see podGone), its status counts no pod
+// active, ready or terminating, and no sync of it that began before the deletion can still
+// be creating pods (synced). Until then the Job stays, held by FinalizerAttemptJob, so that
+// a creation still in flight lands on it (and is removed with it) rather than on the next
+// attempt's Job of the same name: the Job controller keys what it expects to see by the
+// Job's name, and a pod of the old Job that it sees once the new one has that name is never
+// counted, so the new Job gets no pod until the expectation expires (5 minutes).
+func jobDone(job *batchv1.Job, pods []*corev1.Pod, nodes map[string]exitclass.NodeFacts, synced bool) bool {
 	st := job.Status
-	if st.Active > 0 || ptr.Deref(st.Ready, 0) > 0 || ptr.Deref(st.Terminating, 0) > 0 {
+	if !synced || st.Active > 0 || ptr.Deref(st.Ready, 0) > 0 || ptr.Deref(st.Terminating, 0) > 0 {
 		return false
 	}
 	return !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return !podGone(p, nodes) })
+}
+
+// jobControllerExpectationsTimeout is how long the Job controller waits for pods it created
+// to appear before it creates more regardless (its controller.ExpectationsTimeout).
+const jobControllerExpectationsTimeout = 5 * time.Minute
+
+// syncedSinceDeletion reports whether every sync of a deleted Job that began before its
+// deletion has ended, so that no creation of it is in flight. The Job controller creates
+// pods only in a sync that read the Job without a deletion timestamp, and ends that sync
+// with a status write carrying the resourceVersion it read: after the deletion that write
+// conflicts, and the Job is synced again. It syncs one Job at a time. So a write of the Job
+// after its deletion (the Job controller's status; nothing else writes a Job being deleted)
+// comes from a sync that saw the deletion, once every earlier sync has ended. A Job that
+// has finished (or is about to: its terminal targets) creates no pod. Without a record of
+// the deletion (this process started after it) or a write since (the status needed no
+// change), the Job controller's own bound applies: by then any expectation a lost creation
+// left has expired.
+func (r *Reconciler) syncedSinceDeletion(job *batchv1.Job) bool {
+	return jobFinished(job) || r.deletions.writtenSince(job) ||
+		!r.Clock.Now().Before(job.DeletionTimestamp.Add(jobControllerExpectationsTimeout))
+}
+
+// jobDeletions remembers, for each Job held by FinalizerAttemptJob, its resourceVersion
+// when this process first saw it deleted: its watch shows every version, so for a Job
+// deleted while the process watched, that is the deletion's own. It is filled from the
+// Job informer's events, before any reconcile can read the version from the cache.
+type jobDeletions struct {
+	mu  sync.Mutex
+	rvs map[types.UID]string
+}
+
+// saw notes a version of a Job.
+func (d *jobDeletions) saw(job *batchv1.Job) {
+	if job.DeletionTimestamp == nil || !slices.Contains(job.Finalizers, v1alpha1.FinalizerAttemptJob) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rvs == nil {
+		d.rvs = map[types.UID]string{}
+	}
+	if _, ok := d.rvs[job.UID]; !ok {
+		d.rvs[job.UID] = job.ResourceVersion
+	}
+}
+
+// writtenSince reports whether job is a later version than the first one seen deleted.
+func (d *jobDeletions) writtenSince(job *batchv1.Job) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rv, ok := d.rvs[job.UID]
+	return ok && rv != job.ResourceVersion
+}
+
+func (d *jobDeletions) forget(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.rvs, uid)
 }
 
 // releaseJob drops FinalizerAttemptJob from a Job that is being deleted: the API server
