@@ -275,6 +275,13 @@ type TrainingRunStatus struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	ExcludedNodes []string `json:"excludedNodes,omitempty"`
+	// MaintenanceExcludedNodes are nodes that a planned maintenance moved the run off: later
+	// attempts avoid them only until the maintenance is over (the node uncordoned, the
+	// platform's signal gone), unlike excludedNodes, which last the run's lifetime.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	MaintenanceExcludedNodes []string `json:"maintenanceExcludedNodes,omitempty"`
 	// StartTime is when the first attempt was created.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

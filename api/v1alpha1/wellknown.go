@@ -64,7 +64,7 @@ const (
 
 // Cause is the root cause of a failure: the reason of the InfrastructureFault pod condition,
 // the cause of a verdict, and what failure-policy rules match on.
-// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;PeerFailure;Unknown
+// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;PlannedMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;PeerFailure;Unknown
 type Cause string
 
 const (
@@ -75,6 +75,10 @@ const (
 	CausePreemption      Cause = "Preemption"
 	CauseEviction        Cause = "Eviction"
 	CauseNodeLost        Cause = "NodeLost"
+	// CausePlannedMaintenance is a planned move, not a failure: an SRE's NodeMaintenance or a
+	// platform's announced maintenance of a node with workers on it. Its default rule
+	// restarts the run without spending budget, keeping it off the node until uncordoned.
+	CausePlannedMaintenance Cause = "PlannedMaintenance"
 
 	// Application causes.
 	CauseAppExit     Cause = "AppExit"
@@ -91,7 +95,7 @@ const (
 // in which only peer failures are seen has not shown who started it.
 func (c Cause) Class() Class {
 	switch c {
-	case CauseNodeShutdown, CauseNodeMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost:
+	case CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost:
 		return ClassInfrastructure
 	case CauseAppExit, CauseOOMKilled, CauseAppGPUError:
 		return ClassApplication
@@ -102,7 +106,7 @@ func (c Cause) Class() Class {
 
 // AllCauses lists every cause in a stable order (for validation, docs and tests).
 var AllCauses = []Cause{
-	CauseNodeShutdown, CauseNodeMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost,
+	CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost,
 	CauseAppExit, CauseOOMKilled, CauseAppGPUError, CausePeerFailure, CauseUnknown,
 }
 
@@ -150,4 +154,24 @@ const (
 	GPUReasonResetRequired       = "GPUResetRequired"
 	GPUReasonFatalPoison         = "UncontainedPoison"
 	GPUReasonRecoveryAction      = "RecoveryActionRequired"
+)
+
+// Platform signals of a maintenance announced ahead of time, which the controller turns into
+// a planned restart (CausePlannedMaintenance) before the node goes. Each is another party's
+// contract, cited where it is defined; the cordon itself is corev1.TaintNodeUnschedulable
+// (node.kubernetes.io/unschedulable) and node.spec.unschedulable.
+const (
+	// LabelGKEScheduledMaintenanceTime is the label GKE puts on a GPU/TPU node (GKE
+	// 1.31.1-gke.2008000 and later) when Compute Engine has scheduled a host maintenance of its
+	// VM that is not active yet; its value is the maintenance's start as a Unix time in
+	// seconds. GKE leaves the reaction to the workload. Source:
+	// https://cloud.google.com/kubernetes-engine/docs/how-to/view-maintenance-events
+	// ("GKE adds scheduled-maintenance-time to the node label").
+	LabelGKEScheduledMaintenanceTime = "cloud.google.com/scheduled-maintenance-time"
+	// NodeConditionCSPMaintenance is a node condition (status True) that a health monitor
+	// such as NVIDIA NVSentinel's CSP health monitor may set for a cloud provider's planned
+	// maintenance. Its name is configurable (launcher controller --maintenance-conditions):
+	// NVSentinel's documentation describes the monitor and its quarantine (a cordon, which
+	// faultline sees anyway) but does not fix the condition's type.
+	NodeConditionCSPMaintenance = "CSPMaintenance"
 )

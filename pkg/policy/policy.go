@@ -28,6 +28,9 @@ const (
 	RuleDefaultInfrastructure = "default-infrastructure"
 	RuleDefaultApplication    = "default-application"
 	RuleDefaultUnknown        = "default-unknown"
+	// RuleDefaultPlannedMaintenance is the default rule of CausePlannedMaintenance: a planned
+	// move is not a failure, so it spends no budget.
+	RuleDefaultPlannedMaintenance = "default-planned-maintenance"
 )
 
 // Failure is what Decide needs to know about the failure: its class, cause and node.
@@ -93,14 +96,23 @@ func Decide(in Input) Decision {
 	default: // RestartRunIgnoreBudget
 		d.Reason = fmt.Sprintf("rule %s restarts the run on %s without spending budget", rule.Name, in.Failure.Cause)
 	}
-	d.Backoff = Backoff(in.Policy.Backoff, in.History, in.FailedAt)
+	if in.Failure.Cause != v1alpha1.CausePlannedMaintenance {
+		// A planned move is chosen, not a crash loop: it waits for nothing.
+		d.Backoff = Backoff(in.Policy.Backoff, in.History, in.FailedAt)
+	}
 	return d
 }
 
 // match returns the first user rule that matches, else the default rule of the class.
 // A rule matches when every criterion it sets matches; a rule that sets none matches all.
+//
+// A planned maintenance matches only a rule that names its cause: it is no failure, so rules
+// written for failures (by class, or for all) never turn a drain into spent budget.
 func match(rules []v1alpha1.FailurePolicyRule, f Failure) v1alpha1.FailurePolicyRule {
 	for _, r := range rules {
+		if f.Cause == v1alpha1.CausePlannedMaintenance && len(r.OnCauses) == 0 {
+			continue
+		}
 		if len(r.OnCauses) > 0 && !slices.Contains(r.OnCauses, f.Cause) {
 			continue
 		}
@@ -115,7 +127,14 @@ func match(rules []v1alpha1.FailurePolicyRule, f Failure) v1alpha1.FailurePolicy
 // defaultRule: infrastructure and unknown failures restart, application failures fail the
 // run. A GPU that threw a fatal fault keeps the next attempt off its node by default: the
 // node agent has also tainted or marked it, but a restart must not race that.
+//
+// A planned maintenance restarts without spending budget: the run's owners chose none of it,
+// and a cluster whose SREs drain nodes weekly must not fail runs for it. A rule that names
+// PlannedMaintenance (or the Infrastructure class) can make it spend budget, or fail the run.
 func defaultRule(f Failure) v1alpha1.FailurePolicyRule {
+	if f.Cause == v1alpha1.CausePlannedMaintenance {
+		return v1alpha1.FailurePolicyRule{Name: RuleDefaultPlannedMaintenance, Action: v1alpha1.ActionRestartRunIgnoreBudget}
+	}
 	switch f.Class {
 	case v1alpha1.ClassInfrastructure:
 		return v1alpha1.FailurePolicyRule{Name: RuleDefaultInfrastructure, Action: v1alpha1.ActionRestartRun, ExcludeNode: f.Cause == v1alpha1.CauseGPUFault}

@@ -17,6 +17,7 @@ var (
 	gpu      = Failure{Class: v1alpha1.ClassInfrastructure, Cause: v1alpha1.CauseGPUFault, Node: "n2"}
 	appExit  = Failure{Class: v1alpha1.ClassApplication, Cause: v1alpha1.CauseAppExit, Node: "n3"}
 	unknown  = Failure{Class: v1alpha1.ClassUnknown, Cause: v1alpha1.CauseUnknown, Node: "n4"}
+	planned  = Failure{Class: v1alpha1.ClassInfrastructure, Cause: v1alpha1.CausePlannedMaintenance, Node: "n5"}
 )
 
 func TestDecide(t *testing.T) {
@@ -89,6 +90,32 @@ func TestDecide(t *testing.T) {
 				}}},
 			},
 			want: Decision{Action: v1alpha1.ActionRestartRun, Rule: RuleDefaultInfrastructure, SpendsBudget: true},
+		},
+		"a planned maintenance spends no budget and never waits": {
+			in: Input{
+				Failure: planned, Restarts: v1alpha1.RestartCounts{Infrastructure: 10}, FailedAt: t0.Add(time.Minute),
+				// A restarted attempt that lived a minute: a failure now would back off.
+				History: []v1alpha1.AttemptRecord{{Attempt: 1, StartTime: &metav1.Time{Time: t0}, Outcome: OutcomeRestarted}, {Attempt: 2, StartTime: &metav1.Time{Time: t0}}},
+				Policy:  v1alpha1.FailurePolicy{Backoff: v1alpha1.Backoff{InitialSeconds: 5, MaxSeconds: 300, ResetAfterSeconds: 600}},
+			},
+			want: Decision{Action: v1alpha1.ActionRestartRunIgnoreBudget, Rule: RuleDefaultPlannedMaintenance},
+		},
+		"rules for failures never catch a planned maintenance": {
+			in: Input{
+				Failure: planned, History: first,
+				Policy: v1alpha1.FailurePolicy{Rules: []v1alpha1.FailurePolicyRule{
+					{Name: "infra", OnClasses: []v1alpha1.Class{v1alpha1.ClassInfrastructure}, Action: v1alpha1.ActionRestartRun},
+					{Name: "all", Action: v1alpha1.ActionFailRun},
+				}},
+			},
+			want: Decision{Action: v1alpha1.ActionRestartRunIgnoreBudget, Rule: RuleDefaultPlannedMaintenance},
+		},
+		"a rule that names PlannedMaintenance makes it spend budget": {
+			in: Input{
+				Failure: planned, History: first,
+				Policy: v1alpha1.FailurePolicy{Rules: []v1alpha1.FailurePolicyRule{{Name: "count-drains", OnCauses: []v1alpha1.Cause{v1alpha1.CausePlannedMaintenance}, Action: v1alpha1.ActionRestartRun}}},
+			},
+			want: Decision{Action: v1alpha1.ActionRestartRun, Rule: "count-drains", SpendsBudget: true},
 		},
 		"a fail rule never excludes a node": {
 			in: Input{
