@@ -30,6 +30,10 @@ const (
 	AnnotationFaultEvidence = GroupName + "/fault-evidence"
 	// AnnotationShutdownDetectedAt is set on a Node (RFC 3339 nano) when logind announces a shutdown.
 	AnnotationShutdownDetectedAt = GroupName + "/shutdown-detected-at"
+	// AnnotationGPUResetRequestedAt is set on a Node (RFC 3339) by an operator who reset or
+	// replaced its GPUs: its node agent marks them healthy again (GPUHealthy=True, its taint
+	// removed) unless a GPU is still lost.
+	AnnotationGPUResetRequestedAt = GroupName + "/gpu-reset-requested-at"
 	// AnnotationTraceparent carries a W3C traceparent on the TrainingRun, copied onto its pods.
 	AnnotationTraceparent = GroupName + "/traceparent"
 
@@ -143,6 +147,10 @@ const (
 // TaintGPUUnhealthy is the NoSchedule taint the node agent may put on a node with a fatal
 // GPU fault (behind its --taint-unhealthy-gpu flag).
 const TaintGPUUnhealthy = GroupName + "/gpu-unhealthy"
+
+// GPUReasonHealthy is the reason of NodeConditionGPUHealthy=True: the node agent saw the GPUs
+// healthy again after a fault (the fault's state gone, a reboot, an operator's reset).
+const GPUReasonHealthy = "GPUsHealthy"
 
 // Reasons of NodeConditionGPUHealthy=False, besides "Xid<N>" for an XID.
 const (

@@ -81,6 +81,19 @@ func (c *Client) PatchPodStatus(ctx context.Context, namespace, name string, pt 
 	return c.rest.Patch(pt).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(data).Do(ctx).Error()
 }
 
+// ListNodes lists nodes (the agent's own, by a field selector).
+func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	out := &corev1.NodeList{}
+	err := withTimeout(c.rest.Get().Resource("nodes").VersionedParams(&opts, params), opts).Do(ctx).Into(out)
+	return out, err
+}
+
+// WatchNodes watches nodes (the agent's own, by a field selector).
+func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return withTimeout(c.rest.Get().Resource("nodes").VersionedParams(&opts, params), opts).Watch(ctx)
+}
+
 // GetNode reads one node.
 func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	out := &corev1.Node{}

@@ -27,6 +27,10 @@ type Fault struct {
 	Detail string
 	// DetectedAt is when the monitor saw it.
 	DetectedAt time.Time
+	// Cleared: the health poll no longer finds this state (Reason) on this GPU, which it had
+	// reported: a GPU lost or needing a reset that is back after one. Only states the poll
+	// finds clear; an event (an XID) is never taken back.
+	Cleared bool
 }
 
 // Device is one GPU found at start.

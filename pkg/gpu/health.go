@@ -16,7 +16,8 @@ type problem struct {
 }
 
 // pollHealth checks every GPU at once and then every HealthInterval. A state is reported
-// when it appears, not on every poll; one that clears and comes back is reported again.
+// when it appears, not on every poll, and reported Cleared when it is gone; one that clears
+// and comes back is reported again.
 func (m *nvmlMonitor) pollHealth(ctx context.Context, sink func(Fault)) {
 	active := map[string]map[string]bool{} // uuid → reasons reported and still present
 	m.checkHealth(active, sink)
@@ -44,6 +45,14 @@ func (m *nvmlMonitor) checkHealth(active map[string]map[string]bool, sink func(F
 				UUID: g.UUID, Index: g.Index, Cause: v1alpha1.CauseGPUFault, Fatal: p.fatal,
 				Source: v1alpha1.EvidenceSourceNVMLHealth, Reason: p.reason, Detail: p.detail, DetectedAt: m.now(),
 			})
+		}
+		for reason := range active[g.UUID] {
+			if !seen[reason] {
+				sink(Fault{
+					UUID: g.UUID, Index: g.Index, Cause: v1alpha1.CauseGPUFault, Source: v1alpha1.EvidenceSourceNVMLHealth,
+					Reason: reason, Detail: "no longer found by the health poll", DetectedAt: m.now(), Cleared: true,
+				})
+			}
 		}
 		active[g.UUID] = seen
 	}

@@ -108,10 +108,39 @@ func TestHealthReportsChangesOnly(t *testing.T) {
 	}
 	s.GPUs[1].Pending.Store(false)
 	poll() // cleared
+	if got := f.next(t); got.Reason != v1alpha1.GPUReasonRetiredPagesPending || !got.Cleared || got.Index != 1 {
+		t.Errorf("got %+v, want pending pages on GPU 1 reported cleared", got)
+	}
 	s.GPUs[1].Pending.Store(true)
 	poll() // back: reported again
-	if got := f.next(t); got.Reason != v1alpha1.GPUReasonRetiredPagesPending {
+	if got := f.next(t); got.Reason != v1alpha1.GPUReasonRetiredPagesPending || got.Cleared {
 		t.Errorf("got %+v, want pending pages reported again", got)
 	}
 	f.none(t, 20*time.Millisecond)
+}
+
+// TestHealthReportsALostGPUBack: a GPU lost, then back after a reset: the poll says so, so
+// that the node's GPUHealthy can turn True again.
+func TestHealthReportsALostGPUBack(t *testing.T) {
+	s := newServer(t)
+	opts := testOptions(s, &syncBuffer{})
+	fc := opts.Clock.(*clocktesting.FakeClock)
+	s.GPUs[3].LostRet.Store(int32(nvml.ERROR_GPU_IS_LOST))
+	m, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFaults()
+	running(t, m, f.sink)
+	if got := f.next(t); got.Reason != v1alpha1.GPUReasonGPULost || !got.Fatal || got.Cleared {
+		t.Fatalf("got %+v, want GPU 3 lost", got)
+	}
+	s.GPUs[3].LostRet.Store(int32(nvml.SUCCESS))
+	for !fc.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	fc.Step(opts.HealthInterval)
+	if got := f.next(t); got.Reason != v1alpha1.GPUReasonGPULost || !got.Cleared || got.Index != 3 {
+		t.Errorf("got %+v, want GPU 3's loss cleared", got)
+	}
 }

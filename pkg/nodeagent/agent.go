@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,9 +46,25 @@ type AgentConfig struct {
 	// Tracing records the detect span of each fault episode and puts the episode's
 	// traceparent on the pods with the evidence (nil: no tracing).
 	Tracing *tracing.Provider
-	Clock   clock.PassiveClock
-	Logger  *slog.Logger
+	// BootTime is when the node's kernel started (nil: /proc/stat's btime): a node marked
+	// GPU-unhealthy before it has had every GPU reset since (a reboot resets them).
+	BootTime func() (time.Time, error)
+	// RebootCheckAfter is how long after Run starts the GPUs' health after a reboot is
+	// judged: once the monitor's first poll has reported what it found (zero:
+	// DefaultRebootCheckAfter).
+	RebootCheckAfter time.Duration
+	// Retry is how often a withdrawal that failed is tried again (zero: DefaultRetry).
+	Retry  time.Duration
+	Clock  clock.PassiveClock
+	Logger *slog.Logger
 }
+
+// DefaultRebootCheckAfter: the monitor polls every GPU's health at once when it starts.
+const DefaultRebootCheckAfter = 5 * time.Second
+
+// DefaultRetry is how often a shutdown announcement that could not be taken back is tried
+// again: a stale one would blame a shutdown that never came for later failures.
+const DefaultRetry = 5 * time.Second
 
 // faultKey identifies repeats of one fault.
 type faultKey struct {
@@ -53,6 +72,8 @@ type faultKey struct {
 	xid    uint64
 	reason string
 	source string
+	// cleared: the health poll's report that the state is gone, not that it appeared.
+	cleared bool
 }
 
 // Agent turns GPU faults and shutdown announcements into evidence. It is the sink of a
@@ -64,6 +85,19 @@ type Agent struct {
 
 	mu      sync.Mutex
 	handled map[faultKey]time.Time // when each fault was last handled successfully
+	// lost are the fatal states the health poll found on each GPU (uuid → reasons) and has
+	// not reported cleared: the node is not healthy again while any is left.
+	lost map[string]map[string]bool
+
+	// The node's shutdown announcement and the pods' shutdown evidence are taken back when
+	// logind cancels a shutdown and when the agent starts (a node that is up again): until
+	// that is done, it is retried. shutdownMu orders it with a shutdown that starts meanwhile,
+	// which wins.
+	shutdownMu   sync.Mutex
+	shuttingDown bool
+	withdraw     bool // the node's announcement and the pods' evidence are still to be taken back
+
+	resets chan time.Time
 }
 
 var _ shutdown.Handler = &Agent{}
@@ -85,11 +119,23 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.BootTime == nil {
+		cfg.BootTime = procBootTime
+	}
+	if cfg.RebootCheckAfter <= 0 {
+		cfg.RebootCheckAfter = DefaultRebootCheckAfter
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
 	return &Agent{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "nodeagent", "node", cfg.Node),
-		faults:  make(chan gpu.Fault, cfg.QueueSize),
-		handled: map[faultKey]time.Time{},
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "nodeagent", "node", cfg.Node),
+		faults:   make(chan gpu.Fault, cfg.QueueSize),
+		handled:  map[faultKey]time.Time{},
+		lost:     map[string]map[string]bool{},
+		withdraw: true, // at start: whatever an earlier life announced is over
+		resets:   make(chan time.Time, 1),
 	}, nil
 }
 
@@ -103,12 +149,16 @@ func (a *Agent) OnGPUFault(f gpu.Fault) {
 	}
 }
 
-// Run clears a shutdown announcement left from before the node came up, then handles queued
-// GPU faults, in order (the first evidence on a pod wins), until ctx is done.
+// Run takes back a shutdown announcement left from before the node came up (and retries it
+// until it is done, as after a cancelled shutdown), handles queued GPU faults in order (the
+// first evidence on a pod wins), and an operator's GPU resets, until ctx is done. Once the
+// monitor's first poll is in, a node marked GPU-unhealthy before it last booted is healthy
+// again if no GPU is lost now.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.cfg.Writer.ClearShutdown(ctx); err != nil {
-		a.log.Error("cannot clear a stale shutdown annotation", "error", err)
-	}
+	retry := time.NewTicker(a.cfg.Retry)
+	defer retry.Stop()
+	rebootCheck := time.After(a.cfg.RebootCheckAfter)
+	a.takeBack(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -117,8 +167,128 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err := a.HandleGPUFault(ctx, f); err != nil {
 				a.log.Error("GPU fault evidence incomplete", "gpu", f.UUID, "reason", f.Reason, "error", err)
 			}
+		case <-retry.C:
+			a.takeBack(ctx)
+		case <-rebootCheck:
+			a.gpusAfterReboot(ctx)
+		case at := <-a.resets:
+			a.gpusReset(ctx, at)
 		}
 	}
+}
+
+// takeBack withdraws the shutdown announcement from the node and the shutdown evidence from
+// the run pods that still run, if that is still to be done and no shutdown has started.
+func (a *Agent) takeBack(ctx context.Context) {
+	a.shutdownMu.Lock()
+	defer a.shutdownMu.Unlock()
+	if !a.withdraw || a.shuttingDown {
+		return
+	}
+	errs := []error{a.cfg.Writer.ClearShutdown(ctx)}
+	pods, err := a.cfg.Writer.RunPods(ctx)
+	errs = append(errs, err)
+	for _, ref := range pods {
+		if _, err := a.cfg.Writer.WithdrawPod(ctx, ref); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		a.log.Error("cannot take back a shutdown announcement yet; retrying", "every", a.cfg.Retry, "error", err)
+		return
+	}
+	a.withdraw = false
+}
+
+// ResetRequested tells the agent that an operator reset the node's GPUs (or replaced them)
+// at at: the node is healthy again unless the health poll still finds a GPU lost.
+func (a *Agent) ResetRequested(at time.Time) {
+	select {
+	case a.resets <- at:
+	default: // one pending is enough
+	}
+}
+
+// gpusReset acts on an operator's reset at at: whatever the node was marked for before it, it
+// is healthy again, unless a GPU is lost now.
+func (a *Agent) gpusReset(ctx context.Context, at time.Time) {
+	if lost := a.lostGPUs(); lost > 0 {
+		a.log.Warn("GPU reset requested, but the health poll still finds GPUs lost or needing a reset: GPUHealthy stays False", "gpus", lost, "requestedAt", at)
+		return
+	}
+	msg := fmt.Sprintf("an operator reset the GPUs (%s at %s)", v1alpha1.AnnotationGPUResetRequestedAt, formatTime(at))
+	if _, err := a.cfg.Writer.MarkGPUHealthy(ctx, func(_ string, since time.Time) bool { return at.After(since) }, msg, a.cfg.Clock.Now()); err != nil {
+		a.log.Error("cannot mark the node's GPUs healthy after a reset", "error", err)
+	}
+}
+
+// gpusAfterReboot: a reboot resets every GPU, so a node marked unhealthy before it booted
+// is healthy again if the health poll found no GPU lost since.
+func (a *Agent) gpusAfterReboot(ctx context.Context) {
+	boot, err := a.cfg.BootTime()
+	if err != nil {
+		a.log.Warn("cannot read the node's boot time: GPUs marked unhealthy before a reboot stay so until an operator's reset", "error", err)
+		return
+	}
+	if a.lostGPUs() > 0 {
+		return
+	}
+	msg := fmt.Sprintf("every GPU healthy after the node booted at %s", formatTime(boot))
+	if _, err := a.cfg.Writer.MarkGPUHealthy(ctx, func(_ string, since time.Time) bool { return since.Before(boot) }, msg, a.cfg.Clock.Now()); err != nil {
+		a.log.Error("cannot mark the node's GPUs healthy after a reboot", "error", err)
+	}
+}
+
+func (a *Agent) lostGPUs() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.lost)
+}
+
+// gpuBack: the health poll no longer finds a fatal state it had found. Once no GPU has one,
+// a node marked unhealthy for such a state (not an XID, which nothing takes back) is healthy
+// again.
+func (a *Agent) gpuBack(ctx context.Context, f gpu.Fault) error {
+	a.mu.Lock()
+	delete(a.lost[f.UUID], f.Reason)
+	if len(a.lost[f.UUID]) == 0 {
+		delete(a.lost, f.UUID)
+	}
+	left := len(a.lost)
+	a.mu.Unlock()
+	if left > 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("GPU %d (%s): %s no longer found by the health poll [%s]", f.Index, f.UUID, f.Reason, formatTime(f.DetectedAt))
+	_, err := a.cfg.Writer.MarkGPUHealthy(ctx, func(reason string, _ time.Time) bool { return healthState(reason) }, msg, f.DetectedAt)
+	return err
+}
+
+// healthState: a node reason that a health poll found (and can see clear).
+func healthState(reason string) bool {
+	switch reason {
+	case v1alpha1.GPUReasonGPULost, v1alpha1.GPUReasonResetRequired, v1alpha1.GPUReasonRowRemapFailure:
+		return true
+	}
+	return false
+}
+
+// procBootTime is the kernel's boot time (btime in /proc/stat; in a container, the host's).
+func procBootTime() (time.Time, error) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime %q: %w", v, err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat has no btime")
 }
 
 // HandleGPUFault marks the run pods holding the GPU, then, for a fatal infrastructure
@@ -129,7 +299,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // would blame the GPU for whatever ends those pods later.
 func (a *Agent) HandleGPUFault(ctx context.Context, f gpu.Fault) error {
 	a.cfg.Metrics.eventSeen(f.Source)
-	key := faultKey{uuid: f.UUID, xid: f.XID, reason: f.Reason, source: f.Source}
+	key := faultKey{uuid: f.UUID, xid: f.XID, reason: f.Reason, source: f.Source, cleared: f.Cleared}
 	now := a.cfg.Clock.Now()
 	a.mu.Lock()
 	last, seen := a.handled[key]
@@ -137,7 +307,22 @@ func (a *Agent) HandleGPUFault(ctx context.Context, f gpu.Fault) error {
 	if seen && now.Sub(last) < a.cfg.RepeatWindow {
 		return nil
 	}
-	a.log.Info("GPU fault", "gpu", f.UUID, "index", f.Index, "xid", f.XID, "cause", f.Cause, "fatal", f.Fatal, "reason", f.Reason, "source", f.Source, "detail", f.Detail)
+	a.log.Info("GPU fault", "gpu", f.UUID, "index", f.Index, "xid", f.XID, "cause", f.Cause, "fatal", f.Fatal, "reason", f.Reason, "source", f.Source, "detail", f.Detail, "cleared", f.Cleared)
+	if f.Cleared {
+		err := a.gpuBack(ctx, f)
+		if err == nil {
+			a.handledNow(key, now)
+		}
+		return err
+	}
+	if f.Source == v1alpha1.EvidenceSourceNVMLHealth && f.Fatal {
+		a.mu.Lock()
+		if a.lost[f.UUID] == nil {
+			a.lost[f.UUID] = map[string]bool{}
+		}
+		a.lost[f.UUID][f.Reason] = true
+		a.mu.Unlock()
+	}
 
 	var errs []error
 	if f.Source != v1alpha1.EvidenceSourceNVMLHealth || f.Fatal {
@@ -157,21 +342,29 @@ func (a *Agent) HandleGPUFault(ctx context.Context, f gpu.Fault) error {
 	}
 	err := errors.Join(errs...)
 	if err == nil {
-		a.mu.Lock()
-		a.handled[key] = now
-		for k, t := range a.handled { // keep the map small
-			if now.Sub(t) >= a.cfg.RepeatWindow {
-				delete(a.handled, k)
-			}
-		}
-		a.mu.Unlock()
+		a.handledNow(key, now)
 	}
 	return err
+}
+
+// handledNow notes that the fault was handled successfully at now.
+func (a *Agent) handledNow(key faultKey, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.handled[key] = now
+	for k, t := range a.handled { // keep the map small
+		if now.Sub(t) >= a.cfg.RepeatWindow {
+			delete(a.handled, k)
+		}
+	}
 }
 
 // ShutdownStarted annotates the node and marks every run pod on it, concurrently: logind's
 // delay is short and the kubelet is already stopping the pods.
 func (a *Agent) ShutdownStarted(ctx context.Context, detectedAt time.Time) error {
+	a.shutdownMu.Lock()
+	a.shuttingDown, a.withdraw = true, false
+	a.shutdownMu.Unlock()
 	a.cfg.Metrics.eventSeen(v1alpha1.EvidenceSourceLogind)
 	var wg sync.WaitGroup
 	var nodeErr error
@@ -189,17 +382,18 @@ func (a *Agent) ShutdownStarted(ctx context.Context, detectedAt time.Time) error
 }
 
 // ShutdownCancelled takes the announcement back: off the node, and off the run pods that
-// are still running.
+// are still running. What fails is retried by Run until it is done.
 func (a *Agent) ShutdownCancelled(ctx context.Context, _ time.Time) error {
-	errs := []error{a.cfg.Writer.ClearShutdown(ctx)}
-	pods, err := a.cfg.Writer.RunPods(ctx)
-	errs = append(errs, err)
-	for _, ref := range pods {
-		if _, err := a.cfg.Writer.WithdrawPod(ctx, ref); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-		}
+	a.shutdownMu.Lock()
+	a.shuttingDown, a.withdraw = false, true
+	a.shutdownMu.Unlock()
+	a.takeBack(ctx)
+	a.shutdownMu.Lock()
+	defer a.shutdownMu.Unlock()
+	if a.withdraw {
+		return errors.New("the shutdown announcement is not taken back yet: retrying")
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // markPods writes ev to the pods in parallel; a pod that is gone is no error.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -154,6 +155,10 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	g.Go(func() error { return agent.Run(ctx) })
 	g.Go(func() error { return monitor.Run(ctx, agent.OnGPUFault) })
 	g.Go(func() error { return inhibitor.Run(ctx) })
+	g.Go(func() error {
+		WatchResets(ctx, cfg.Client, cfg.Node, agent.ResetRequested, log)
+		return nil
+	})
 	if cfg.HTTPAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -172,6 +177,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		// Apart from the main listener, which a DaemonSet exposes on the pod network.
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /simulate/xid", simulateXID(sim, log))
+		mux.HandleFunc("POST /simulate/health", simulateHealth(sim, log))
 		g.Go(func() error { return serveHTTP(ctx, cfg.SimulateAddr, mux) })
 		log.Warn("SIMULATION endpoint listening (test only)", "address", cfg.SimulateAddr)
 	}
@@ -228,6 +234,27 @@ func simulateXID(sim *gpusim.Server, log *slog.Logger) http.HandlerFunc {
 		}
 		log.Warn("SIMULATED XID injected", "gpu", idx, "uuid", sim.Device(idx).UUID, "xid", xid)
 		sim.InjectXID(idx, xid)
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// simulateHealth makes a simulated GPU lost, or healthy again, for the health poll:
+// POST /simulate/health?gpu=3&lost=true (or false).
+func simulateHealth(sim *gpusim.Server, log *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		idx, err1 := strconv.Atoi(q.Get("gpu"))
+		lost, err2 := strconv.ParseBool(q.Get("lost"))
+		if err := errors.Join(err1, err2); err != nil || idx < 0 || idx >= sim.Count() {
+			http.Error(w, fmt.Sprintf("want ?gpu=<0..%d>&lost=<true|false>", sim.Count()-1), http.StatusBadRequest)
+			return
+		}
+		ret := nvml.SUCCESS
+		if lost {
+			ret = nvml.ERROR_GPU_IS_LOST
+		}
+		log.Warn("SIMULATED GPU health", "gpu", idx, "lost", lost)
+		sim.GPUs[idx].LostRet.Store(int32(ret))
 		w.WriteHeader(http.StatusAccepted)
 	}
 }

@@ -56,6 +56,12 @@ type FakeEvidenceWriter struct {
 	NodeMarks  []NodeGPUMark
 	Shutdowns  []time.Time
 	ClearCalls int
+
+	// GPUReason and GPUSince are the node's GPUHealthy=False as the fake keeps it ("" while
+	// healthy); Healthy records each MarkGPUHealthy that turned it True.
+	GPUReason string
+	GPUSince  time.Time
+	Healthy   []NodeGPUMark
 }
 
 var _ EvidenceWriter = &FakeEvidenceWriter{}
@@ -97,7 +103,25 @@ func (f *FakeEvidenceWriter) MarkGPUUnhealthy(_ context.Context, reason, message
 		return f.NodeErr
 	}
 	f.NodeMarks = append(f.NodeMarks, NodeGPUMark{Reason: reason, Message: message, At: at})
+	if f.GPUReason == "" {
+		f.GPUReason, f.GPUSince = reason, at
+	}
 	return nil
+}
+
+// MarkGPUHealthy turns the fake node healthy where gone says its reason is over.
+func (f *FakeEvidenceWriter) MarkGPUHealthy(_ context.Context, gone func(string, time.Time) bool, message string, at time.Time) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.NodeErr != nil {
+		return false, f.NodeErr
+	}
+	if f.GPUReason == "" || !gone(f.GPUReason, f.GPUSince) {
+		return false, nil
+	}
+	f.Healthy = append(f.Healthy, NodeGPUMark{Reason: f.GPUReason, Message: message, At: at})
+	f.GPUReason = ""
+	return true, nil
 }
 
 // AnnotateShutdown records the announcement.

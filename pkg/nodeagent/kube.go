@@ -19,6 +19,8 @@ type Kube interface {
 	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	PatchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) error
+	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+	WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, subresources ...string) error
 }

@@ -38,6 +38,14 @@ func (k clientsetKube) PatchPodStatus(ctx context.Context, namespace, name strin
 	return err
 }
 
+func (k clientsetKube) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	return k.c.CoreV1().Nodes().List(ctx, opts)
+}
+
+func (k clientsetKube) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return k.c.CoreV1().Nodes().Watch(ctx, opts)
+}
+
 func (k clientsetKube) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	return k.c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }

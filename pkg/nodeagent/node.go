@@ -14,21 +14,16 @@ import (
 
 // MarkGPUUnhealthy sets the node condition GPUHealthy=False and, when configured, the
 // NoSchedule taint. The first fatal fault's reason stays: a node is drained for the first
-// reason as well as for the second, and rewriting the condition on every XID of a storm
-// would only load the API server.
+// reason as well as for the second. It reads the node each time (the Agent's repeat window
+// keeps a storm's repeats away), so that a condition an operator cleared is set again by
+// the next fault.
 func (w *Writer) MarkGPUUnhealthy(ctx context.Context, reason, message string, at time.Time) error {
-	w.mu.Lock()
-	done := w.nodeGPU
-	w.mu.Unlock()
-	if done {
-		return nil
-	}
 	node, err := w.getNode(ctx)
 	if err != nil {
 		return err
 	}
-	if !gpuUnhealthy(node) {
-		data, err := nodeGPUConditionPatch(reason, message, at)
+	if _, _, unhealthy := gpuUnhealthy(node); !unhealthy {
+		data, err := nodeGPUConditionPatch(corev1.ConditionFalse, reason, message, at)
 		if err != nil {
 			return err
 		}
@@ -42,10 +37,53 @@ func (w *Writer) MarkGPUUnhealthy(ctx context.Context, reason, message string, a
 			return err
 		}
 	}
-	w.mu.Lock()
-	w.nodeGPU = true
-	w.mu.Unlock()
 	return nil
+}
+
+// MarkGPUHealthy sets GPUHealthy=True and takes faultline's taint off, where the node is
+// unhealthy (for a reason, since a time) that gone says is over; it reports whether it
+// changed anything.
+func (w *Writer) MarkGPUHealthy(ctx context.Context, gone func(reason string, since time.Time) bool, message string, at time.Time) (bool, error) {
+	node, err := w.getNode(ctx)
+	if err != nil {
+		return false, err
+	}
+	reason, since, unhealthy := gpuUnhealthy(node)
+	if !unhealthy || !gone(reason, since) {
+		return false, nil
+	}
+	data, err := nodeGPUConditionPatch(corev1.ConditionTrue, v1alpha1.GPUReasonHealthy, message, at)
+	if err != nil {
+		return false, err
+	}
+	if err := w.patchNode(ctx, targetNodeCondition, v1alpha1.GPUReasonHealthy, types.StrategicMergePatchType, data, "status"); err != nil {
+		return false, err
+	}
+	if err := w.untaint(ctx, node); err != nil {
+		return true, err
+	}
+	w.log.Info("marked node GPUs healthy again", "was", reason, "message", message)
+	return true, nil
+}
+
+// untaint removes v1alpha1.TaintGPUUnhealthy, re-reading the node when a concurrent change
+// conflicts.
+func (w *Writer) untaint(ctx context.Context, node *corev1.Node) error {
+	first := true
+	return withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
+		if !first {
+			var err error
+			if node, err = w.cfg.Client.GetNode(ctx, w.cfg.Node); err != nil {
+				return err
+			}
+		}
+		first = false
+		data, needed, err := nodeUntaintPatch(node, v1alpha1.TaintGPUUnhealthy)
+		if err != nil || !needed {
+			return err
+		}
+		return w.cfg.Client.PatchNode(ctx, w.cfg.Node, types.MergePatchType, data)
+	})
 }
 
 // taint adds v1alpha1.TaintGPUUnhealthy, re-reading the node when a concurrent change conflicts.
@@ -128,11 +166,12 @@ func (w *Writer) patchNode(ctx context.Context, target, label string, pt types.P
 	return nil
 }
 
-func gpuUnhealthy(node *corev1.Node) bool {
+// gpuUnhealthy reports whether the node has GPUHealthy=False, its reason and since when.
+func gpuUnhealthy(node *corev1.Node) (string, time.Time, bool) {
 	for _, c := range node.Status.Conditions {
 		if c.Type == v1alpha1.NodeConditionGPUHealthy && c.Status == corev1.ConditionFalse {
-			return true
+			return c.Reason, c.LastTransitionTime.Time, true
 		}
 	}
-	return false
+	return "", time.Time{}, false
 }

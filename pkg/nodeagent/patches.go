@@ -76,13 +76,13 @@ func evidenceRemoval() obj {
 	return obj{v1alpha1.AnnotationFaultEvidence: nil}
 }
 
-// nodeGPUConditionPatch sets GPUHealthy=False (a strategic merge patch on nodes/status;
+// nodeGPUConditionPatch sets GPUHealthy to status (a strategic merge patch on nodes/status;
 // node conditions merge by type, so the kubelet's and other agents' stay).
-func nodeGPUConditionPatch(reason, message string, at time.Time) ([]byte, error) {
+func nodeGPUConditionPatch(status corev1.ConditionStatus, reason, message string, at time.Time) ([]byte, error) {
 	t := metav1.NewTime(at)
 	return json.Marshal(obj{"status": obj{"conditions": []obj{{
 		"type":               v1alpha1.NodeConditionGPUHealthy,
-		"status":             corev1.ConditionFalse,
+		"status":             status,
 		"reason":             reason,
 		"message":            message,
 		"lastHeartbeatTime":  t,
@@ -109,7 +109,28 @@ func nodeTaintPatch(node *corev1.Node, taint corev1.Taint) ([]byte, bool, error)
 			return nil, false, nil
 		}
 	}
-	taints := append(append([]corev1.Taint(nil), node.Spec.Taints...), taint)
+	return taintsPatch(node, append(append([]corev1.Taint(nil), node.Spec.Taints...), taint))
+}
+
+// nodeUntaintPatch removes every taint with key from node's taints; false when there is
+// none (the same precondition as nodeTaintPatch).
+func nodeUntaintPatch(node *corev1.Node, key string) ([]byte, bool, error) {
+	var taints []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if t.Key != key {
+			taints = append(taints, t)
+		}
+	}
+	if len(taints) == len(node.Spec.Taints) {
+		return nil, false, nil
+	}
+	if taints == nil {
+		taints = []corev1.Taint{} // null would not replace the list
+	}
+	return taintsPatch(node, taints)
+}
+
+func taintsPatch(node *corev1.Node, taints []corev1.Taint) ([]byte, bool, error) {
 	data, err := json.Marshal(obj{
 		"metadata": obj{"resourceVersion": node.ResourceVersion},
 		"spec":     obj{"taints": taints},

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -134,7 +135,7 @@ func TestPodMarkPatchLeavesWhatItDoesNotCarry(t *testing.T) {
 }
 
 func TestNodePatches(t *testing.T) {
-	data, err := nodeGPUConditionPatch("Xid79", "GPU 3 fell off the bus", t0)
+	data, err := nodeGPUConditionPatch(corev1.ConditionFalse, "Xid79", "GPU 3 fell off the bus", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,8 @@ func TestNodePatches(t *testing.T) {
 		"lastHeartbeatTime": "2026-03-01T12:00:00Z", "lastTransitionTime": "2026-03-01T12:00:00Z"
 	}]}}`, data)
 	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-	if got := applyStrategic(t, node, data); len(got.Status.Conditions) != 2 || !gpuUnhealthy(got) {
+	got := applyStrategic(t, node, data)
+	if reason, since, unhealthy := gpuUnhealthy(got); len(got.Status.Conditions) != 2 || !unhealthy || reason != "Xid79" || !since.Equal(t0.Truncate(time.Second)) {
 		t.Errorf("node conditions after patch: %+v", got.Status.Conditions)
 	}
 

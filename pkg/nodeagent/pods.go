@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 func nodeFieldSelector(node string) string {
@@ -40,6 +42,49 @@ func NodePodInformer(client Kube, node string, resync time.Duration) cache.Share
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	_ = informer.SetTransform(slimPod) // fails only once the informer runs
 	return informer
+}
+
+// WatchResets calls reset with the time of every operator's GPU reset of node (the Node's
+// v1alpha1.AnnotationGPUResetRequestedAt, newer than the last one seen) until ctx is done. It
+// watches the one Node by its name.
+func WatchResets(ctx context.Context, client Kube, node string, reset func(time.Time), log *slog.Logger) {
+	byName := fields.OneTermEqualSelector("metadata.name", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = byName
+			return client.ListNodes(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = byName
+			return client.WatchNodes(ctx, o)
+		},
+	}
+	var last time.Time
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, 0, cache.Indexers{})
+	seen := func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		v, ok := n.Annotations[v1alpha1.AnnotationGPUResetRequestedAt]
+		if !ok {
+			return
+		}
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			log.Warn("GPU reset request with an unreadable time: ignored", "annotation", v1alpha1.AnnotationGPUResetRequestedAt, "value", v, "error", err)
+			return
+		}
+		if at.After(last) {
+			last = at
+			reset(at)
+		}
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, obj any) { seen(obj) },
+	})
+	informer.RunWithContext(ctx)
 }
 
 // slimPod keeps what the agent reads of a pod: its metadata without managed fields, its node,

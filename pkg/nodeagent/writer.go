@@ -47,6 +47,7 @@ type EvidenceWriter interface {
 	WithdrawPod(ctx context.Context, ref types.NamespacedName) (bool, error)
 	RunPods(ctx context.Context) ([]types.NamespacedName, error)
 	MarkGPUUnhealthy(ctx context.Context, reason, message string, at time.Time) error
+	MarkGPUHealthy(ctx context.Context, gone func(reason string, since time.Time) bool, message string, at time.Time) (bool, error)
 	AnnotateShutdown(ctx context.Context, at time.Time) error
 	ClearShutdown(ctx context.Context) error
 }
@@ -68,7 +69,6 @@ type Writer struct {
 	withdrawn map[types.UID]bool
 	// podLocks serialises the marks of one pod, so two faults do not race to be first.
 	podLocks map[types.NamespacedName]*sync.Mutex
-	nodeGPU  bool // GPUHealthy=False is known to be on the node
 }
 
 // NewWriter checks cfg and fills in defaults.

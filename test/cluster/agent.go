@@ -204,6 +204,20 @@ func (a *Agent) InjectXID(gpu int, xid uint64) error {
 	return nil
 }
 
+// SetGPULost makes GPU gpu of the agent's simulated node lost (NVML's GPU_IS_LOST on every
+// query, as a GPU that fell off the bus), or healthy again, for the agent's health poll.
+func (a *Agent) SetGPULost(gpu int, lost bool) error {
+	resp, err := http.Post(fmt.Sprintf("http://%s/simulate/health?gpu=%d&lost=%t", a.SimulateAddr, gpu, lost), "", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("set GPU %d of %s lost=%t: %s", gpu, a.Node, lost, resp.Status)
+	}
+	return nil
+}
+
 // Tail returns the last n lines of the agent's log.
 func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
 

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,4 +283,60 @@ func TestE2EAgentCannotTouchOtherNodes(t *testing.T) {
 	if infraCondition(got) != nil || got.Annotations[v1alpha1.AnnotationFaultEvidence] != "" {
 		t.Error("pod on the other node was changed despite the refusal")
 	}
+}
+
+// TestE2EGPUHealthyRecovers: a node marked GPU-unhealthy is healthy again (GPUHealthy=True,
+// faultline's taint gone) once the fault is over, and only then: a GPU that the health poll
+// found lost is over when the poll finds it back; an XID, which nothing on the node takes
+// back, is over when an operator says the GPUs were reset (the Node's
+// faultline.dev/gpu-reset-requested-at).
+func TestE2EGPUHealthyRecovers(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.NodeName(4)
+	a := startAgent(t, c, node, "--taint-unhealthy-gpu", "--gpu-health-interval", "200ms")
+	waitGPUs := func(what string, status corev1.ConditionStatus, reason string) *corev1.Node {
+		t.Helper()
+		n, err := c.WaitNode(ctx, node, func(n *corev1.Node) (bool, error) {
+			cond := gpuHealthy(n)
+			return cond != nil && cond.Status == status && cond.Reason == reason && tainted(n) == (status == corev1.ConditionFalse), nil
+		})
+		if err != nil {
+			var cond *corev1.NodeCondition
+			if n != nil {
+				cond = gpuHealthy(n)
+			}
+			t.Fatalf("%s: node %s not GPUHealthy=%s %s with the taint %s only while unhealthy: %v; GPUHealthy %+v, tainted %t",
+				what, node, status, reason, v1alpha1.TaintGPUUnhealthy, err, cond, n != nil && tainted(n))
+		}
+		return n
+	}
+
+	if err := a.SetGPULost(5, true); err != nil {
+		t.Fatal(err)
+	}
+	waitGPUs("GPU 5 lost", corev1.ConditionFalse, v1alpha1.GPUReasonGPULost)
+	if err := a.SetGPULost(5, false); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitGPUs("GPU 5 back", corev1.ConditionTrue, v1alpha1.GPUReasonHealthy)
+	t.Logf("GPU back -> node healthy and untainted in %s", time.Since(back).Round(time.Millisecond))
+
+	a.injectXID(t, 2, 79)
+	waitGPUs("XID 79 on GPU 2", corev1.ConditionFalse, "Xid79")
+	reset := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationGPUResetRequestedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(reset), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := waitGPUs("the operator's reset", corev1.ConditionTrue, v1alpha1.GPUReasonHealthy)
+	if msg := gpuHealthy(n).Message; !strings.Contains(msg, v1alpha1.AnnotationGPUResetRequestedAt) {
+		t.Errorf("GPUHealthy=True message %q does not name the operator's reset", msg)
+	}
+}
+
+func tainted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintGPUUnhealthy })
 }

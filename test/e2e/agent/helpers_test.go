@@ -28,14 +28,14 @@ type agentHandle struct {
 
 // startAgent runs a node agent for node (cluster.StartAgent: a bus and logind of its own, a
 // token bound to the node's DaemonSet pod) and stops it when the test ends. It returns once
-// the agent holds its inhibitor lock.
-func startAgent(t testing.TB, c *cluster.Cluster, node string) *agentHandle {
+// the agent holds its inhibitor lock. args are added to the agent's.
+func startAgent(t testing.TB, c *cluster.Cluster, node string, args ...string) *agentHandle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a, err := c.StartAgent(ctx, cluster.AgentOptions{
 		Bin: agentBin, Node: node, DaemonSetPod: dsPods[node], Dir: t.TempDir(),
-		Args: []string{"--release-timeout", "5s"},
+		Args: append([]string{"--release-timeout", "5s"}, args...),
 	})
 	if errors.Is(err, cluster.ErrNoBus) {
 		t.Skip(err)

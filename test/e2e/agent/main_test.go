@@ -24,15 +24,15 @@ import (
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
-// nodes: 0–3 for the tests, 4–6 for the benchmarks alone (a test's pods may still hold a
+// nodes: 0–4 for the tests, 5–7 for the benchmarks alone (a test's pods may still hold a
 // node's simulated GPUs when a benchmark starts).
-const nodes = 7
+const nodes = 8
 
 // Nodes of the benchmarks.
 var (
-	xidBenchNode      = cluster.NodeName(4)
-	shutdownBenchNode = cluster.NodeName(5)
-	floorBenchNode    = cluster.NodeName(6)
+	xidBenchNode      = cluster.NodeName(5)
+	shutdownBenchNode = cluster.NodeName(6)
+	floorBenchNode    = cluster.NodeName(7)
 )
 
 var (
