@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 // TestNodeAgentPoliciesCoverEveryField: the node agent's policies keep every field of a pod's
@@ -36,6 +38,47 @@ func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
 			if !strings.Contains(policy, want) {
 				t.Errorf("%s.%s: admission/nodeagent.yaml does not keep it unchanged (want %q)", tc.typ.Name(), name, want)
 			}
+		}
+	}
+}
+
+// TestControllerRunPolicyCoversEverySpecField: the controller may write only
+// spec.restartScope and spec.successPolicy of a run (from unset); the policy keeps every other
+// field of the spec unchanged by naming it. A field added to TrainingRunSpec would be left
+// writable: this fails until the policy names it.
+func TestControllerRunPolicyCoversEverySpecField(t *testing.T) {
+	raw, err := FS.ReadFile("admission/controller.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := string(raw)
+	typ := reflect.TypeFor[v1alpha1.TrainingRunSpec]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		want := "dyn(object.spec).?" + name + " == dyn(oldObject.spec).?" + name
+		if !strings.Contains(policy, want) {
+			t.Errorf("TrainingRunSpec.%s: admission/controller.yaml does not keep it unchanged (want %q)", name, want)
+		}
+	}
+}
+
+// TestControllerNodePolicyCoversEveryField: the controller's Node policy keeps every field of
+// a Node's spec unchanged but its cordon, by naming each (see above).
+func TestControllerNodePolicyCoversEveryField(t *testing.T) {
+	raw, err := FS.ReadFile("admission/controller.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := string(raw)
+	typ := reflect.TypeFor[corev1.NodeSpec]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" || name == "unschedulable" {
+			continue
+		}
+		want := "dyn(object.spec).?" + name + " == dyn(oldObject.spec).?" + name
+		if !strings.Contains(policy, want) {
+			t.Errorf("NodeSpec.%s: admission/controller.yaml does not keep it unchanged (want %q)", name, want)
 		}
 	}
 }

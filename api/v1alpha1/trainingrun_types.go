@@ -60,18 +60,18 @@ const (
 const FrameworkNone = "none"
 
 // TrainingRunSpec is what an ML engineer asks for.
-// +kubebuilder:validation:XValidation:rule="self.restartScope == 'Index' || !has(self.backoffLimitPerIndex)",message="spec.backoffLimitPerIndex applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".backoffLimitPerIndex"
-// +kubebuilder:validation:XValidation:rule="self.restartScope == 'Index' || !has(self.maxFailedIndexes)",message="spec.maxFailedIndexes applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".maxFailedIndexes"
+// +kubebuilder:validation:XValidation:rule="(has(self.restartScope) && self.restartScope == 'Index') || !has(self.backoffLimitPerIndex)",message="spec.backoffLimitPerIndex applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="(has(self.restartScope) && self.restartScope == 'Index') || !has(self.maxFailedIndexes)",message="spec.maxFailedIndexes applies only to restartScope Index: remove it or set restartScope: Index",fieldPath=".maxFailedIndexes"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.workers",message="spec.maxFailedIndexes must not exceed spec.workers: lower it to at most the number of workers",fieldPath=".maxFailedIndexes"
 // In Index scope the Job controller retries each index (backoffLimitPerIndex, with infrastructure
 // failures not counted) and the run fails when it gives up: rules and budgets there would be
 // silently ignored, so they are refused (backoff and settleSeconds are documented as Gang's:
 // Go clients send their zero values, which cannot be told from a choice).
-// +kubebuilder:validation:XValidation:rule="self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
-// +kubebuilder:validation:XValidation:rule="self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
-	// (tensorflow, jax, …), or "none".
+	// (tensorflow, jax, pytorch, or another installed plugin), or "none".
 	// +kubebuilder:default=none
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -91,9 +91,11 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workers is immutable: create a new TrainingRun to change the gang size"
 	Workers int32 `json:"workers"`
 
-	// RestartScope is Gang (default: a failure ends the attempt, a restart replaces every
-	// worker) or Index (only the failed index is replaced).
-	// +kubebuilder:default=Gang
+	// RestartScope is Gang (a failure ends the attempt, a restart replaces every worker) or
+	// Index (only the failed index is replaced). Left unset, the framework's plugin chooses
+	// (Gang for framework none and the shipped plugins), and the controller writes its
+	// choice here before the first attempt starts, so that the run shows the scope it runs
+	// under. No CRD default: it would hide from the plugin that the user chose nothing.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.restartScope is immutable: create a new TrainingRun to change it"
 	// +optional
 	RestartScope RestartScope `json:"restartScope,omitempty"`
@@ -129,8 +131,10 @@ type TrainingRunSpec struct {
 	// +optional
 	MaxFailedIndexes *int32 `json:"maxFailedIndexes,omitempty"`
 
-	// SuccessPolicy is AllWorkers (default) or Leader (index 0 exiting 0 ends the run).
-	// +kubebuilder:default=AllWorkers
+	// SuccessPolicy is AllWorkers (every index exits 0) or Leader (index 0 exiting 0 ends
+	// the run). Left unset, the framework's plugin chooses (AllWorkers unless the plugin's
+	// layout has processes that never exit, e.g. TensorFlow's parameter servers), and the
+	// controller writes its choice here before the first attempt starts.
 	// +optional
 	SuccessPolicy SuccessPolicy `json:"successPolicy,omitempty"`
 

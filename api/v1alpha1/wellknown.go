@@ -54,6 +54,11 @@ const (
 	EnvIndex     = "FAULTLINE_INDEX"
 	EnvWorldSize = "FAULTLINE_WORLD_SIZE"
 	EnvService   = "FAULTLINE_SERVICE"
+	// EnvRole and EnvRoleIndex are set only in runs whose plugin lays its indexes out in
+	// roles (framework.Rendezvous.Roles): the pod's role and its index within the role, read
+	// from LabelRole and LabelRoleIndex.
+	EnvRole      = "FAULTLINE_ROLE"
+	EnvRoleIndex = "FAULTLINE_ROLE_INDEX"
 )
 
 // Class says who is to blame for a failure.
@@ -183,3 +188,30 @@ const (
 	// faultline sees anyway) but does not fix the condition's type.
 	NodeConditionCSPMaintenance = "CSPMaintenance"
 )
+
+// Roles: a run whose plugin lays its indexes out in roles (TensorFlow's chief, ps, worker,
+// evaluator) keeps one Indexed Job with one pod template. A pod's role is not a
+// substitution of its completion index, so the controller writes the layout on the
+// template (AnnotationRoles), and the MutatingAdmissionPolicy faultline-roles
+// (deploy/admission/roles.yaml) labels each pod with its role and its index within the role
+// when the Job controller creates it; the containers read the labels (EnvRole, EnvRoleIndex).
+const (
+	// AnnotationRoles is the layout, "name:first-last" per role in index order,
+	// comma-separated (e.g. "chief:0-0,ps:1-2,worker:3-6").
+	AnnotationRoles = GroupName + "/roles"
+	// LabelRole is the pod's role.
+	LabelRole = GroupName + "/role"
+	// LabelRoleIndex is the pod's index within its role, from 0.
+	LabelRoleIndex = GroupName + "/role-index"
+)
+
+// Names of what a run owns when its plugin asks that the workers read their Job and pods
+// (framework.Rendezvous.ReadJobAndPods): a ServiceAccount, a Role and a RoleBinding, all
+// named WorkerAccessName(run), owned by the run.
+const (
+	// WorkerAccessSuffix ends the name of the workers' ServiceAccount, Role and RoleBinding.
+	WorkerAccessSuffix = "-workers"
+)
+
+// WorkerAccessName is the name of a run's workers' ServiceAccount, Role and RoleBinding.
+func WorkerAccessName(run string) string { return run + WorkerAccessSuffix }

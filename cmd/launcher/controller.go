@@ -17,14 +17,18 @@ import (
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
+
+const flagNodeMaintenanceSelector = "node-maintenance-selector"
 
 func newControllerCommand() *cobra.Command {
 	opts := controller.Options{}
 	var kubeconfig, crashAt string
 	var qps float32
 	var burst int
+	var nmSelector string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
@@ -52,6 +56,9 @@ controller), or --leader-elect=false where no other faultline controller acts on
 				return err
 			}
 			opts.LeaderElectionNamespace = leaseNS
+			if opts.NodeMaintenances, err = controller.NodeMaintenanceSelector(opts.Namespace, nmSelector, cmd.Flags().Changed(flagNodeMaintenanceSelector)); err != nil {
+				return err
+			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 			if !opts.LeaderElection {
@@ -118,6 +125,11 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.IntVar(&opts.Workers, "workers", controller.DefaultWorkers, "runs reconciled concurrently")
 	f.StringVar(&opts.Plugins.PluginDir, "plugin-dir", "", "directory searched for framework plugins (faultline-plugin-<framework>) before PATH (default: this binary's directory)")
 	f.DurationVar(&opts.Plugins.CallTimeout, "plugin-call-timeout", framework.DefaultCallTimeout, "deadline of every call to a framework plugin; a plugin that misses it is killed")
+	opts.Maintenance = maintenance.DefaultConfig()
+	f.StringVar(&nmSelector, flagNodeMaintenanceSelector, "", "act on the NodeMaintenances this label selector matches (default: every one when watching all namespaces, none with --namespace, which sees only that namespace's runs)")
+	f.BoolVar(&opts.Maintenance.Cordon, "maintenance-cordon", opts.Maintenance.Cordon, "move runs off a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) as a planned maintenance, before its drain evicts them")
+	f.DurationVar(&opts.Maintenance.Lead, "maintenance-lead", opts.Maintenance.Lead, "move runs off a node this long before the maintenance GKE scheduled for it (cloud.google.com/scheduled-maintenance-time)")
+	f.StringSliceVar(&opts.Maintenance.Conditions, "maintenance-conditions", opts.Maintenance.Conditions, "node condition types that, status True, announce a planned maintenance (e.g. NVSentinel's)")
 	f.StringVar(&crashAt, "test-crash-at", "", "for crash-safety tests only: SIGKILL this process at the named point")
 	_ = f.MarkHidden("test-crash-at")
 	return cmd

@@ -35,6 +35,14 @@ type Options struct {
 	// Traceparent, when set, is copied onto the pods so that the node agent's spans join
 	// the restart's trace.
 	Traceparent string
+	// RoleRanges, when set, is the layout of the framework's roles (the value of
+	// v1alpha1.AnnotationRoles, framework.RoleRanges): written on the pod template, and every
+	// container gets its pod's role and index within the role (rendezvous.RoleEnv) after the
+	// common variables.
+	RoleRanges string
+	// ServiceAccountName, when set, is the workers' service account, unless the template
+	// names its own.
+	ServiceAccountName string
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -103,7 +111,17 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	}
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	tmpl.Spec.Subdomain = rendezvous.ServiceName(run)
-	env := append(rendezvous.Env(run, opts.Attempt), opts.Env...)
+	if opts.RoleRanges != "" {
+		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationRoles: opts.RoleRanges})
+	}
+	if opts.ServiceAccountName != "" && tmpl.Spec.ServiceAccountName == "" {
+		tmpl.Spec.ServiceAccountName = opts.ServiceAccountName
+	}
+	env := rendezvous.Env(run, opts.Attempt)
+	if opts.RoleRanges != "" {
+		env = append(env, rendezvous.RoleEnv()...)
+	}
+	env = append(env, opts.Env...)
 	for i := range tmpl.Spec.InitContainers {
 		tmpl.Spec.InitContainers[i].Env = append(append([]corev1.EnvVar{}, env...), tmpl.Spec.InitContainers[i].Env...)
 	}
@@ -146,6 +164,8 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 		job.Spec.MaxFailedIndexes = run.Spec.MaxFailedIndexes
 	}
 	if run.Spec.SuccessPolicy == v1alpha1.SuccessPolicyLeader {
+		// Index 0 alone: a plugin whose layout has processes that never exit puts its
+		// leader there (TensorFlow's chief before its parameter servers and workers).
 		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
 	}
 	return job

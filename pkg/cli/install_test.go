@@ -20,6 +20,8 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},

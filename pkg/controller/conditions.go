@@ -11,6 +11,9 @@ const (
 	// ConditionStalled is True while something outside faultline keeps the run from its next
 	// step; its message names what and how to free it (kstatus's Stalled).
 	ConditionStalled = "Stalled"
+	// ConditionMaintenanceBlocked is True while a NodeMaintenance drains a node of the run's
+	// but the gang has no placement left off it: the run stays, rather than wait Pending.
+	ConditionMaintenanceBlocked = "MaintenanceBlocked"
 )
 
 // Reasons of conditions and events that are not a Cause.
@@ -27,6 +30,12 @@ const (
 	ReasonJobDeleted        = "JobDeleted"
 	// ReasonExclusionsForgotten: status.excludedNodes is full, its oldest entries go.
 	ReasonExclusionsForgotten = "ExclusionsForgotten"
+	// ReasonMaintenanceBlocked: a drain cannot move the run (MaintenanceBlocked's event).
+	ReasonMaintenanceBlocked = "MaintenanceBlocked"
+	// ReasonNoPlacement: MaintenanceBlocked's reason, the gang fits nowhere else.
+	ReasonNoPlacement = "NoPlacement"
+	// ReasonMaintenanceOver: a node's maintenance is over and its exclusion lifted.
+	ReasonMaintenanceOver = "MaintenanceOver"
 
 	// Reasons of Stalled.
 	ReasonNodeUnreachable = "NodeUnreachable" // an old worker's node is unreachable
@@ -50,6 +59,7 @@ const (
 	ActionLoadPlugin    = "LoadPlugin"
 	ActionStopWorkers   = "StopWorkers"
 	ActionWait          = "Wait"
+	ActionLiftExclusion = "LiftExclusion"
 )
 
 // Crash points for the crash-safety tests (launcher controller --test-crash-at).

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
@@ -48,6 +50,13 @@ type Options struct {
 	// Tracing records the spans of fault episodes (nil: none).
 	Tracing *tracing.Provider
 	Crash   func(point string)
+	// Maintenance says which platform signals of a planned maintenance runs act on.
+	Maintenance maintenance.Config
+	// NodeMaintenances picks the NodeMaintenances this controller acts on (cordon, plan,
+	// report); nil: none. A controller limited to one namespace sees only that namespace's
+	// runs, so it must not report on a drain of the whole cluster unless told which
+	// NodeMaintenances are its own (launcher controller --node-maintenance-selector).
+	NodeMaintenances labels.Selector
 }
 
 // The plugin host serves framework "none" itself, without a plugin, as NoPlugins does.
@@ -137,13 +146,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		frameworks = host
 	}
 	r := &Reconciler{
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
-		Recorder:   mgr.GetEventRecorder("faultline-controller"),
-		Clock:      clock.RealClock{},
-		Frameworks: frameworks,
-		Tracing:    opts.Tracing,
-		Crash:      opts.Crash,
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("faultline-controller"),
+		Clock:       clock.RealClock{},
+		Frameworks:  frameworks,
+		Tracing:     opts.Tracing,
+		Crash:       opts.Crash,
+		Maintenance: opts.Maintenance,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
@@ -156,8 +166,23 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{}); err != nil {
 		return fmt.Errorf("node informer: %w", err)
 	}
+	if err := indexMaintenance(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("index for maintenance: %w", err)
+	}
 	if err := r.SetupWithManager(mgr, max(opts.Workers, 1)); err != nil {
 		return err
+	}
+	if opts.NodeMaintenances != nil {
+		m := &MaintenanceReconciler{
+			Client:    mgr.GetClient(),
+			APIReader: mgr.GetAPIReader(),
+			Recorder:  mgr.GetEventRecorder("faultline-controller"),
+			Clock:     clock.RealClock{},
+			Selector:  opts.NodeMaintenances,
+		}
+		if err := m.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctx)
 }
@@ -193,6 +218,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		For(&v1alpha1.TrainingRun{}).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobToRun)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToRun)).
+		// A maintenance of a worker's node moves the run; its end lifts the run's exclusion.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.runsOnNodes(ctx, []string{o.GetName()})
+		}), builder.WithPredicates(maintenanceFactsChanged(r.Maintenance))).
+		Watches(&v1alpha1.NodeMaintenance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			if nm, ok := o.(*v1alpha1.NodeMaintenance); ok {
+				return r.runsOnNodes(ctx, nm.Spec.Nodes)
+			}
+			return nil
+		})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RecoverPanic: ptr.To(true)}).
 		Complete(r)
 }

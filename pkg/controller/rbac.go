@@ -9,7 +9,24 @@ package controller
 // kube-scheduler's Lease, or write node heartbeats in kube-node-lease. It lists events only to
 // say why a Job creates no pods (the Job controller's FailedCreate events).
 //
-// +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns,verbs=get;list;watch;delete
+// It patches a run only to write the restart scope and success policy its framework chose
+// where the user left them unset (settleSpec); admission confines that patch to those two
+// fields, from unset.
+//
+// For a framework whose workers read their Job and pods (JAX's Kubernetes detection; package
+// workeraccess) it creates, per run, a ServiceAccount, a Role (list pods, get the run's Job)
+// and a RoleBinding of the two. RBAC lets a creator write a Role only with rules it holds
+// itself, and bind a Role only if it holds the Role's rules (or has `bind`): the controller
+// holds pods list and jobs get already, so it needs neither `escalate` nor `bind`, which
+// would let it grant what it does not hold. It gets create and get (to recognise its own
+// after a restart), never update, patch or delete (the garbage collector deletes them with
+// the run). RBAC cannot narrow a create to these objects' contents, so
+// deploy/admission/controller.yaml does: the Role's rules exactly, the binding to that Role
+// and that ServiceAccount only, everything owned by a TrainingRun.
+//
+// +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns,verbs=get;list;watch;delete;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;patch

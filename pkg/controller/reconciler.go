@@ -26,6 +26,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -52,6 +53,8 @@ type Reconciler struct {
 	Tracing *tracing.Provider
 	// Crash is called at the named crash points; tests make it kill the process.
 	Crash func(point string)
+	// Maintenance says which platform signals of a planned maintenance the runs act on.
+	Maintenance maintenance.Config
 
 	seen      sightings
 	failures  failureClock
@@ -84,6 +87,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	obs, err := r.observe(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if lifted, err := r.liftMaintenance(ctx, run); err != nil {
+		return ctrl.Result{}, err
+	} else if lifted && run.Status.Phase != v1alpha1.PhaseSucceeded && run.Status.Phase != v1alpha1.PhaseFailed {
+		if err := r.writeStatus(ctx, run); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	live := func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }
 	switch {
@@ -148,6 +158,20 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	}
 	if judge {
 		return r.judge(ctx, run, obs)
+	}
+	if run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
+		res, done, err := r.plan(ctx, run, obs)
+		if done || err != nil {
+			return res, err
+		}
+		if res.RequeueAfter > 0 {
+			// A scheduled maintenance becomes due then; the progress's own requeue may be sooner.
+			got, err := r.updateProgress(ctx, run, obs)
+			if got.RequeueAfter == 0 || res.RequeueAfter < got.RequeueAfter {
+				got.RequeueAfter = res.RequeueAfter
+			}
+			return got, err
+		}
 	}
 	return r.updateProgress(ctx, run, obs)
 }

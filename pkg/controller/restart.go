@@ -19,6 +19,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
@@ -174,6 +175,13 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if err := r.pluginReady(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.settleSpec(ctx, run, fw); err != nil {
+		return ctrl.Result{}, err
+	}
+	sa, err := r.workerServiceAccount(ctx, run, fw)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if res, ok, err := r.ensureService(ctx, run); !ok || err != nil {
 		return res, err
 	}
@@ -183,6 +191,9 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		Env:           fw.Env,
 		Ports:         fw.Ports,
 		Traceparent:   run.Annotations[v1alpha1.AnnotationTraceparent],
+
+		RoleRanges:         framework.RoleRanges(fw.Roles),
+		ServiceAccountName: sa,
 	})
 	if err := r.Create(ctx, job); err != nil {
 		switch {

@@ -87,7 +87,35 @@ func (s *grpcServer) Rendezvous(ctx context.Context, req *frameworkpb.Rendezvous
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "plugin bug: %v", err)
 	}
-	return &frameworkpb.RendezvousResponse{Env: env, Ports: portsToPB(r.Ports)}, nil
+	if s.version < 3 && (len(r.Roles) > 0 || r.SuccessPolicy != "" || r.ReadJobAndPods) {
+		// The host would drop what it does not know and start pods that cannot work (a
+		// TF_CONFIG naming a role nobody declared, a JAX detection without its access).
+		return nil, status.Errorf(codes.FailedPrecondition, "the plugin's answer needs plugin API version 3 (roles, a default success policy or the workers' access to their Job), but the host speaks version %d: upgrade faultline's controller", s.version)
+	}
+	return &frameworkpb.RendezvousResponse{Env: env, Ports: portsToPB(r.Ports), Roles: rolesToPB(r.Roles),
+		SuccessPolicy: string(r.SuccessPolicy), ReadJobAndPods: r.ReadJobAndPods}, nil
+}
+
+func rolesToPB(roles []Role) []*frameworkpb.Role {
+	if len(roles) == 0 {
+		return nil
+	}
+	out := make([]*frameworkpb.Role, len(roles))
+	for i, r := range roles {
+		out[i] = &frameworkpb.Role{Name: r.Name, Replicas: r.Replicas}
+	}
+	return out
+}
+
+func rolesFromPB(roles []*frameworkpb.Role) []Role {
+	if len(roles) == 0 {
+		return nil
+	}
+	out := make([]Role, len(roles))
+	for i, r := range roles {
+		out[i] = Role{Name: r.GetName(), Replicas: r.GetReplicas()}
+	}
+	return out
 }
 
 func (s *grpcServer) FailureHints(ctx context.Context, _ *frameworkpb.FailureHintsRequest) (resp *frameworkpb.FailureHintsResponse, err error) {
@@ -154,7 +182,8 @@ func (c *grpcClient) Rendezvous(ctx context.Context, run RunSpec) (Rendezvous, e
 	if err != nil {
 		return Rendezvous{}, err
 	}
-	return Rendezvous{Env: env, Ports: portsFromPB(resp.GetPorts())}, nil
+	return Rendezvous{Env: env, Ports: portsFromPB(resp.GetPorts()), Roles: rolesFromPB(resp.GetRoles()),
+		SuccessPolicy: v1alpha1.SuccessPolicy(resp.GetSuccessPolicy()), ReadJobAndPods: resp.GetReadJobAndPods()}, nil
 }
 
 func (c *grpcClient) FailureHints(ctx context.Context) ([]HintPattern, error) {

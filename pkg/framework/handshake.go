@@ -23,11 +23,12 @@ var HandshakeConfig = plugin.HandshakeConfig{
 // APIVersion is the newest plugin API version this package speaks; it speaks every
 // version from MinAPIVersion up, as host and as plugin.
 //
-// Version 2 (this SDK) adds RunSpec.Worker and allows hints only with PeerFailure or an
-// application cause. Both versions are the same gRPC service (fields were only added), so
-// one binary serves both: an old host negotiates 1 with a new plugin, a new host 1 with an
-// old plugin, and each side then relies only on version 1.
-const APIVersion = 2
+// Version 2 adds RunSpec.Worker and allows hints only with PeerFailure or an application
+// cause. Version 3 (this SDK) adds Rendezvous.Roles, SuccessPolicy and ReadJobAndPods.
+// Every version is the same gRPC service (fields were only added), so one binary serves
+// them all: an old host negotiates its newest version with a new plugin, a new host an old
+// plugin's, and each side then relies only on what that version has.
+const APIVersion = 3
 
 // MinAPIVersion is the oldest plugin API version this package speaks.
 const MinAPIVersion = 1

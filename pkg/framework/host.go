@@ -123,6 +123,14 @@ type Resolved struct {
 	// the plugin's Info.DefaultRestartScope (Gang for framework none). The plugin's answer
 	// was computed for this scope.
 	RestartScope v1alpha1.RestartScope
+	// SuccessPolicy is the run's effective success policy: spec.successPolicy when set,
+	// else the plugin's Rendezvous.SuccessPolicy, else AllWorkers.
+	SuccessPolicy v1alpha1.SuccessPolicy
+	// Roles lay the run's indexes out in contiguous ranges (Rendezvous.Roles); empty: none.
+	Roles []Role
+	// ReadJobAndPods: the workers need a service account that may list the pods of the
+	// namespace and get the run's Job (Rendezvous.ReadJobAndPods).
+	ReadJobAndPods bool
 }
 
 // DeepCopy returns a copy that shares nothing with r.
@@ -136,7 +144,22 @@ func (r Resolved) DeepCopy() Resolved {
 	}
 	out.Ports = slices.Clone(r.Ports)
 	out.RestartScope = r.RestartScope
+	out.SuccessPolicy = r.SuccessPolicy
+	out.Roles = slices.Clone(r.Roles)
+	out.ReadJobAndPods = r.ReadJobAndPods
 	return out
+}
+
+// withRunsChoices is a cached answer for run: the run's own success policy, when it states
+// one, wins over the plugin's default (the cache key leaves it out: the plugin never sees it).
+func withRunsChoices(res Resolved, run *v1alpha1.TrainingRun) Resolved {
+	if run.Spec.SuccessPolicy != "" {
+		res.SuccessPolicy = run.Spec.SuccessPolicy
+	}
+	if res.SuccessPolicy == "" {
+		res.SuccessPolicy = v1alpha1.SuccessPolicyAllWorkers
+	}
+	return res
 }
 
 // Rendezvous returns the framework's environment for the run's containers; framework
@@ -157,7 +180,7 @@ func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Reso
 		if scope == "" {
 			scope = v1alpha1.RestartScopeGang
 		}
-		return Resolved{RestartScope: scope}, nil
+		return withRunsChoices(Resolved{RestartScope: scope}, run), nil
 	}
 	defer h.recoverPanic(fw, "Rendezvous", &err)
 	spec := specOf(run)
@@ -165,7 +188,7 @@ func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Reso
 	// below, and is the same for every call to one plugin binary.
 	key := cacheKey(fw, spec)
 	if v, ok := h.cache.Get(key); ok {
-		return v.(Resolved).DeepCopy(), nil
+		return withRunsChoices(v.(Resolved).DeepCopy(), run), nil
 	}
 	s, err := h.slot(fw)
 	if err != nil {
@@ -183,7 +206,7 @@ func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Reso
 		if err != nil {
 			return err
 		}
-		if err := validateRendezvous(r); err != nil {
+		if err := validateRendezvous(r, spec.Workers); err != nil {
 			return err
 		}
 		answer, info = r, inst.info
@@ -201,7 +224,7 @@ func (h *Host) Resolve(ctx context.Context, run *v1alpha1.TrainingRun) (res Reso
 		res.RestartScope = info.DefaultRestartScope
 	}
 	h.cache.Add(key, res.DeepCopy())
-	return res, nil
+	return withRunsChoices(res, run), nil
 }
 
 // Hints returns the compiled failure hints of the run's framework. A plugin that cannot
@@ -405,5 +428,8 @@ func toCore(r Rendezvous) Resolved {
 		}
 		out.Ports = append(out.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: proto})
 	}
+	out.Roles = slices.Clone(r.Roles)
+	out.SuccessPolicy = r.SuccessPolicy
+	out.ReadJobAndPods = r.ReadJobAndPods
 	return out
 }

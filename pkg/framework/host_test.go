@@ -132,8 +132,9 @@ func TestHostResolveConvertsAndValidates(t *testing.T) {
 			{Name: "ID", Value: "$(FAULTLINE_INDEX)"},
 			{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
-		Ports:        []corev1.ContainerPort{{Name: "p", ContainerPort: 1, Protocol: corev1.ProtocolTCP}},
-		RestartScope: v1alpha1.RestartScopeGang,
+		Ports:         []corev1.ContainerPort{{Name: "p", ContainerPort: 1, Protocol: corev1.ProtocolTCP}},
+		RestartScope:  v1alpha1.RestartScopeGang,
+		SuccessPolicy: v1alpha1.SuccessPolicyAllWorkers,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Resolve (-want +got):\n%s", diff)
@@ -280,6 +281,44 @@ func TestHostVersion1Plugin(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "hint dropped") || !strings.Contains(logged.String(), "uncorrectable ECC error") {
 		t.Errorf("no warning names the dropped hint; log:\n%s", logged.String())
+	}
+}
+
+// API version 3: the roles, the default success policy and the workers' access reach the
+// controller in Resolved; a run's own success policy wins over the plugin's default, also
+// from the cache (the plugin never sees it); an older host is never sent them.
+func TestHostVersion3Answer(t *testing.T) {
+	answer := Rendezvous{
+		Roles:          []Role{{Name: "chief", Replicas: 1}, {Name: "worker", Replicas: 1}},
+		SuccessPolicy:  v1alpha1.SuccessPolicyLeader,
+		ReadJobAndPods: true,
+		Env:            []EnvVar{{Name: "TASK", Value: RoleRef + "/" + RoleIndexRef}},
+	}
+	fake := named("roles")
+	fake.RendezvousFunc = func(context.Context, RunSpec) (Rendezvous, error) { return answer, nil }
+	h := newFleet(t, func(string, int, func()) Plugin { return fake }).host(HostOptions{})
+	got, err := h.Resolve(context.Background(), makeRun("roles", "r"))
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	want := Resolved{Env: []corev1.EnvVar{{Name: "TASK", Value: "$(FAULTLINE_ROLE)/$(FAULTLINE_ROLE_INDEX)"}}, RestartScope: v1alpha1.RestartScopeGang,
+		SuccessPolicy: v1alpha1.SuccessPolicyLeader, Roles: answer.Roles, ReadJobAndPods: true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Resolve (-want +got):\n%s", diff)
+	}
+	own := makeRun("roles", "r")
+	own.Spec.SuccessPolicy = v1alpha1.SuccessPolicyAllWorkers
+	if got, err := h.Resolve(context.Background(), own); err != nil || got.SuccessPolicy != v1alpha1.SuccessPolicyAllWorkers || fake.Calls("Rendezvous") != 1 {
+		t.Errorf("a run that states AllWorkers: Resolve = %v, %v after %d calls; want AllWorkers from the cached answer", got.SuccessPolicy, err, fake.Calls("Rendezvous"))
+	}
+
+	old := newHost(HostOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	old.locate = func(fw string) (string, error) { return "/x/" + fw, nil }
+	old.launch = func(fw, path string) (*conn, error) { return testConnVersion(t, path, fake, 2), nil }
+	t.Cleanup(old.Close)
+	_, err = old.Resolve(context.Background(), makeRun("roles", "r"))
+	if err == nil || !strings.Contains(err.Error(), "needs plugin API version 3") {
+		t.Errorf("a version 2 connection: Resolve err = %v; want the plugin's refusal to send version 3 fields", err)
 	}
 }
 

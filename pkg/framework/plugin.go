@@ -145,6 +145,69 @@ type Rendezvous struct {
 	Env []EnvVar
 	// Ports are the container ports the framework listens on.
 	Ports []Port
+
+	// The fields below are API version 3's: Serve refuses to send an answer that uses them
+	// to an older host, which would drop them and start pods that cannot work.
+
+	// Roles lay the run's indexes out in contiguous ranges, in order: the first role's
+	// Replicas indexes from 0, the next role's after them, and so on; their replicas add
+	// up to the run's workers. Every pod of the run is then told its role and its index
+	// within the role (EnvRole, EnvRoleIndex; refer to them with RoleRef and RoleIndexRef),
+	// which the completion index alone cannot give: Kubernetes env expansion only
+	// substitutes, it cannot subtract a role's first index. Empty: no roles.
+	Roles []Role
+	// SuccessPolicy is the success policy of a run that leaves spec.successPolicy unset;
+	// empty means AllWorkers. A layout whose processes never exit (parameter servers)
+	// names Leader, with its leader at index 0.
+	SuccessPolicy v1alpha1.SuccessPolicy
+	// ReadJobAndPods says that the framework's processes find their gang through the
+	// Kubernetes API from inside the pod, as JAX's Kubernetes cluster detection does: the
+	// controller then gives the run's pods a service account of their own that may list
+	// the pods of the run's namespace and get the run's Job, and nothing else.
+	ReadJobAndPods bool
+}
+
+// Role is a range of a run's indexes that play one part (TensorFlow's chief, ps, worker,
+// evaluator).
+type Role struct {
+	// Name is the role's name, a DNS label (it is a label value on the pods).
+	Name string
+	// Replicas is the number of indexes in the role, at least 1.
+	Replicas int32
+}
+
+// RoleRef and RoleIndexRef expand, in an env value of an answer with Roles, to the pod's
+// role and its index within the role (a number from 0): the controller declares EnvRole
+// and EnvRoleIndex before any plugin variable.
+const (
+	RoleRef      = "$(" + v1alpha1.EnvRole + ")"
+	RoleIndexRef = "$(" + v1alpha1.EnvRoleIndex + ")"
+)
+
+// RoleRanges renders roles as the controller writes them for the pods
+// (v1alpha1.AnnotationRoles): "name:first-last" per role, in index order, comma-separated,
+// e.g. "chief:0-0,ps:1-2,worker:3-6".
+func RoleRanges(roles []Role) string {
+	parts := make([]string, 0, len(roles))
+	first := int32(0)
+	for _, r := range roles {
+		parts = append(parts, fmt.Sprintf("%s:%d-%d", r.Name, first, first+r.Replicas-1))
+		first += r.Replicas
+	}
+	return strings.Join(parts, ",")
+}
+
+// RoleOf is the role of the pod with completion index index, and its index within the
+// role; ok is false for an index outside every role.
+func RoleOf(roles []Role, index int) (role string, roleIndex int, ok bool) {
+	first := 0
+	for _, r := range roles {
+		if index >= first && index < first+int(r.Replicas) {
+			return r.Name, index - first, true
+		}
+		first += int(r.Replicas)
+	}
+	return "", 0, false
 }
 
 // EnvVar is an environment variable: a literal Value, in which $(NAME) refers to an

@@ -318,7 +318,7 @@ func TestProcessBrokenPlugins(t *testing.T) {
 		{mode: "wrongname", kind: ErrInvalidAnswer, wantStarts: 1, killed: true,
 			want: []string{`Info: plugin answered an invalid answer: it calls itself "someone-else", but it was installed as the plugin of framework "wrongname"`}},
 		{mode: "apiv99", kind: ErrStart, wantStarts: 1, killed: true,
-			want: []string{"start: plugin did not start", "incompatible API version with plugin", "Plugin version: 99", "fix: install a faultline framework plugin built for plugin API version 1 to 2"}},
+			want: []string{"start: plugin did not start", "incompatible API version with plugin", "Plugin version: 99", "fix: install a faultline framework plugin built for plugin API version 1 to 3"}},
 		{mode: "exitatstart", kind: ErrStart, wantStarts: 1,
 			want: []string{"start: plugin did not start", "Failed to read any lines from plugin's stdout"}},
 		{mode: "notaplugin", kind: ErrStart,

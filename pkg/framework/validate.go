@@ -66,21 +66,31 @@ func validateInfo(framework string, negotiated int, info Info) error {
 	return invalid(errs)
 }
 
-// validateRendezvous checks what a plugin answered for a run: env names and sources,
-// references, sizes and ports.
-func validateRendezvous(r Rendezvous) error {
+// validateRendezvous checks what a plugin answered for a run of workers workers: env names
+// and sources, references, sizes, ports, roles and the success policy.
+func validateRendezvous(r Rendezvous, workers int32) error {
 	var errs []error
 	if len(r.Env) > maxEnvVars {
 		errs = append(errs, fmt.Errorf("%d env vars (at most %d)", len(r.Env), maxEnvVars))
 	}
+	errs = append(errs, validateRoles(r.Roles, workers)...)
+	switch r.SuccessPolicy {
+	case "", v1alpha1.SuccessPolicyAllWorkers, v1alpha1.SuccessPolicyLeader:
+	default:
+		errs = append(errs, fmt.Errorf("success policy %q is neither %s nor %s", r.SuccessPolicy, v1alpha1.SuccessPolicyAllWorkers, v1alpha1.SuccessPolicyLeader))
+	}
 	defined := commonEnv.Clone()
+	reserved := commonEnv.Clone().Insert(roleEnv...)
+	if len(r.Roles) > 0 {
+		defined.Insert(roleEnv...)
+	}
 	seen := sets.New[string]()
 	total := 0
 	for i, e := range r.Env {
 		if msgs := validation.IsCIdentifier(e.Name); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("env[%d] name %q is not a valid variable name: %s", i, e.Name, msgs[0]))
 		}
-		if commonEnv.Has(e.Name) {
+		if reserved.Has(e.Name) {
 			errs = append(errs, fmt.Errorf("env[%d] %s is set by the controller; a plugin may refer to it but not set it", i, e.Name))
 		}
 		if seen.Has(e.Name) {
@@ -115,6 +125,43 @@ func validateRendezvous(r Rendezvous) error {
 		errs = append(errs, fmt.Errorf("ports: %w", err))
 	}
 	return invalid(errs)
+}
+
+// roleEnv are the variables the controller sets before a plugin's in a run with roles.
+var roleEnv = []string{v1alpha1.EnvRole, v1alpha1.EnvRoleIndex}
+
+// maxRoles bounds a layout: the annotation that carries it is on every pod.
+const maxRoles = 16
+
+// validateRoles checks a layout: DNS-label names, each once, at least one replica each,
+// adding up to the run's workers.
+func validateRoles(roles []Role, workers int32) []error {
+	if len(roles) == 0 {
+		return nil
+	}
+	var errs []error
+	if len(roles) > maxRoles {
+		errs = append(errs, fmt.Errorf("%d roles (at most %d)", len(roles), maxRoles))
+	}
+	seen := sets.New[string]()
+	total := int64(0)
+	for i, r := range roles {
+		if msgs := validation.IsDNS1123Label(r.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("role[%d] name %q is not a DNS label: %s", i, r.Name, msgs[0]))
+		}
+		if seen.Has(r.Name) {
+			errs = append(errs, fmt.Errorf("role[%d] %s is listed twice", i, r.Name))
+		}
+		seen.Insert(r.Name)
+		if r.Replicas < 1 {
+			errs = append(errs, fmt.Errorf("role[%d] %s has %d replicas (at least 1)", i, r.Name, r.Replicas))
+		}
+		total += int64(r.Replicas)
+	}
+	if total != int64(workers) {
+		errs = append(errs, fmt.Errorf("the roles' replicas add up to %d, but the run has %d workers", total, workers))
+	}
+	return errs
 }
 
 func validateFieldPath(path string) error {

@@ -83,9 +83,33 @@ func TestValidateRendezvous(t *testing.T) {
 			want: []string{"port[0] 0", "port[1] 70000", `port[2] name "Not_Valid"`, `port[4] name "dup" is used twice`, `port[5] protocol "HTTP"`, "port[7] 5/TCP is listed twice"},
 		},
 	}
+	// Version 3: roles, their variables, the success policy (the run has 7 workers).
+	cases["roles that add up to the workers, and their variables"] = struct {
+		r    Rendezvous
+		want []string
+	}{r: Rendezvous{
+		Roles:         []Role{{Name: "chief", Replicas: 1}, {Name: "ps", Replicas: 2}, {Name: "worker", Replicas: 4}},
+		SuccessPolicy: v1alpha1.SuccessPolicyLeader,
+		Env:           []EnvVar{{Name: "TASK", Value: `{"type":"` + RoleRef + `","index":` + RoleIndexRef + `}`}},
+	}}
+	cases["role variables without roles"] = struct {
+		r    Rendezvous
+		want []string
+	}{r: Rendezvous{Env: []EnvVar{{Name: "TASK", Value: RoleRef}}}, want: []string{"refers to $(FAULTLINE_ROLE), which is not defined"}}
+	cases["role variables are the controller's"] = struct {
+		r    Rendezvous
+		want []string
+	}{r: Rendezvous{Roles: []Role{{Name: "worker", Replicas: 7}}, Env: []EnvVar{{Name: v1alpha1.EnvRoleIndex, Value: "0"}}}, want: []string{"FAULTLINE_ROLE_INDEX is set by the controller"}}
+	cases["bad roles and success policy"] = struct {
+		r    Rendezvous
+		want []string
+	}{r: Rendezvous{
+		Roles:         []Role{{Name: "Chief", Replicas: 1}, {Name: "ps", Replicas: 0}, {Name: "ps", Replicas: 2}},
+		SuccessPolicy: "Chief",
+	}, want: []string{`role[0] name "Chief" is not a DNS label`, "role[1] ps has 0 replicas", "role[2] ps is listed twice", "add up to 3, but the run has 7 workers", `success policy "Chief"`}}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := validateRendezvous(tc.r)
+			err := validateRendezvous(tc.r, 7)
 			checkErr(t, err, tc.want)
 		})
 	}

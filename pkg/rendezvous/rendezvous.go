@@ -66,3 +66,19 @@ func Env(run *v1alpha1.TrainingRun, attempt int32) []corev1.EnvVar {
 		{Name: v1alpha1.EnvService, Value: fmt.Sprintf("%s.%s.svc", ServiceName(run), run.Namespace)},
 	}
 }
+
+// RoleEnv are the variables of a pod's role, in a run whose plugin lays its indexes out in
+// roles: read from the labels that the faultline-roles admission policy puts on each pod
+// (deploy/admission/roles.yaml), since a role is not a substitution of the completion index.
+func RoleEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: v1alpha1.EnvRole, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: RoleFieldPath}}},
+		{Name: v1alpha1.EnvRoleIndex, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: RoleIndexFieldPath}}},
+	}
+}
+
+// RoleFieldPath and RoleIndexFieldPath are the Downward API paths of a pod's role labels.
+var (
+	RoleFieldPath      = "metadata.labels['" + v1alpha1.LabelRole + "']"
+	RoleIndexFieldPath = "metadata.labels['" + v1alpha1.LabelRoleIndex + "']"
+)

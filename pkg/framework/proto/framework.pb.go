@@ -1,4 +1,4 @@
-// The faultline framework plugin protocol, API versions 1 and 2.
+// The faultline framework plugin protocol, API versions 1 to 3.
 //
 // The controller (host) starts a plugin binary, faultline-plugin-<framework>, through
 // hashicorp/go-plugin and talks to it over gRPC with this service. The Go side of the
@@ -17,6 +17,9 @@
 //      hint's cause is PeerFailure or an application cause: the host refuses a version 2
 //      plugin that names an infrastructure cause, and drops (with a warning) such hints of
 //      a version 1 plugin, since program output never proves infrastructure.
+//   3  a Rendezvous answer may lay the indexes out in roles, name a default success policy,
+//      and ask that the workers may read their Job and pods (RendezvousResponse fields 3-5);
+//      a plugin never sends them to an older host, which would drop them.
 // A version 2 plugin served to a version 1 host sees no worker (RunSpec.worker unset) and
 // reports api_version 1 on that connection.
 //
@@ -355,9 +358,19 @@ type RendezvousResponse struct {
 	// variables earlier in this list, with Kubernetes dependent expansion: $(NAME).
 	Env []*EnvVar `protobuf:"bytes,1,rep,name=env,proto3" json:"env,omitempty"`
 	// ports are the container ports the framework listens on.
-	Ports         []*ContainerPort `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ports []*ContainerPort `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	// roles (API version 3) lay the indexes out in contiguous ranges, in order; their
+	// replicas add up to the run's workers. Each pod gets FAULTLINE_ROLE and
+	// FAULTLINE_ROLE_INDEX, declared before env.
+	Roles []*Role `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	// success_policy (API version 3) is "AllWorkers" or "Leader", for a run that leaves
+	// spec.successPolicy unset; empty means AllWorkers.
+	SuccessPolicy string `protobuf:"bytes,4,opt,name=success_policy,json=successPolicy,proto3" json:"success_policy,omitempty"`
+	// read_job_and_pods (API version 3): the workers find their gang through the Kubernetes
+	// API (list the namespace's pods, get their Job), as JAX's Kubernetes detection does.
+	ReadJobAndPods bool `protobuf:"varint,5,opt,name=read_job_and_pods,json=readJobAndPods,proto3" json:"read_job_and_pods,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RendezvousResponse) Reset() {
@@ -404,6 +417,82 @@ func (x *RendezvousResponse) GetPorts() []*ContainerPort {
 	return nil
 }
 
+func (x *RendezvousResponse) GetRoles() []*Role {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *RendezvousResponse) GetSuccessPolicy() string {
+	if x != nil {
+		return x.SuccessPolicy
+	}
+	return ""
+}
+
+func (x *RendezvousResponse) GetReadJobAndPods() bool {
+	if x != nil {
+		return x.ReadJobAndPods
+	}
+	return false
+}
+
+// Role is a contiguous range of indexes that play one part.
+type Role struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a DNS label.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// replicas is the number of indexes in the role, at least 1.
+	Replicas      int32 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Role) Reset() {
+	*x = Role{}
+	mi := &file_framework_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Role) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Role) ProtoMessage() {}
+
+func (x *Role) ProtoReflect() protoreflect.Message {
+	mi := &file_framework_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Role.ProtoReflect.Descriptor instead.
+func (*Role) Descriptor() ([]byte, []int) {
+	return file_framework_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Role) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Role) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
 // EnvVar is a container environment variable: a literal value (with $(VAR) expansion) or
 // a Downward API field of the pod.
 type EnvVar struct {
@@ -420,7 +509,7 @@ type EnvVar struct {
 
 func (x *EnvVar) Reset() {
 	*x = EnvVar{}
-	mi := &file_framework_proto_msgTypes[6]
+	mi := &file_framework_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +521,7 @@ func (x *EnvVar) String() string {
 func (*EnvVar) ProtoMessage() {}
 
 func (x *EnvVar) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[6]
+	mi := &file_framework_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +534,7 @@ func (x *EnvVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
 func (*EnvVar) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{6}
+	return file_framework_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnvVar) GetName() string {
@@ -507,7 +596,7 @@ type FieldRef struct {
 
 func (x *FieldRef) Reset() {
 	*x = FieldRef{}
-	mi := &file_framework_proto_msgTypes[7]
+	mi := &file_framework_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +608,7 @@ func (x *FieldRef) String() string {
 func (*FieldRef) ProtoMessage() {}
 
 func (x *FieldRef) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[7]
+	mi := &file_framework_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +621,7 @@ func (x *FieldRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldRef.ProtoReflect.Descriptor instead.
 func (*FieldRef) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{7}
+	return file_framework_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FieldRef) GetFieldPath() string {
@@ -555,7 +644,7 @@ type ContainerPort struct {
 
 func (x *ContainerPort) Reset() {
 	*x = ContainerPort{}
-	mi := &file_framework_proto_msgTypes[8]
+	mi := &file_framework_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +656,7 @@ func (x *ContainerPort) String() string {
 func (*ContainerPort) ProtoMessage() {}
 
 func (x *ContainerPort) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[8]
+	mi := &file_framework_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +669,7 @@ func (x *ContainerPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerPort.ProtoReflect.Descriptor instead.
 func (*ContainerPort) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{8}
+	return file_framework_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ContainerPort) GetName() string {
@@ -612,7 +701,7 @@ type FailureHintsRequest struct {
 
 func (x *FailureHintsRequest) Reset() {
 	*x = FailureHintsRequest{}
-	mi := &file_framework_proto_msgTypes[9]
+	mi := &file_framework_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +713,7 @@ func (x *FailureHintsRequest) String() string {
 func (*FailureHintsRequest) ProtoMessage() {}
 
 func (x *FailureHintsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[9]
+	mi := &file_framework_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +726,7 @@ func (x *FailureHintsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureHintsRequest.ProtoReflect.Descriptor instead.
 func (*FailureHintsRequest) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{9}
+	return file_framework_proto_rawDescGZIP(), []int{10}
 }
 
 type FailureHintsResponse struct {
@@ -651,7 +740,7 @@ type FailureHintsResponse struct {
 
 func (x *FailureHintsResponse) Reset() {
 	*x = FailureHintsResponse{}
-	mi := &file_framework_proto_msgTypes[10]
+	mi := &file_framework_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +752,7 @@ func (x *FailureHintsResponse) String() string {
 func (*FailureHintsResponse) ProtoMessage() {}
 
 func (x *FailureHintsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[10]
+	mi := &file_framework_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +765,7 @@ func (x *FailureHintsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureHintsResponse.ProtoReflect.Descriptor instead.
 func (*FailureHintsResponse) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{10}
+	return file_framework_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailureHintsResponse) GetHints() []*HintPattern {
@@ -702,7 +791,7 @@ type HintPattern struct {
 
 func (x *HintPattern) Reset() {
 	*x = HintPattern{}
-	mi := &file_framework_proto_msgTypes[11]
+	mi := &file_framework_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +803,7 @@ func (x *HintPattern) String() string {
 func (*HintPattern) ProtoMessage() {}
 
 func (x *HintPattern) ProtoReflect() protoreflect.Message {
-	mi := &file_framework_proto_msgTypes[11]
+	mi := &file_framework_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +816,7 @@ func (x *HintPattern) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HintPattern.ProtoReflect.Descriptor instead.
 func (*HintPattern) Descriptor() ([]byte, []int) {
-	return file_framework_proto_rawDescGZIP(), []int{11}
+	return file_framework_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HintPattern) GetPattern() string {
@@ -780,10 +869,16 @@ const file_framework_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"F\n" +
 	"\x11RendezvousRequest\x121\n" +
-	"\x03run\x18\x01 \x01(\v2\x1f.faultline.framework.v1.RunSpecR\x03run\"\x83\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\x1f.faultline.framework.v1.RunSpecR\x03run\"\x89\x02\n" +
 	"\x12RendezvousResponse\x120\n" +
 	"\x03env\x18\x01 \x03(\v2\x1e.faultline.framework.v1.EnvVarR\x03env\x12;\n" +
-	"\x05ports\x18\x02 \x03(\v2%.faultline.framework.v1.ContainerPortR\x05ports\"\x7f\n" +
+	"\x05ports\x18\x02 \x03(\v2%.faultline.framework.v1.ContainerPortR\x05ports\x122\n" +
+	"\x05roles\x18\x03 \x03(\v2\x1c.faultline.framework.v1.RoleR\x05roles\x12%\n" +
+	"\x0esuccess_policy\x18\x04 \x01(\tR\rsuccessPolicy\x12)\n" +
+	"\x11read_job_and_pods\x18\x05 \x01(\bR\x0ereadJobAndPods\"6\n" +
+	"\x04Role\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\x05R\breplicas\"\x7f\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x05value\x18\x02 \x01(\tH\x00R\x05value\x12?\n" +
@@ -821,7 +916,7 @@ func file_framework_proto_rawDescGZIP() []byte {
 	return file_framework_proto_rawDescData
 }
 
-var file_framework_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_framework_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_framework_proto_goTypes = []any{
 	(*InfoRequest)(nil),          // 0: faultline.framework.v1.InfoRequest
 	(*InfoResponse)(nil),         // 1: faultline.framework.v1.InfoResponse
@@ -829,36 +924,38 @@ var file_framework_proto_goTypes = []any{
 	(*Worker)(nil),               // 3: faultline.framework.v1.Worker
 	(*RendezvousRequest)(nil),    // 4: faultline.framework.v1.RendezvousRequest
 	(*RendezvousResponse)(nil),   // 5: faultline.framework.v1.RendezvousResponse
-	(*EnvVar)(nil),               // 6: faultline.framework.v1.EnvVar
-	(*FieldRef)(nil),             // 7: faultline.framework.v1.FieldRef
-	(*ContainerPort)(nil),        // 8: faultline.framework.v1.ContainerPort
-	(*FailureHintsRequest)(nil),  // 9: faultline.framework.v1.FailureHintsRequest
-	(*FailureHintsResponse)(nil), // 10: faultline.framework.v1.FailureHintsResponse
-	(*HintPattern)(nil),          // 11: faultline.framework.v1.HintPattern
-	nil,                          // 12: faultline.framework.v1.RunSpec.FrameworkOptionsEntry
-	nil,                          // 13: faultline.framework.v1.Worker.DevicesEntry
+	(*Role)(nil),                 // 6: faultline.framework.v1.Role
+	(*EnvVar)(nil),               // 7: faultline.framework.v1.EnvVar
+	(*FieldRef)(nil),             // 8: faultline.framework.v1.FieldRef
+	(*ContainerPort)(nil),        // 9: faultline.framework.v1.ContainerPort
+	(*FailureHintsRequest)(nil),  // 10: faultline.framework.v1.FailureHintsRequest
+	(*FailureHintsResponse)(nil), // 11: faultline.framework.v1.FailureHintsResponse
+	(*HintPattern)(nil),          // 12: faultline.framework.v1.HintPattern
+	nil,                          // 13: faultline.framework.v1.RunSpec.FrameworkOptionsEntry
+	nil,                          // 14: faultline.framework.v1.Worker.DevicesEntry
 }
 var file_framework_proto_depIdxs = []int32{
-	8,  // 0: faultline.framework.v1.InfoResponse.default_ports:type_name -> faultline.framework.v1.ContainerPort
-	12, // 1: faultline.framework.v1.RunSpec.framework_options:type_name -> faultline.framework.v1.RunSpec.FrameworkOptionsEntry
+	9,  // 0: faultline.framework.v1.InfoResponse.default_ports:type_name -> faultline.framework.v1.ContainerPort
+	13, // 1: faultline.framework.v1.RunSpec.framework_options:type_name -> faultline.framework.v1.RunSpec.FrameworkOptionsEntry
 	3,  // 2: faultline.framework.v1.RunSpec.worker:type_name -> faultline.framework.v1.Worker
-	13, // 3: faultline.framework.v1.Worker.devices:type_name -> faultline.framework.v1.Worker.DevicesEntry
+	14, // 3: faultline.framework.v1.Worker.devices:type_name -> faultline.framework.v1.Worker.DevicesEntry
 	2,  // 4: faultline.framework.v1.RendezvousRequest.run:type_name -> faultline.framework.v1.RunSpec
-	6,  // 5: faultline.framework.v1.RendezvousResponse.env:type_name -> faultline.framework.v1.EnvVar
-	8,  // 6: faultline.framework.v1.RendezvousResponse.ports:type_name -> faultline.framework.v1.ContainerPort
-	7,  // 7: faultline.framework.v1.EnvVar.field_ref:type_name -> faultline.framework.v1.FieldRef
-	11, // 8: faultline.framework.v1.FailureHintsResponse.hints:type_name -> faultline.framework.v1.HintPattern
-	0,  // 9: faultline.framework.v1.Framework.Info:input_type -> faultline.framework.v1.InfoRequest
-	4,  // 10: faultline.framework.v1.Framework.Rendezvous:input_type -> faultline.framework.v1.RendezvousRequest
-	9,  // 11: faultline.framework.v1.Framework.FailureHints:input_type -> faultline.framework.v1.FailureHintsRequest
-	1,  // 12: faultline.framework.v1.Framework.Info:output_type -> faultline.framework.v1.InfoResponse
-	5,  // 13: faultline.framework.v1.Framework.Rendezvous:output_type -> faultline.framework.v1.RendezvousResponse
-	10, // 14: faultline.framework.v1.Framework.FailureHints:output_type -> faultline.framework.v1.FailureHintsResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 5: faultline.framework.v1.RendezvousResponse.env:type_name -> faultline.framework.v1.EnvVar
+	9,  // 6: faultline.framework.v1.RendezvousResponse.ports:type_name -> faultline.framework.v1.ContainerPort
+	6,  // 7: faultline.framework.v1.RendezvousResponse.roles:type_name -> faultline.framework.v1.Role
+	8,  // 8: faultline.framework.v1.EnvVar.field_ref:type_name -> faultline.framework.v1.FieldRef
+	12, // 9: faultline.framework.v1.FailureHintsResponse.hints:type_name -> faultline.framework.v1.HintPattern
+	0,  // 10: faultline.framework.v1.Framework.Info:input_type -> faultline.framework.v1.InfoRequest
+	4,  // 11: faultline.framework.v1.Framework.Rendezvous:input_type -> faultline.framework.v1.RendezvousRequest
+	10, // 12: faultline.framework.v1.Framework.FailureHints:input_type -> faultline.framework.v1.FailureHintsRequest
+	1,  // 13: faultline.framework.v1.Framework.Info:output_type -> faultline.framework.v1.InfoResponse
+	5,  // 14: faultline.framework.v1.Framework.Rendezvous:output_type -> faultline.framework.v1.RendezvousResponse
+	11, // 15: faultline.framework.v1.Framework.FailureHints:output_type -> faultline.framework.v1.FailureHintsResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_framework_proto_init() }
@@ -866,7 +963,7 @@ func file_framework_proto_init() {
 	if File_framework_proto != nil {
 		return
 	}
-	file_framework_proto_msgTypes[6].OneofWrappers = []any{
+	file_framework_proto_msgTypes[7].OneofWrappers = []any{
 		(*EnvVar_Value)(nil),
 		(*EnvVar_FieldRef)(nil),
 	}
@@ -876,7 +973,7 @@ func file_framework_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_framework_proto_rawDesc), len(file_framework_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,4 @@
-// The faultline framework plugin protocol, API versions 1 and 2.
+// The faultline framework plugin protocol, API versions 1 to 3.
 //
 // The controller (host) starts a plugin binary, faultline-plugin-<framework>, through
 // hashicorp/go-plugin and talks to it over gRPC with this service. The Go side of the
@@ -17,6 +17,9 @@
 //      hint's cause is PeerFailure or an application cause: the host refuses a version 2
 //      plugin that names an infrastructure cause, and drops (with a warning) such hints of
 //      a version 1 plugin, since program output never proves infrastructure.
+//   3  a Rendezvous answer may lay the indexes out in roles, name a default success policy,
+//      and ask that the workers may read their Job and pods (RendezvousResponse fields 3-5);
+//      a plugin never sends them to an older host, which would drop them.
 // A version 2 plugin served to a version 1 host sees no worker (RunSpec.worker unset) and
 // reports api_version 1 on that connection.
 //

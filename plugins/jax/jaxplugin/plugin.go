@@ -21,16 +21,33 @@
 //	JAX_NUM_PROCESSES        <workers>                              for the program
 //	JAX_PROCESS_ID           $(FAULTLINE_INDEX)                     for the program
 //
-// and a program initialises without API access with
+// and asks the controller (framework.Rendezvous.ReadJobAndPods) to give the run's pods a
+// service account of their own, <run>-workers, whose Role allows exactly what K8sCluster
+// calls: list the namespace's pods (_pod, by the pod's IP) and get the run's Job (_job).
+// (Its _headless_svc, a list of services, runs only for a pod without a subdomain; a
+// faultline pod always has one.) With jax[k8s] installed, a bare
+//
+//	jax.distributed.initialize()
+//
+// then works: the coordinator is JAX_COORDINATOR_ADDRESS (the environment wins over the
+// '<job>-0.<subdomain>:55527' K8sCluster would derive), the process count the Job's
+// parallelism (the run's workers) and the process id JOB_COMPLETION_INDEX (the
+// completion index). Without jax[k8s], or to skip the API calls, pass the values and turn
+// the detection off:
 //
 //	jax.distributed.initialize(
 //	    num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-//	    process_id=int(os.environ["JAX_PROCESS_ID"]))
+//	    process_id=int(os.environ["JAX_PROCESS_ID"]),
+//	    cluster_detection_method="deactivate")
 //
-// (JAX_NUM_PROCESSES and JAX_PROCESS_ID are the names launchers such as XPK use, but JAX
-// itself does not read them.) With jax[k8s] and the RBAC above, a bare
-// jax.distributed.initialize() works too, and agrees: its process id is the same
-// completion index, and the coordinator address comes from JAX_COORDINATOR_ADDRESS.
+// (cluster_detection_method="deactivate" matters where jax[k8s] is installed and the pod
+// has no token, e.g. a template with its own service account and
+// automountServiceAccountToken false: local_device_ids is unset, so JAX would still try the
+// detection, and K8sCluster.is_env_present fails loading the in-cluster config.
+// JAX_NUM_PROCESSES and JAX_PROCESS_ID are the names launchers such as XPK use; JAX itself
+// does not read them.) A template that names its own service account keeps it: the
+// controller then creates nothing, and that account needs the same two grants for the
+// bare call.
 //
 // Process 0 runs the coordination service; every process must reach it, and every
 // process dies when any does, so the restart scope is Gang.
@@ -105,6 +122,8 @@ func (Plugin) Rendezvous(_ context.Context, run framework.RunSpec) (framework.Re
 			{Name: EnvProcessID, Value: framework.IndexRef},
 		},
 		Ports: []framework.Port{{Name: portName, Port: port}},
+		// For a bare jax.distributed.initialize() (see the package doc).
+		ReadJobAndPods: true,
 	}, nil
 }
 
