@@ -14,21 +14,23 @@ func TestManifests(t *testing.T) {
 		kinds []string
 	}{
 		"all": {InstallOptions{}, []string{
-			"CustomResourceDefinition", "Namespace",
+			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace",
 			"ClusterRole", "ClusterRole", // the users' roles, aggregated into edit and view
+			"ClusterRole", // the SREs' NodeMaintenances
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // evidence
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
-		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "ClusterRole", "ClusterRole"}},
+		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ClusterRole", "ClusterRole", "ClusterRole"}},
 		// The agent without the controller still gets the namespace it runs in.
 		"agent adds its namespace": {InstallOptions{Components: []string{"agent", "crd"}}, []string{
-			"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRole",
+			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRole", "ClusterRole",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
 	} {
