@@ -1,8 +1,9 @@
 package controller
 
 // The controller's least privilege, generated into deploy/controller/role.yaml (make generate).
-// It never reads Secrets or ConfigMaps, never writes Nodes, and touches only pods it finds
-// through its runs' label: RBAC cannot select pods by label, so deploy/admission
+// It never reads Secrets or ConfigMaps, writes of a Node only its cordon (spec.unschedulable,
+// for a NodeMaintenance; deploy/admission/controller.yaml refuses any other change to a Node),
+// and touches only pods it finds through its runs' label: RBAC cannot select pods by label, so deploy/admission
 // (controller.yaml) confines its pod writes to the workers of runs, and to dropping the
 // Job-tracking finalizer and its own scheduling gate. Its leader-election Lease is a Role's
 // in its own namespace: a cluster-wide grant would let it take kube-controller-manager's or
@@ -31,7 +32,9 @@ package controller
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=faultline-system

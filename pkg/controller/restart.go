@@ -46,7 +46,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		}
 	}
 	st.Attempt++
-	appendRecord(run, v1alpha1.AttemptRecord{Attempt: st.Attempt, ExcludedNodes: slices.Clone(st.ExcludedNodes)})
+	appendRecord(run, v1alpha1.AttemptRecord{Attempt: st.Attempt, ExcludedNodes: excludedNodes(run)})
 	st.Phase = v1alpha1.PhaseRestarting
 	st.ReadyWorkers = 0
 	st.NextAttemptAt = ptr.To(metav1.NewTime(now.Add(d.Backoff)))
@@ -59,7 +59,12 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
 	r.attemptEnded(ctx, run, ended, started, decidedAt(tr, now), episodeRoot(tr))
 	r.crash(CrashRestartPersisted)
-	r.event(run, corev1.EventTypeWarning, string(v.Cause), ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
+	if v.Cause == v1alpha1.CausePlannedMaintenance {
+		// Planned, not failed: a Normal event, which alerting on Warnings leaves alone.
+		r.event(run, corev1.EventTypeNormal, string(v.Cause), ActionRestart, "attempt %d moved for a planned maintenance, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
+	} else {
+		r.event(run, corev1.EventTypeWarning, string(v.Cause), ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
+	}
 	restartsTotal.WithLabelValues(string(v.Class), string(v.Cause)).Inc()
 	// Every pod seen so far now belongs to an older attempt.
 	return r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...)})
@@ -187,7 +192,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	}
 	job := attempt.Job(run, attempt.Options{
 		Attempt:       run.Status.Attempt,
-		ExcludedNodes: run.Status.ExcludedNodes,
+		ExcludedNodes: excludedNodes(run),
 		Env:           fw.Env,
 		Ports:         fw.Ports,
 		Traceparent:   run.Annotations[v1alpha1.AnnotationTraceparent],
@@ -290,4 +295,16 @@ func (r *Reconciler) pluginNotReady(ctx context.Context, run *v1alpha1.TrainingR
 		}
 	}
 	return ctrl.Result{RequeueAfter: pluginRetry}, nil
+}
+
+// excludedNodes are the nodes the next attempt keeps off: those of faults, for the run's
+// lifetime, and those of a maintenance not over yet.
+func excludedNodes(run *v1alpha1.TrainingRun) []string {
+	out := slices.Clone(run.Status.ExcludedNodes)
+	for _, n := range run.Status.MaintenanceExcludedNodes {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
