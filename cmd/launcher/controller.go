@@ -18,6 +18,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
+	"github.com/faultline-dev/faultline/pkg/memlimit"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
@@ -67,6 +68,11 @@ controller), or --leader-elect=false where no other faultline controller acts on
 				logger.Warn("leader election is off (--" + election.FlagLeaderElect + "=false): this controller acts on every TrainingRun it watches; no other faultline controller may act on this cluster")
 			} else {
 				logger.Info("leader election on: acting only while holding the Lease", "namespace", leaseNS, "lease", controller.LeaderElectionID)
+			}
+			if soft, err := memlimit.FromEnv(); err != nil {
+				logger.Warn("no soft memory limit", "error", err)
+			} else if soft > 0 {
+				logger.Info("soft memory limit from the container's", "bytes", soft, "share", memlimit.Share)
 			}
 			if kubeconfig != "" {
 				if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {

@@ -20,21 +20,58 @@ import (
 // managed fields, and they are often the largest part of an object.
 var stripManagedFields = cache.TransformStripManagedFields()
 
-// slimPod also drops the containers' environment: it carries the framework's rendezvous
-// (TF_CONFIG lists every worker of the gang, so its size grows with the gang, and the
-// cache's with its square) and the controller reads none of it.
+// slimPod keeps of a pod what the controller reads (exitclass, the teardown, the trace): its
+// metadata without managed fields; of its spec the node and each container's name and
+// resources (GPU requests); of its status the phase, reason, message, start, conditions and
+// the containers' states. The rest grows with the gang or the run's history and is read by
+// nobody here: the containers' environment carries the framework's rendezvous (TF_CONFIG
+// lists every worker, so the cache would grow with the gang's square), the affinity every
+// excluded node (up to 1,000 names in each pod), and volumes, probes, commands, images and
+// addresses are the kubelet's business.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return stripManagedFields(obj)
 	}
 	p.ManagedFields = nil
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			cs[i].Env = nil
-		}
+	p.Spec = corev1.PodSpec{
+		NodeName:       p.Spec.NodeName,
+		InitContainers: slimContainers(p.Spec.InitContainers),
+		Containers:     slimContainers(p.Spec.Containers),
+	}
+	p.Status = corev1.PodStatus{
+		Phase:                 p.Status.Phase,
+		Reason:                p.Status.Reason,
+		Message:               p.Status.Message,
+		StartTime:             p.Status.StartTime,
+		Conditions:            p.Status.Conditions,
+		InitContainerStatuses: slimContainerStatuses(p.Status.InitContainerStatuses),
+		ContainerStatuses:     slimContainerStatuses(p.Status.ContainerStatuses),
 	}
 	return p, nil
+}
+
+func slimContainers(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Resources: c.Resources}
+	}
+	return out
+}
+
+func slimContainerStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if ss == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(ss))
+	for i, s := range ss {
+		out[i] = corev1.ContainerStatus{Name: s.Name, State: s.State, LastTerminationState: s.LastTerminationState,
+			Ready: s.Ready, Started: s.Started, RestartCount: s.RestartCount}
+	}
+	return out
 }
 
 // slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions): a Node's status

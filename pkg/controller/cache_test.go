@@ -16,7 +16,8 @@ import (
 )
 
 // The cached pod keeps everything exitclass and the teardown read (labels, annotations,
-// finalizers, node, GPU requests, status) and loses the environment and managed fields.
+// finalizers, node, GPU requests, status) and loses the rest: the environment, the
+// affinity, volumes, images, addresses and managed fields.
 func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	gpu := corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")}
 	full := &corev1.Pod{
@@ -31,17 +32,33 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			NodeName:       "gpu-node-3",
 			InitContainers: []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
 			Containers: []corev1.Container{{
-				Name: "worker", Image: "trainer",
-				Env:       []corev1.EnvVar{{Name: "TF_CONFIG", Value: `{"cluster":{"worker":["llm-1-0.llm:2222"]}}`}},
-				Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+				Name: "worker", Image: "trainer", Command: []string{"python", "train.py"},
+				Env:          []corev1.EnvVar{{Name: "TF_CONFIG", Value: `{"cluster":{"worker":["llm-1-0.llm:2222"]}}`}},
+				Resources:    corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+				VolumeMounts: []corev1.VolumeMount{{Name: "token", MountPath: "/var/run/secrets"}},
 			}},
+			Hostname: "llm-0", Subdomain: "llm",
+			Volumes: []corev1.Volume{{Name: "token"}},
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"gpu-node-1"}}}}},
+			}}},
+			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
 		},
 		Status: corev1.PodStatus{
 			Phase:      corev1.PodFailed,
+			Reason:     "Evicted",
+			Message:    "the node was low on memory",
+			StartTime:  ptr.To(metav1.NewTime(time.Unix(0, 0))),
 			Conditions: []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue, Reason: "GPUXid"}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
-				Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(time.Unix(1, 0))},
-			}}},
+			ContainerStatuses: []corev1.ContainerStatus{{
+				Name: "worker", Image: "trainer", ImageID: "sha256:1", ContainerID: "containerd://1", RestartCount: 1, Started: ptr.To(false),
+				State: corev1.ContainerState{
+					Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(time.Unix(1, 0)), Message: "Traceback"},
+				},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}},
+			}},
+			PodIPs:   []corev1.PodIP{{IP: "10.0.0.9"}},
+			QOSClass: corev1.PodQOSBestEffort,
 		},
 	}
 	obj, err := slimPod(full.DeepCopy())
@@ -52,8 +69,14 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 
 	want := full.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec.InitContainers[0].Env = nil
-	want.Spec.Containers[0].Env = nil
+	want.Spec = corev1.PodSpec{
+		NodeName:       "gpu-node-3",
+		InitContainers: []corev1.Container{{Name: "init"}},
+		Containers:     []corev1.Container{{Name: "worker", Resources: full.Spec.Containers[0].Resources}},
+	}
+	want.Status.PodIPs, want.Status.QOSClass = nil, ""
+	cs := &want.Status.ContainerStatuses[0]
+	cs.Image, cs.ImageID, cs.ContainerID = "", "", ""
 	if !equality.Semantic.DeepEqual(slim, want) {
 		t.Fatalf("slim pod:\n%+v\nwant:\n%+v", slim, want)
 	}

@@ -66,10 +66,13 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 }
 
 // podsOf lists the pods under a run's name, of every attempt and of every run of that name,
-// from the cache.
+// from the cache. They share everything below their top level with the cache's own
+// objects: never modify one (the controller writes pods with patches of a DeepCopy). A
+// copy of each would cost every reconcile the whole gang again: 48 MB and 46 ms for a gang
+// of 10,000 pods.
 func (r *Reconciler) podsOf(ctx context.Context, namespace, run string) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{podsByRun: run}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{podsByRun: run}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pods of %s: %w", run, err)
 	}
 	pods := make([]*corev1.Pod, len(list.Items))
