@@ -16,7 +16,7 @@ func TestManifests(t *testing.T) {
 		"all": {InstallOptions{}, []string{
 			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace",
 			"ClusterRole", "ClusterRole", // the users' roles, aggregated into edit and view
-			"ClusterRole", // the SREs' NodeMaintenances
+			"ClusterRole",                                                   // the SREs' NodeMaintenances
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // evidence
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node

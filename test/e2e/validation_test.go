@@ -164,24 +164,29 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 	}
 
 	// Fields that define the gang cannot change under a running controller.
+	// A scope set (by the user, or by the controller from the plugin's choice) stays.
+	withGang := func(s map[string]any) map[string]any { s["restartScope"] = string(v1alpha1.RestartScopeGang); return s }
 	for _, tc := range []struct {
 		name   string
+		spec   map[string]any
 		mutate func(spec map[string]any)
 		field  string
 		phrase string
 	}{
-		{"update-workers", func(s map[string]any) { s["workers"] = int64(3) },
+		{"update-workers", validSpec(), func(s map[string]any) { s["workers"] = int64(3) },
 			"spec.workers", "spec.workers is immutable"},
-		{"update-framework", func(s map[string]any) { s["framework"] = "jax" },
+		{"update-framework", validSpec(), func(s map[string]any) { s["framework"] = "jax" },
 			"spec.framework", "spec.framework is immutable"},
-		{"update-restart-scope", func(s map[string]any) { s["restartScope"] = "Index" },
+		{"update-restart-scope", withGang(validSpec()), func(s map[string]any) { s["restartScope"] = "Index" },
 			"spec.restartScope", "spec.restartScope is immutable"},
+		{"remove-restart-scope", withGang(validSpec()), func(s map[string]any) { delete(s, "restartScope") },
+			"spec.restartScope", "spec.restartScope cannot be removed once set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			created, err := runs.Create(ctx, trainingRun(tc.name, validSpec()), metav1.CreateOptions{})
+			created, err := runs.Create(ctx, trainingRun(tc.name, tc.spec), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatalf("create the valid run to update: %v", err)
 			}
@@ -211,13 +216,18 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 		}
 		spec, _, _ := unstructured.NestedMap(stored.Object, "spec")
 		for field, want := range map[string]any{
-			"framework":     v1alpha1.FrameworkNone,
-			"restartScope":  string(v1alpha1.RestartScopeGang),
-			"successPolicy": string(v1alpha1.SuccessPolicyAllWorkers),
-			"workers":       int64(2),
+			"framework": v1alpha1.FrameworkNone,
+			"workers":   int64(2),
 		} {
 			if got := spec[field]; got != want {
 				t.Errorf("spec.%s = %#v, want %#v", field, got, want)
+			}
+		}
+		// No CRD default: the framework's plugin chooses, and the controller writes its
+		// choice (none runs here).
+		for _, field := range []string{"restartScope", "successPolicy"} {
+			if got, ok := spec[field]; ok {
+				t.Errorf("spec.%s = %#v at creation, want it unset for the framework to choose", field, got)
 			}
 		}
 		wantPolicy := map[string]any{
