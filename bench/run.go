@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -180,7 +180,7 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 			return nil, err
 		}
 	}
-	if b.runs, err = client.NewWithWatch(c.Config, client.Options{Scheme: controller.Scheme()}); err != nil {
+	if b.runs, err = client.NewWithWatch(c.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		return nil, err
 	}
 	if b.dyn, err = dynamic.NewForConfig(c.Config); err != nil {

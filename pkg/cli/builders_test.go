@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -140,9 +139,9 @@ func failedRun() *v1alpha1.TrainingRun {
 			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict()}).
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(34), EndTime: at(65),
 			Outcome: policy.OutcomeFailed, Verdict: appExitVerdict(), ExcludedNodes: []string{"gpu-node-3"}}).
-		condition(controller.ConditionFailed, metav1.ConditionTrue, "AppExit", appExitVerdict().Explanation, 65).
-		condition(controller.ConditionReady, metav1.ConditionFalse, "AppExit", "the run failed", 65).
-		condition(controller.ConditionRestarting, metav1.ConditionFalse, controller.ReasonAttemptCreated, "attempt 2 created", 32).
+		condition(v1alpha1.ConditionFailed, metav1.ConditionTrue, "AppExit", appExitVerdict().Explanation, 65).
+		condition(v1alpha1.ConditionReady, metav1.ConditionFalse, "AppExit", "the run failed", 65).
+		condition(v1alpha1.ConditionRestarting, metav1.ConditionFalse, v1alpha1.ReasonAttemptCreated, "attempt 2 created", 32).
 		obj()
 }
 
@@ -152,7 +151,7 @@ func runningRun() *v1alpha1.TrainingRun {
 		attempt(v1alpha1.AttemptRecord{Attempt: 1, StartTime: at(0), RunningTime: at(2), EndTime: at(31),
 			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict()}).
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(34), ExcludedNodes: []string{"gpu-node-3"}}).
-		condition(controller.ConditionReady, metav1.ConditionTrue, controller.ReasonAllWorkersRunning, "16/16 workers Running", 34).
+		condition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAllWorkersRunning, "16/16 workers Running", 34).
 		obj()
 }
 
@@ -186,9 +185,9 @@ func runEvents() []corev1.Event {
 		}
 	}
 	return []corev1.Event{
-		ev(0.21, corev1.EventTypeNormal, controller.ReasonAttemptCreated, "CreateAttempt", "attempt 1: created Job llm with 16 workers"),
+		ev(0.21, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, "CreateAttempt", "attempt 1: created Job llm with 16 workers"),
 		ev(31.25, corev1.EventTypeWarning, "NodeShutdown", "Restart", "attempt 1 failed, starting attempt 2: rule exclude-faulty-nodes restarts the run on NodeShutdown: Infrastructure restart 1 of 10. "+shutdownVerdict().Explanation),
-		ev(32.02, corev1.EventTypeNormal, controller.ReasonAttemptCreated, "CreateAttempt", "attempt 2: created Job llm with 16 workers"),
+		ev(32.02, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, "CreateAttempt", "attempt 2: created Job llm with 16 workers"),
 		ev(65.33, corev1.EventTypeWarning, "AppExit", "Fail", "run failed (rule default-application fails the run on AppExit (Application)): "+appExitVerdict().Explanation),
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 )
 
 // IOStreams are where a command reads and writes.
@@ -129,14 +129,14 @@ func NewRuns(cfg *rest.Config, namespace string) (*Runs, error) {
 	return &Runs{REST: rc, Namespace: namespace}, nil
 }
 
-// scheme knows the built-in types and TrainingRun.
-var scheme = controller.Scheme()
+// clientScheme knows the built-in types and faultline's.
+var clientScheme = scheme.New()
 
 func runsREST(cfg *rest.Config) (rest.Interface, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &v1alpha1.GroupVersion
 	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	c.NegotiatedSerializer = serializer.NewCodecFactory(clientScheme).WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}

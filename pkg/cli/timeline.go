@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -120,16 +119,16 @@ func refine(bars []bar, events []corev1.Event, current int32) {
 		var n int32
 		var end bool
 		switch e.Action {
-		case controller.ActionCreateAttempt:
+		case v1alpha1.ActionCreateAttempt:
 			if _, err := fmt.Sscanf(e.Message, "attempt %d:", &n); err != nil {
 				continue
 			}
-		case controller.ActionRestart:
+		case v1alpha1.ActionRestart:
 			if _, err := fmt.Sscanf(e.Message, "attempt %d failed", &n); err != nil {
 				continue
 			}
 			end = true
-		case controller.ActionFail, controller.ActionSucceed, controller.ActionSuspend:
+		case v1alpha1.ActionFail, v1alpha1.ActionSucceed, v1alpha1.ActionSuspend:
 			n, end = current, true
 		default:
 			continue

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
@@ -49,7 +50,7 @@ func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
 		Spec:       v1alpha1.TrainingRunSpec{Workers: 2, Framework: v1alpha1.FrameworkNone},
 		Status:     v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhaseRunning},
 	}
-	api := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(run).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	api := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(run).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	live := func() *v1alpha1.TrainingRun {
 		got := &v1alpha1.TrainingRun{}
 		if err := api.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
@@ -58,7 +59,7 @@ func TestRunIsReadFromTheCacheOnlyAtAKnownVersion(t *testing.T) {
 		return got
 	}
 	cacheOf := func(r *v1alpha1.TrainingRun) client.Reader {
-		return fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(r.DeepCopy()).Build()
+		return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(r.DeepCopy()).Build()
 	}
 	apiReader := &counting{Reader: api}
 	cl := &lagging{Client: api, cache: cacheOf(live())}

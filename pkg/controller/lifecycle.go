@@ -40,15 +40,15 @@ func (r *Reconciler) fail(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 	if d.BudgetExhausted {
 		msg = d.Reason + ". " + msg
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionFailed, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: msg})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: string(v.Cause), Message: "the run failed"})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: msg})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v.Cause), Message: "the run failed"})
 	st.Trace = tr
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
 	r.attemptEnded(ctx, run, st.Attempt, started, decidedAt(tr, now), episodeRoot(tr))
-	r.event(run, corev1.EventTypeWarning, string(v.Cause), ActionFail, "run failed (%s): %s", d.Reason, v.Explanation)
+	r.event(run, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionFail, "run failed (%s): %s", d.Reason, v.Explanation)
 	return r.finished(ctx, run, obs)
 }
 
@@ -61,14 +61,14 @@ func (r *Reconciler) succeed(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	st.Phase = v1alpha1.PhaseSucceeded
 	st.CompletionTime = &now
 	st.ReadyWorkers = 0
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSucceeded, Status: metav1.ConditionTrue, Reason: ReasonJobCompleted, Message: fmt.Sprintf("attempt %d completed", st.Attempt)})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonJobCompleted, Message: "the run succeeded"})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonJobCompleted, Message: fmt.Sprintf("attempt %d completed", st.Attempt)})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonJobCompleted, Message: "the run succeeded"})
 	if err := r.writeStatus(ctx, run); err != nil {
 		return err
 	}
 	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
 	r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
-	r.event(run, corev1.EventTypeNormal, ReasonJobCompleted, ActionSucceed, "run succeeded in attempt %d", st.Attempt)
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonJobCompleted, v1alpha1.ActionSucceed, "run succeeded in attempt %d", st.Attempt)
 	return nil
 }
 
@@ -119,14 +119,14 @@ func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		st.Phase = v1alpha1.PhaseSuspended
 		st.ReadyWorkers = 0
 		st.NextAttemptAt = nil
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSuspended, Status: metav1.ConditionTrue, Reason: ReasonSuspended, Message: fmt.Sprintf("attempt %d suspended", st.Attempt)})
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonSuspended, Message: "the run is suspended"})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSuspended, Message: fmt.Sprintf("attempt %d suspended", st.Attempt)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSuspended, Message: "the run is suspended"})
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
 		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
-		r.event(run, corev1.EventTypeNormal, ReasonSuspended, ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
+		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonSuspended, v1alpha1.ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
 	}
 	// The Job is retired (and made again on resume); pods no Job counts go at once.
 	var rest []*corev1.Pod
@@ -149,11 +149,11 @@ func (r *Reconciler) resume(ctx context.Context, run *v1alpha1.TrainingRun) erro
 	appendRecord(run, v1alpha1.AttemptRecord{Attempt: st.Attempt, ExcludedNodes: st.ExcludedNodes})
 	st.Phase = v1alpha1.PhasePending
 	st.Trace = nil // no failure starts this attempt
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSuspended, Status: metav1.ConditionFalse, Reason: ReasonResumed, Message: fmt.Sprintf("resumed as attempt %d", st.Attempt)})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonResumed, Message: fmt.Sprintf("resumed as attempt %d", st.Attempt)})
 	if err := r.writeStatus(ctx, run); err != nil {
 		return err
 	}
-	r.event(run, corev1.EventTypeNormal, ReasonResumed, ActionResume, "resumed as attempt %d", st.Attempt)
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonResumed, v1alpha1.ActionResume, "resumed as attempt %d", st.Attempt)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
@@ -40,7 +41,7 @@ func TestFailedRunReleasesItsPods(t *testing.T) {
 	crashed := pod("llm-0", corev1.PodFailed, false)
 	running := pod("llm-1", corev1.PodRunning, false)
 	stopping := pod("llm-2", corev1.PodRunning, true) // the Job controller is deleting it already
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, crashed, running, stopping).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}

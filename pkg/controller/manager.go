@@ -7,9 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -24,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
@@ -83,14 +82,6 @@ const (
 // LeaderElectionID names the Lease that controller replicas compete for.
 const LeaderElectionID = "faultline-controller." + v1alpha1.GroupName
 
-// Scheme knows the built-in types and TrainingRun.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
-	return s
-}
-
 // Run runs the controller until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	// Only objects that carry the run label are cached: a controller in a busy cluster must
@@ -119,7 +110,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		leNS = opts.Namespace
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        Scheme(),
+		Scheme:                        scheme.New(),
 		Cache:                         cacheOpts,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,

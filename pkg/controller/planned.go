@@ -130,7 +130,7 @@ func (r *Reconciler) plan(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 	blocked := mv.blocked != "" && len(mv.nodes) == 0
 	if changed := setMaintenanceBlocked(run, blocked, mv.blocked); changed {
 		if blocked {
-			r.event(run, corev1.EventTypeWarning, ReasonMaintenanceBlocked, ActionWait, "%s", mv.blocked)
+			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonMaintenanceBlocked, v1alpha1.ActionWait, "%s", mv.blocked)
 		}
 		return res, true, r.writeStatus(ctx, run)
 	}
@@ -144,10 +144,10 @@ func (r *Reconciler) plan(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 // setMaintenanceBlocked sets or clears the MaintenanceBlocked condition; it reports a change.
 func setMaintenanceBlocked(run *v1alpha1.TrainingRun, blocked bool, why string) bool {
 	if blocked {
-		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionMaintenanceBlocked, Status: metav1.ConditionTrue, Reason: ReasonNoPlacement, Message: why})
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoPlacement, Message: why})
 	}
-	if c := meta.FindStatusCondition(run.Status.Conditions, ConditionMaintenanceBlocked); c != nil && c.Status == metav1.ConditionTrue {
-		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionMaintenanceBlocked, Status: metav1.ConditionFalse, Reason: ReasonProgressing, Message: "no planned maintenance holds the run"})
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionMaintenanceBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProgressing, Message: "no planned maintenance holds the run"})
 	}
 	return false
 }
@@ -256,7 +256,7 @@ func (r *Reconciler) liftMaintenance(ctx context.Context, run *v1alpha1.Training
 		return false, nil
 	}
 	run.Status.MaintenanceExcludedNodes = kept
-	r.event(run, corev1.EventTypeNormal, ReasonMaintenanceOver, ActionLiftExclusion, "maintenance of %s is over (uncordoned, or its signal gone): later attempts may use %s again",
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonMaintenanceOver, v1alpha1.ActionLiftExclusion, "maintenance of %s is over (uncordoned, or its signal gone): later attempts may use %s again",
 		strings.Join(lifted, ", "), plural(len(lifted), "it", "them"))
 	return true, nil
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -107,7 +108,7 @@ func TestReconcileTracesARestart(t *testing.T) {
 		return p
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, worker(0, 1, true), worker(1, 1, false), node).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
 	spy := &spyFrameworks{}

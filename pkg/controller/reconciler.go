@@ -232,9 +232,9 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 			r.observeRunning(run)
 		}
 		st.Phase = v1alpha1.PhaseRunning
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 	} else {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonWaitingForWorkers, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonWaitingForWorkers, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 	}
 	again, err := r.creationStall(ctx, run, obs.job, workers)
 	if err != nil {
@@ -266,7 +266,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 // again while the Job has fewer pods than workers: nothing else may wake the run.
 func (r *Reconciler) creationStall(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod) (time.Duration, error) {
 	if job == nil || int32(len(workers)) >= run.Spec.Workers {
-		if c := meta.FindStatusCondition(run.Status.Conditions, ConditionStalled); c != nil && c.Reason == ReasonPodsNotCreated {
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Reason == v1alpha1.ReasonPodsNotCreated {
 			unstall(run)
 		}
 		return 0, nil
@@ -279,9 +279,9 @@ func (r *Reconciler) creationStall(ctx context.Context, run *v1alpha1.TrainingRu
 	if err != nil {
 		return 0, err
 	}
-	if meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue,
-		Reason: ReasonPodsNotCreated, Message: podsNotCreated(job, workers, run.Spec.Workers, why, now)}) {
-		r.event(run, corev1.EventTypeWarning, ReasonPodsNotCreated, ActionWait, "%s", podsNotCreated(job, workers, run.Spec.Workers, why, now))
+	if meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonPodsNotCreated, Message: podsNotCreated(job, workers, run.Spec.Workers, why, now)}) {
+		r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonPodsNotCreated, v1alpha1.ActionWait, "%s", podsNotCreated(job, workers, run.Spec.Workers, why, now))
 	}
 	return stalledRecheck, nil
 }
@@ -326,7 +326,7 @@ func eventTime(e *corev1.Event) time.Time {
 func onlyReadyCount(before, after *v1alpha1.TrainingRunStatus) bool {
 	a := after.DeepCopy() // after, with before's count
 	a.ReadyWorkers = before.ReadyWorkers
-	if c, was := meta.FindStatusCondition(a.Conditions, ConditionReady), meta.FindStatusCondition(before.Conditions, ConditionReady); c != nil && was != nil {
+	if c, was := meta.FindStatusCondition(a.Conditions, v1alpha1.ConditionReady), meta.FindStatusCondition(before.Conditions, v1alpha1.ConditionReady); c != nil && was != nil {
 		c.Message = was.Message
 	}
 	return equality.Semantic.DeepEqual(before, a)
@@ -354,7 +354,7 @@ func attemptCreated(run *v1alpha1.TrainingRun, job *batchv1.Job) {
 	if st.Phase == v1alpha1.PhaseRestarting {
 		st.Phase = v1alpha1.PhasePending
 		st.NextAttemptAt = nil
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionRestarting, Status: metav1.ConditionFalse, Reason: ReasonAttemptCreated, Message: fmt.Sprintf("attempt %d created", st.Attempt)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionRestarting, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAttemptCreated, Message: fmt.Sprintf("attempt %d created", st.Attempt)})
 	}
 }
 

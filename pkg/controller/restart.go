@@ -40,7 +40,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	if d.ExcludeNode != "" && !slices.Contains(st.ExcludedNodes, d.ExcludeNode) {
 		st.ExcludedNodes = append(st.ExcludedNodes, d.ExcludeNode)
 		if over := len(st.ExcludedNodes) - v1alpha1.MaxExcludedNodes; over > 0 {
-			r.event(run, corev1.EventTypeWarning, ReasonExclusionsForgotten, ActionRestart, "more than %d nodes excluded: the oldest exclusions (%s) are forgotten",
+			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonExclusionsForgotten, v1alpha1.ActionRestart, "more than %d nodes excluded: the oldest exclusions (%s) are forgotten",
 				v1alpha1.MaxExcludedNodes, strings.Join(st.ExcludedNodes[:over], ", "))
 			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:])
 		}
@@ -50,8 +50,8 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	st.Phase = v1alpha1.PhaseRestarting
 	st.ReadyWorkers = 0
 	st.NextAttemptAt = ptr.To(metav1.NewTime(now.Add(d.Backoff)))
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionRestarting, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: d.Reason})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonRestarting, Message: fmt.Sprintf("attempt %d ended: %s", st.Attempt-1, v.Cause)})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionRestarting, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: d.Reason})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonRestarting, Message: fmt.Sprintf("attempt %d ended: %s", st.Attempt-1, v.Cause)})
 	st.Trace = tr
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
@@ -61,9 +61,9 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	r.crash(CrashRestartPersisted)
 	if v.Cause == v1alpha1.CausePlannedMaintenance {
 		// Planned, not failed: a Normal event, which alerting on Warnings leaves alone.
-		r.event(run, corev1.EventTypeNormal, string(v.Cause), ActionRestart, "attempt %d moved for a planned maintenance, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
+		r.event(run, corev1.EventTypeNormal, string(v.Cause), v1alpha1.ActionRestart, "attempt %d moved for a planned maintenance, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
 	} else {
-		r.event(run, corev1.EventTypeWarning, string(v.Cause), ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
+		r.event(run, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
 	}
 	restartsTotal.WithLabelValues(string(v.Class), string(v.Cause)).Inc()
 	// Every pod seen so far now belongs to an older attempt.
@@ -115,7 +115,7 @@ func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		}
 	}
 	if fresh > 0 { // once, not at every pod event while they go
-		r.event(run, corev1.EventTypeWarning, ReasonJobDeleted, ActionStopWorkers, "attempt %d: its Job %s was deleted; stopping its %d workers before the Job is created again",
+		r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonJobDeleted, v1alpha1.ActionStopWorkers, "attempt %d: its Job %s was deleted; stopping its %d workers before the Job is created again",
 			run.Status.Attempt, run.Name, fresh)
 	}
 	// No Job counts them any more, so their tracking finalizers go too.
@@ -129,7 +129,7 @@ func (r *Reconciler) jobLost(ctx context.Context, run *v1alpha1.TrainingRun, obs
 func (r *Reconciler) clearLeftovers(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	if j := obs.other; j != nil {
 		if !faultlineJob(j) {
-			return r.stall(ctx, run, ReasonNameTaken, fmt.Sprintf("Job %s/%s is not this run's (it is not faultline's, or belongs to another owner): "+
+			return r.stall(ctx, run, v1alpha1.ReasonNameTaken, fmt.Sprintf("Job %s/%s is not this run's (it is not faultline's, or belongs to another owner): "+
 				"the run's workers need that name; delete that Job or give the run another name", j.Namespace, j.Name))
 		}
 		if _, err := r.retire(ctx, j, obs.all, obs.nodes); err != nil {
@@ -207,7 +207,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 			// The API server, or an admission policy, refuses the run's workers as they are:
 			// trying again changes nothing until the run or the cluster does.
-			return r.stallFor(ctx, run, ReasonJobRejected, jobRejectedRetry,
+			return r.stallFor(ctx, run, v1alpha1.ReasonJobRejected, jobRejectedRetry,
 				fmt.Sprintf("the API server refused attempt %d's Job: %s; fix spec.template (or the policy that refuses it)", run.Status.Attempt, apiMessage(err)))
 		}
 		return ctrl.Result{}, fmt.Errorf("create job %s attempt %d: %w", job.Name, run.Status.Attempt, err)
@@ -225,7 +225,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	}
 	attemptCreated(run, job)
 	unstall(run)
-	r.event(run, corev1.EventTypeNormal, ReasonAttemptCreated, ActionCreateAttempt, "attempt %d: created Job %s with %d workers", run.Status.Attempt, job.Name, run.Spec.Workers)
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, v1alpha1.ActionCreateAttempt, "attempt %d: created Job %s with %d workers", run.Status.Attempt, job.Name, run.Spec.Workers)
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err // updateProgress writes it down when it next sees the Job
 	}
@@ -258,7 +258,7 @@ func (r *Reconciler) ensureService(ctx context.Context, run *v1alpha1.TrainingRu
 	if existing.DeletionTimestamp != nil {
 		return ctrl.Result{RequeueAfter: recheck}, false, nil // an earlier run's, going
 	}
-	res, err := r.stall(ctx, run, ReasonNameTaken, fmt.Sprintf("Service %s/%s is not this run's: the workers' addresses need that name; "+
+	res, err := r.stall(ctx, run, v1alpha1.ReasonNameTaken, fmt.Sprintf("Service %s/%s is not this run's: the workers' addresses need that name; "+
 		"delete that Service or give the run another name", existing.Namespace, existing.Name))
 	return res, false, err
 }
@@ -274,11 +274,11 @@ func apiMessage(err error) string {
 
 // pluginReady clears a PluginReady=False left by an earlier failure of the plugin.
 func (r *Reconciler) pluginReady(ctx context.Context, run *v1alpha1.TrainingRun) error {
-	if !meta.IsStatusConditionFalse(run.Status.Conditions, ConditionPluginReady) {
+	if !meta.IsStatusConditionFalse(run.Status.Conditions, v1alpha1.ConditionPluginReady) {
 		return nil
 	}
 	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
-		Type: ConditionPluginReady, Status: metav1.ConditionTrue, Reason: ReasonPluginOK,
+		Type: v1alpha1.ConditionPluginReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPluginOK,
 		Message: fmt.Sprintf("framework %q answered", run.Spec.Framework),
 	})
 	return r.writeStatus(ctx, run)
@@ -286,10 +286,10 @@ func (r *Reconciler) pluginReady(ctx context.Context, run *v1alpha1.TrainingRun)
 
 func (r *Reconciler) pluginNotReady(ctx context.Context, run *v1alpha1.TrainingRun, cause error) (ctrl.Result, error) {
 	changed := meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
-		Type: ConditionPluginReady, Status: metav1.ConditionFalse, Reason: ReasonPluginError, Message: cause.Error(),
+		Type: v1alpha1.ConditionPluginReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPluginError, Message: cause.Error(),
 	})
 	if changed {
-		r.event(run, corev1.EventTypeWarning, ReasonPluginError, ActionLoadPlugin, "framework %q: %v", run.Spec.Framework, cause)
+		r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonPluginError, v1alpha1.ActionLoadPlugin, "framework %q: %v", run.Spec.Framework, cause)
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
@@ -44,7 +45,7 @@ func TestTeardownDropsFinalizersBeforeDeletingTheJob(t *testing.T) {
 	marked := pods[3]
 	marked.Status.Conditions = []corev1.PodCondition{{Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue, Reason: string(v1alpha1.CauseNodeShutdown)}}
 	rec := &writes{}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, pods[0], pods[1], pods[2], pods[3]).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}).
 		WithInterceptorFuncs(rec.funcs(nil)).Build()
@@ -109,7 +110,7 @@ func TestJobHeldUntilTheJobControllerIsDone(t *testing.T) {
 	job.Status.Active = 2
 	pods := trackedWorkers(2, old, job)
 	late := trackedWorkers(3, old, job)[2] // created a moment ago: the cache has not shown it
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job, pods[0], pods[1], late).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
 	current := func() *batchv1.Job {
@@ -172,7 +173,7 @@ func TestJobHeldWhileAnEarlierSyncMayCreatePods(t *testing.T) {
 	run, job, _ := runWithJob(2, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting})
 	job.Finalizers = []string{v1alpha1.FinalizerAttemptJob}
 	job.DeletionTimestamp = &metav1.Time{Time: t0}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(run, job).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
 	clk := clocktesting.NewFakeClock(t0.Add(time.Second))
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clk, Frameworks: &spyFrameworks{}}
@@ -216,7 +217,7 @@ func TestEachPodRemovedOnceWhateverTheCacheShows(t *testing.T) {
 	pods := trackedWorkers(3, labels, job)
 	rec := &writes{}
 	failed := false
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(pods[0], pods[1], pods[2]).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(pods[0], pods[1], pods[2]).
 		WithInterceptorFuncs(rec.funcs(func(op string, obj client.Object) error {
 			if op == "delete" && obj.GetName() == "llm-2" && !failed {
 				failed = true
@@ -349,7 +350,7 @@ func oldAttempt(run *v1alpha1.TrainingRun, job *batchv1.Job, labels map[string]s
 		pods = append(pods, p)
 		objs = append(objs, p)
 	}
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
 	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
 	return r, cl, pods
@@ -364,7 +365,7 @@ func TestReadyCountWrittenAtMostOncePerInterval(t *testing.T) {
 	run, job, labels := runWithJob(workers, v1alpha1.TrainingRunStatus{Attempt: 1, Phase: v1alpha1.PhasePending, Attempts: []v1alpha1.AttemptRecord{{Attempt: 1}}})
 	job.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
 	writes := 0
-	cl := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(run, job).WithStatusSubresource(&v1alpha1.TrainingRun{}).
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(run, job).WithStatusSubresource(&v1alpha1.TrainingRun{}).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			writes++
 			return c.SubResource(sub).Update(ctx, obj, opts...)

@@ -76,16 +76,16 @@ func stuck(obs *observed, now time.Time) (reason, msg string) {
 	}
 	switch {
 	case len(unreachable) > 0:
-		return ReasonNodeUnreachable, "waiting for " + named(unreachable) + " to stop: the process may still run, and would meet the next attempt's. " +
+		return v1alpha1.ReasonNodeUnreachable, "waiting for " + named(unreachable) + " to stop: the process may still run, and would meet the next attempt's. " +
 			"Once the node is down, taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node; faultline then goes on"
 	case len(stopping) > 0:
-		return ReasonPodsStuck, "waiting for " + named(stopping) + " to stop"
+		return v1alpha1.ReasonPodsStuck, "waiting for " + named(stopping) + " to stop"
 	}
 	for _, j := range []*batchv1.Job{obs.job, obs.other} {
 		if j != nil && j.DeletionTimestamp != nil && now.After(j.DeletionTimestamp.Add(stuckAfter)) &&
 			!slices.ContainsFunc(controlledBy(obs.all, j.UID), func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }) {
 			st := j.Status
-			return ReasonJobNotReleased, fmt.Sprintf("waiting for the Job controller to sync Job %s since its deletion (its status counts %d active, %d ready, %d terminating), "+
+			return v1alpha1.ReasonJobNotReleased, fmt.Sprintf("waiting for the Job controller to sync Job %s since its deletion (its status counts %d active, %d ready, %d terminating), "+
 				"so that no pod it may still be creating meets the next Job of the same name; released by %s at the latest: is kube-controller-manager running?",
 				j.Name, st.Active, ptr.Deref(st.Ready, 0), ptr.Deref(st.Terminating, 0), j.DeletionTimestamp.Add(jobControllerExpectationsTimeout).UTC().Format(time.RFC3339))
 		}
@@ -127,12 +127,12 @@ func (r *Reconciler) stall(ctx context.Context, run *v1alpha1.TrainingRun, reaso
 }
 
 func (r *Reconciler) stallFor(ctx context.Context, run *v1alpha1.TrainingRun, reason string, again time.Duration, msg string) (ctrl.Result, error) {
-	changed := meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: msg})
+	changed := meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: msg})
 	if changed {
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.event(run, corev1.EventTypeWarning, reason, ActionWait, "%s", msg)
+		r.event(run, corev1.EventTypeWarning, reason, v1alpha1.ActionWait, "%s", msg)
 	}
 	return ctrl.Result{RequeueAfter: again}, nil
 }
@@ -140,10 +140,10 @@ func (r *Reconciler) stallFor(ctx context.Context, run *v1alpha1.TrainingRun, re
 // unstall sets Stalled=False where it was True, and reports whether it did (the caller
 // writes the status).
 func unstall(run *v1alpha1.TrainingRun) bool {
-	if !meta.IsStatusConditionTrue(run.Status.Conditions, ConditionStalled) {
+	if !meta.IsStatusConditionTrue(run.Status.Conditions, v1alpha1.ConditionStalled) {
 		return false
 	}
-	return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionFalse, Reason: ReasonProgressing, Message: "nothing outside faultline holds the run"})
+	return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProgressing, Message: "nothing outside faultline holds the run"})
 }
 
 // podsNotCreated says, for a Job that has fewer pods than workers and has created none for

@@ -49,7 +49,7 @@ func TestStuck(t *testing.T) {
 		},
 		"a pod stopping long past it, held by a finalizer": {
 			obs:        &observed{older: []*corev1.Pod{pod("a", "ok", corev1.PodRunning, 2*time.Minute, "example.com/backup")}},
-			wantReason: ReasonPodsStuck,
+			wantReason: v1alpha1.ReasonPodsStuck,
 			wantSays:   []string{"pod a on node ok (stopping since", "held by finalizers example.com/backup"},
 		},
 		"a pod that has ended, whatever holds it": {
@@ -57,7 +57,7 @@ func TestStuck(t *testing.T) {
 		},
 		"a pod on an unreachable node": {
 			obs:        &observed{older: []*corev1.Pod{pod("a", "lost", corev1.PodRunning, 0)}},
-			wantReason: ReasonNodeUnreachable,
+			wantReason: v1alpha1.ReasonNodeUnreachable,
 			wantSays:   []string{"pod a on node lost (unreachable since", "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute", "delete the Node"},
 		},
 		"a pod on a node tainted out of service": {
@@ -68,11 +68,11 @@ func TestStuck(t *testing.T) {
 		},
 		"a leftover of an earlier run of the same name": {
 			obs:        &observed{leftovers: []*corev1.Pod{pod("a", "lost", corev1.PodRunning, 0)}},
-			wantReason: ReasonNodeUnreachable,
+			wantReason: v1alpha1.ReasonNodeUnreachable,
 		},
 		"a Job the Job controller has not seen deleted": {
 			obs:        &observed{job: &batchv1.Job{ObjectMeta: job.ObjectMeta, Status: batchv1.JobStatus{Active: 2}}},
-			wantReason: ReasonJobNotReleased,
+			wantReason: v1alpha1.ReasonJobNotReleased,
 			wantSays:   []string{"Job llm", "2 active", "kube-controller-manager"},
 		},
 		"a Job whose pods still go": {

@@ -83,7 +83,7 @@ func TestE2EAppErrorFailsFast(t *testing.T) {
 	if lf.Explanation == "" {
 		t.Errorf("lastFailure.explanation is empty")
 	}
-	cond := runCondition(failed, controller.ConditionFailed)
+	cond := runCondition(failed, v1alpha1.ConditionFailed)
 	switch {
 	case cond == nil || cond.Status != metav1.ConditionTrue:
 		t.Errorf("no condition Failed=True: %s", describeRun(failed))
@@ -299,7 +299,7 @@ func TestE2EBareSigtermUsesUnknownBudget(t *testing.T) {
 	if lf := failed.Status.LastFailure; lf == nil || lf.Class != v1alpha1.ClassUnknown || lf.Cause != v1alpha1.CauseUnknown {
 		t.Errorf("lastFailure of the second bare 143 is not Unknown/Unknown: %s", describeRun(failed))
 	}
-	cond := runCondition(failed, controller.ConditionFailed)
+	cond := runCondition(failed, v1alpha1.ConditionFailed)
 	if cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Fatalf("no condition Failed=True: %s", describeRun(failed))
 	}
@@ -330,7 +330,7 @@ func TestE2EBudgetExhausted(t *testing.T) {
 	if lf := failed.Status.LastFailure; lf == nil || lf.Cause != v1alpha1.CauseNodeMaintenance {
 		t.Errorf("lastFailure is not the second fault (NodeMaintenance): %s", describeRun(failed))
 	}
-	cond := runCondition(failed, controller.ConditionFailed)
+	cond := runCondition(failed, v1alpha1.ConditionFailed)
 	if cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Fatalf("no condition Failed=True: %s", describeRun(failed))
 	}
@@ -499,7 +499,7 @@ func TestE2ESucceeds(t *testing.T) {
 		completeWorker(ctx, t, c, pods[i])
 	}
 	done := waitRun(ctx, t, c, ns, run.Name, "phase Succeeded", phaseIs(v1alpha1.PhaseSucceeded))
-	cond := runCondition(done, controller.ConditionSucceeded)
+	cond := runCondition(done, v1alpha1.ConditionSucceeded)
 	if cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("no condition Succeeded=True: %s", describeRun(done))
 	}
@@ -507,7 +507,7 @@ func TestE2ESucceeds(t *testing.T) {
 		t.Errorf("status.attempt = %d, want 1", done.Status.Attempt)
 	}
 	requireRestarts(t, done, v1alpha1.RestartCounts{})
-	if c := runCondition(done, controller.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+	if c := runCondition(done, v1alpha1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("a succeeded run has Failed=True: %s", describeRun(done))
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -128,10 +127,10 @@ func TestE2ENodeLostRestartsTheGang(t *testing.T) {
 		t.Errorf("lastFailure = %s/%s on %q, want Infrastructure/NodeLost on %s", lf.Class, lf.Cause, lf.Node, node)
 	}
 	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled on the unreachable node", func(r *v1alpha1.TrainingRun) bool {
-		cond := runCondition(r, controller.ConditionStalled)
-		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == controller.ReasonNodeUnreachable
+		cond := runCondition(r, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonNodeUnreachable
 	})
-	msg := runCondition(stalled, controller.ConditionStalled).Message
+	msg := runCondition(stalled, v1alpha1.ConditionStalled).Message
 	for _, want := range []string{node, "node.kubernetes.io/out-of-service"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Stalled message %q does not say %q", msg, want)
@@ -154,7 +153,7 @@ func TestE2ENodeLostRestartsTheGang(t *testing.T) {
 		}
 	}
 	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
-	if cond := runCondition(restarted, controller.ConditionStalled); cond == nil || cond.Status != metav1.ConditionFalse {
+	if cond := runCondition(restarted, v1alpha1.ConditionStalled); cond == nil || cond.Status != metav1.ConditionFalse {
 		t.Errorf("Stalled after the restart: %+v, want False", cond)
 	}
 }
@@ -305,10 +304,10 @@ func TestE2EInvalidTemplateIsReported(t *testing.T) {
 	ctx, c, ns, _ := scenario(t)
 	bad := createRun(ctx, t, c, ns, newRun("bad-template", 2, func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Name = "Worker_1" }, withoutGPUs()))
 	rejected := waitRun(ctx, t, c, ns, bad.Name, "Stalled, JobRejected", func(r *v1alpha1.TrainingRun) bool {
-		cond := runCondition(r, controller.ConditionStalled)
-		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == controller.ReasonJobRejected
+		cond := runCondition(r, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonJobRejected
 	})
-	if msg := runCondition(rejected, controller.ConditionStalled).Message; !strings.Contains(msg, "spec.template.spec.containers[0].name") {
+	if msg := runCondition(rejected, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "spec.template.spec.containers[0].name") {
 		t.Errorf("Stalled message %q does not name the field", msg)
 	}
 
@@ -325,10 +324,10 @@ func TestE2EInvalidTemplateIsReported(t *testing.T) {
 	}
 	capped := createRun(ctx, t, c, ns, newRun("capped", 3, withoutGPUs()))
 	stalled := waitRun(ctx, t, c, ns, capped.Name, "Stalled, PodsNotCreated", func(r *v1alpha1.TrainingRun) bool {
-		cond := runCondition(r, controller.ConditionStalled)
-		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == controller.ReasonPodsNotCreated
+		cond := runCondition(r, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonPodsNotCreated
 	})
-	if msg := runCondition(stalled, controller.ConditionStalled).Message; !strings.Contains(msg, "exceeded quota") {
+	if msg := runCondition(stalled, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "exceeded quota") {
 		t.Errorf("Stalled message %q does not give the Job controller's reason (the quota)", msg)
 	}
 }

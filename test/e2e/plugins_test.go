@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/framework/expansion"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -130,17 +129,17 @@ func TestE2EPluginCrashIsReported(t *testing.T) {
 	broken := newRun("broken", 2, func(r *v1alpha1.TrainingRun) { r.Spec.Framework = "crash" })
 	createRun(ctx, t, c, ns, broken)
 	got := waitRun(ctx, t, c, ns, broken.Name, "PluginReady=False", func(r *v1alpha1.TrainingRun) bool {
-		cond := runCondition(r, controller.ConditionPluginReady)
+		cond := runCondition(r, v1alpha1.ConditionPluginReady)
 		return cond != nil && cond.Status == metav1.ConditionFalse
 	})
-	cond := runCondition(got, controller.ConditionPluginReady)
+	cond := runCondition(got, v1alpha1.ConditionPluginReady)
 	for _, want := range []string{`framework plugin "crash" (`, "faultline-plugin-crash", "crashed again after one restart", "fix:"} {
 		if !strings.Contains(cond.Message, want) {
 			t.Errorf("PluginReady message %q does not contain %q", cond.Message, want)
 		}
 	}
-	if cond.Reason != controller.ReasonPluginError {
-		t.Errorf("PluginReady reason %q, want %q", cond.Reason, controller.ReasonPluginError)
+	if cond.Reason != v1alpha1.ReasonPluginError {
+		t.Errorf("PluginReady reason %q, want %q", cond.Reason, v1alpha1.ReasonPluginError)
 	}
 	if _, err := c.Client.BatchV1().Jobs(ns).Get(ctx, broken.Name, metav1.GetOptions{}); err == nil {
 		t.Error("a Job was created for a run whose plugin is broken")

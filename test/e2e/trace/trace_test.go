@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -53,7 +53,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
 
-	cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

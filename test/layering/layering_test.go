@@ -1,0 +1,42 @@
+// Package layering checks the arrows between faultline's packages: what the CLI, the
+// agent, the API and the pure decision packages may depend on.
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/faultline-dev/faultline/"
+
+// Each package and what it must never depend on, directly or not.
+var forbidden = map[string][]string{
+	// The CLI reads runs and explains them: the API, exitclass and its clients, never the
+	// reconciler.
+	"pkg/cli": {module + "pkg/controller", module + "pkg/nodeagent"},
+	// The agent and the controller are apart: they meet only in the API.
+	"pkg/nodeagent":  {module + "pkg/controller", module + "pkg/cli"},
+	"pkg/controller": {module + "pkg/nodeagent", module + "pkg/cli"},
+	// Pure decisions: no client, no process.
+	"pkg/exitclass": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller"},
+	"pkg/policy":    {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller"},
+	// The API is types only: a client of it need not take client-go along.
+	"api/v1alpha1": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/"},
+}
+
+func TestLayering(t *testing.T) {
+	for pkg, bad := range forbidden {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, b := range bad {
+				if dep == b || strings.HasPrefix(dep, b) && strings.HasSuffix(b, "/") || strings.HasPrefix(dep, b+"/") {
+					t.Errorf("%s depends on %s: it must not (see the arrows in this test)", pkg, dep)
+				}
+			}
+		}
+	}
+}
