@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -79,6 +80,33 @@ func TestControllerNodePolicyCoversEveryField(t *testing.T) {
 		want := "dyn(object.spec).?" + name + " == dyn(oldObject.spec).?" + name
 		if !strings.Contains(policy, want) {
 			t.Errorf("NodeSpec.%s: admission/controller.yaml does not keep it unchanged (want %q)", name, want)
+		}
+	}
+}
+
+// TestRolesPolicyNamesTheContract: the roles policy reads the annotations and writes the
+// labels that the controller and the pods' env agree on (api/v1alpha1/wellknown.go, the Job
+// controller's completion index); a renamed constant would leave the pods without a role.
+func TestRolesPolicyNamesTheContract(t *testing.T) {
+	raw, err := FS.ReadFile("admission/roles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := string(raw)
+	for _, want := range []string{
+		"kind: MutatingAdmissionPolicy\n",
+		"kind: MutatingAdmissionPolicyBinding\n",
+		"annotations[?'" + v1alpha1.AnnotationRoles + "']",
+		"annotations['" + v1alpha1.AnnotationRoles + "']",
+		"annotations[?'" + batchv1.JobCompletionIndexAnnotation + "']",
+		"annotations['" + batchv1.JobCompletionIndexAnnotation + "']",
+		`"` + v1alpha1.LabelRole + `": `,
+		`"` + v1alpha1.LabelRoleIndex + `": `,
+		"operations: [CREATE]",
+		"failurePolicy: Fail",
+	} {
+		if !strings.Contains(policy, want) {
+			t.Errorf("admission/roles.yaml does not contain %q", want)
 		}
 	}
 }

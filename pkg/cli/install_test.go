@@ -24,6 +24,7 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
+			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", // the pods' roles
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
