@@ -125,3 +125,42 @@ func Container(env []corev1.EnvVar, fields map[string]string) (map[string]string
 	}
 	return Env(vars), nil
 }
+
+// Pod expands a container's env as the kubelet does in pod: a fieldRef is resolved from the
+// pod as the downward API resolves it (metadata.name, metadata.namespace, metadata.uid,
+// spec.nodeName, spec.serviceAccountName, status.podIP, status.hostIP, and one label or
+// annotation by key, which is "" when the pod lacks it: kubernetes pkg/fieldpath/fieldpath.go,
+// ExtractFieldPathAsString). Tests use it on the pods a real API server stored, so that what
+// the admission chain did to the pod (its labels) shows in the env.
+func Pod(env []corev1.EnvVar, pod *corev1.Pod) (map[string]string, error) {
+	fields := map[string]string{
+		"metadata.name":           pod.Name,
+		"metadata.namespace":      pod.Namespace,
+		"metadata.uid":            string(pod.UID),
+		"spec.nodeName":           pod.Spec.NodeName,
+		"spec.serviceAccountName": pod.Spec.ServiceAccountName,
+		"status.podIP":            pod.Status.PodIP,
+		"status.hostIP":           pod.Status.HostIP,
+	}
+	for _, e := range env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			continue
+		}
+		path := e.ValueFrom.FieldRef.FieldPath
+		if key, ok := subscript(path, "metadata.labels"); ok {
+			fields[path] = pod.Labels[key]
+		} else if key, ok := subscript(path, "metadata.annotations"); ok {
+			fields[path] = pod.Annotations[key]
+		}
+	}
+	return Container(env, fields)
+}
+
+// subscript returns key for a path of the form field['key'].
+func subscript(path, field string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, field+"['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
+}

@@ -1,8 +1,9 @@
 // Package plugintest shows a plugin's environment as a run's pods will see it, for the
 // tests of framework plugins: the plugin is served in process over gRPC to a real Host (as
 // the controller uses it), its answer put after the controller's common FAULTLINE_*
-// variables (package rendezvous), the completion index resolved and $(VAR) references
-// expanded as the kubelet does; and golden files hold the result per index.
+// variables (package rendezvous), the completion index (and, for a layout in roles, the role
+// labels the faultline-roles admission policy sets) resolved and $(VAR) references expanded
+// as the kubelet does; and golden files hold the result per index.
 package plugintest
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -52,19 +54,70 @@ func Resolve(t testing.TB, p framework.Plugin, run *v1alpha1.TrainingRun) framew
 }
 
 // PodEnvs is the environment of each worker container of run (index 0 to workers-1) as
-// the kubelet makes it, with the env plugin p answers; a nil p is framework none.
+// the kubelet makes it, with the env plugin p answers; a nil p is framework none. For an
+// answer with Roles, each pod carries the labels that the faultline-roles admission policy
+// (deploy/admission/roles.yaml) gives it (RoleLabels), and the role variables come before
+// the plugin's, as the controller writes them.
 func PodEnvs(t testing.TB, p framework.Plugin, run *v1alpha1.TrainingRun) []map[string]string {
 	t.Helper()
-	env := ContainerEnv(run, Attempt, Resolve(t, p, run).Env)
+	res := Resolve(t, p, run)
+	env := rendezvous.Env(run, Attempt)
+	layout := framework.RoleRanges(res.Roles)
+	if layout != "" {
+		env = append(env, rendezvous.RoleEnv()...)
+	}
+	env = append(env, res.Env...)
 	envs := make([]map[string]string, run.Spec.Workers)
 	for i := range envs {
-		vars, err := expansion.Worker(env, i)
+		fields, err := PodFields(layout, i)
+		if err != nil {
+			t.Fatalf("index %d: %v", i, err)
+		}
+		vars, err := expansion.Container(env, fields)
 		if err != nil {
 			t.Fatalf("index %d: %v", i, err)
 		}
 		envs[i] = vars
 	}
 	return envs
+}
+
+// PodFields are the downward-API fields the controller's env reads, as the kubelet resolves
+// them in the pod of completion index index: the index, and for a run with roles (layout,
+// the value of v1alpha1.AnnotationRoles; "" for none) the pod's role labels.
+func PodFields(layout string, index int) (map[string]string, error) {
+	fields := map[string]string{rendezvous.IndexFieldPath: strconv.Itoa(index)}
+	if layout == "" {
+		return fields, nil
+	}
+	role, roleIndex, err := RoleLabels(layout, index)
+	if err != nil {
+		return nil, err
+	}
+	fields[rendezvous.RoleFieldPath] = role
+	fields[rendezvous.RoleIndexFieldPath] = strconv.Itoa(roleIndex)
+	return fields, nil
+}
+
+// RoleLabels is the role and role index that the faultline-roles admission policy
+// (deploy/admission/roles.yaml) labels the pod of completion index index with, computed as
+// its CEL does from the layout annotation ("chief:0-0,ps:1-2,worker:3-6"): the first range
+// "name:first-last" that holds the index names the role, and the index less first is the
+// role index. An index in no range is an error, as the policy refuses that pod.
+func RoleLabels(layout string, index int) (role string, roleIndex int, err error) {
+	for _, r := range strings.Split(layout, ",") {
+		name, span, _ := strings.Cut(r, ":")
+		from, to, _ := strings.Cut(span, "-")
+		first, err1 := strconv.Atoi(from)
+		last, err2 := strconv.Atoi(to)
+		if err1 != nil || err2 != nil {
+			return "", 0, fmt.Errorf("role layout %q: range %q is not name:first-last", layout, r)
+		}
+		if first <= index && index <= last {
+			return name, index - first, nil
+		}
+	}
+	return "", 0, fmt.Errorf("role layout %q has no range for index %d: the faultline-roles policy refuses the pod", layout, index)
 }
 
 // FormatEnvs renders envs as text, one block per index with its variables sorted.

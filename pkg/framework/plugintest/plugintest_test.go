@@ -49,3 +49,60 @@ func TestContainerEnvIsTheJobsEnv(t *testing.T) {
 func TestFrameworkNoneGolden(t *testing.T) {
 	Golden(t, filepath.Join("testdata", "none.golden"), FormatEnvs(PodEnvs(t, nil, run(v1alpha1.FrameworkNone, 3))))
 }
+
+// With roles, PodEnvs is still the Job's env: the role variables after the common ones,
+// resolved from the labels the roles policy gives each pod.
+func TestContainerEnvWithRolesIsTheJobsEnv(t *testing.T) {
+	roles := []framework.Role{{Name: "chief", Replicas: 1}, {Name: "ps", Replicas: 2}, {Name: "worker", Replicas: 2}}
+	p := &framework.FakePlugin{InfoValue: framework.Info{Name: "fake"}, RendezvousFunc: func(context.Context, framework.RunSpec) (framework.Rendezvous, error) {
+		return framework.Rendezvous{Roles: roles, Env: []framework.EnvVar{{Name: "TASK", Value: framework.RoleRef + "/" + framework.RoleIndexRef}}}, nil
+	}}
+	r := run("fake", 5)
+	res := Resolve(t, p, r)
+	job := attempt.Job(r, attempt.Options{Attempt: Attempt, Env: res.Env, RoleRanges: framework.RoleRanges(res.Roles)})
+	layout := job.Spec.Template.Annotations[v1alpha1.AnnotationRoles]
+	envs := PodEnvs(t, p, r)
+	want := []string{"chief/0", "ps/0", "ps/1", "worker/0", "worker/1"}
+	for i := range 5 {
+		fields, err := PodFields(layout, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromJob, err := expansion.Container(job.Spec.Template.Spec.Containers[0].Env, fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(fromJob, "OWN")
+		if diff := cmp.Diff(fromJob, envs[i]); diff != "" {
+			t.Errorf("index %d: the Job's env (-) and PodEnvs (+) differ:\n%s", i, diff)
+		}
+		if envs[i]["TASK"] != want[i] {
+			t.Errorf("index %d: TASK=%q, want %q", i, envs[i]["TASK"], want[i])
+		}
+	}
+}
+
+// RoleLabels reads the layout the controller writes as framework.RoleOf lays the indexes
+// out, and refuses an index outside it (as the policy refuses the pod).
+func TestRoleLabels(t *testing.T) {
+	for _, roles := range [][]framework.Role{
+		{{Name: "worker", Replicas: 1}},
+		{{Name: "chief", Replicas: 1}, {Name: "ps", Replicas: 3}, {Name: "worker", Replicas: 12}, {Name: "evaluator", Replicas: 1}},
+	} {
+		layout := framework.RoleRanges(roles)
+		n := 0
+		for _, r := range roles {
+			n += int(r.Replicas)
+		}
+		for i := range n {
+			wantRole, wantIndex, _ := framework.RoleOf(roles, i)
+			role, index, err := RoleLabels(layout, i)
+			if err != nil || role != wantRole || index != wantIndex {
+				t.Errorf("%s index %d: %s/%d, %v; want %s/%d", layout, i, role, index, err, wantRole, wantIndex)
+			}
+		}
+		if _, _, err := RoleLabels(layout, n); err == nil {
+			t.Errorf("%s index %d: no error for an index past the layout", layout, n)
+		}
+	}
+}
