@@ -4,9 +4,14 @@
 //
 // # frameworkOptions
 //
-//	strategy  multi-worker-mirrored (default) or parameter-server
-//	ps        number of parameter servers (parameter-server only, at least 1)
-//	port      port of every task's tf.distribute.Server (default 2222)
+//	strategy   multi-worker-mirrored (default) or parameter-server
+//	ps         number of parameter servers (parameter-server only, at least 1)
+//	evaluator  0 (default) or 1: a sidecar evaluator (parameter-server only)
+//	port       port of every task's tf.distribute.Server (default 2222)
+//
+// With parameter-server the chief is always one pod (TensorFlow allows at most one), and
+// the pods that are neither the chief, a parameter server nor the evaluator are the workers:
+// spec.workers (every pod) is 1 + ps + evaluator + the number of workers, at least one.
 //
 // # MultiWorkerMirroredStrategy
 //
@@ -21,28 +26,44 @@
 //
 // # ParameterServerStrategy
 //
-// The pods are laid out in index order: index 0 is the chief (the coordinator), indexes
-// 1..ps the parameter servers, the rest the workers. A pod's task type and its index within
-// that type are not a substitution of the completion index (worker 0 is pod ps+1), and
-// Kubernetes env expansion cannot compute, so the plugin cannot put a per-pod "task" into
-// TF_CONFIG. It sets the cluster alone, which TFConfigClusterResolver accepts, and
-// FAULTLINE_TF_ROLE_MAP, the layout as "type:count" pairs in index order
-// ("chief:1,ps:2,worker:5"). The program picks its task from FAULTLINE_INDEX before it
-// builds the strategy, e.g.:
+// The pods play TensorFlow's roles, laid out in index order: index 0 is the chief (the
+// coordinator, which runs the training program), indexes 1..ps the parameter servers, then
+// the workers, and last the evaluator when asked for. Every pod's TF_CONFIG has its real
+// task, so a stock program needs nothing of faultline:
 //
-//	i = int(os.environ["FAULTLINE_INDEX"])
-//	for part in os.environ["FAULTLINE_TF_ROLE_MAP"].split(","):
-//	    task_type, n = part.split(":")
-//	    if i < int(n):
-//	        break
-//	    i -= int(n)
-//	resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver(task_type=task_type, task_id=i)
+//	{"cluster":{"chief":["r-0.r.ns.svc:2222"],"ps":["r-1.r.ns.svc:2222","r-2.r.ns.svc:2222"],
+//	 "worker":["r-3.r.ns.svc:2222","r-4.r.ns.svc:2222"]},"task":{"type":"ps","index":1},"rpc_layer":"grpc"}
 //
-// (The alternative, wrapping the container's command in a shim that rewrites TF_CONFIG,
-// would change the user's image contract; a plugin returns env and ports only.)
-// Parameter servers and workers of this strategy are independent processes that the
-// coordinator tolerates losing, so restartScope Index suits it: a replaced pod keeps its
-// index and so its role.
+//	resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+//	if resolver.task_type in ("worker", "ps"):
+//	    tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+//	        task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True).join()
+//	elif resolver.task_type == "evaluator":
+//	    ...  # tf.keras.utils.SidecarEvaluator on the chief's checkpoints
+//	else:
+//	    strategy = tf.distribute.ParameterServerStrategy(resolver)
+//
+// A pod's task type and its index within the type are not a substitution of its completion
+// index (worker 0 is pod ps+1), so the plugin answers the layout as Roles (plugin API
+// version 3): the faultline-roles admission policy labels each pod with its role and role
+// index when it is created, the controller gives every container FAULTLINE_ROLE and
+// FAULTLINE_ROLE_INDEX from those labels, and the task is written
+// {"type":"$(FAULTLINE_ROLE)","index":$(FAULTLINE_ROLE_INDEX)}, which the kubelet expands
+// to the pod's own. The evaluator has a task and is not in "cluster": it is no part of the
+// training cluster, and TensorFlow allows it to be missing there and at most one of it
+// (multi_worker_util.py, _validate_cluster_spec); ParameterServerStrategy accepts only
+// chief, worker and ps in its cluster (parameter_server_strategy_v2.py, ALLOWED_TASK_TYPES).
+// "rpc_layer":"grpc" is the protocol the servers speak (TFConfigClusterResolver.rpc_layer).
+//
+// Every pod also gets GRPC_FAIL_FAST=use_caller, which TensorFlow's parameter server
+// tutorial sets so that a lost worker or parameter server is reported to the coordinator
+// instead of hanging its RPCs.
+//
+// Parameter servers and workers never exit (they block in server.join()), so the run
+// succeeds when the chief does: the plugin's default success policy is Leader, with the
+// chief at index 0, and the Job's success policy stops the rest. The restart scope stays
+// Gang: the coordinator does not survive the loss of a parameter server, nor the servers
+// the loss of their coordinator.
 package tfplugin
 
 import (
@@ -60,17 +81,26 @@ import (
 const (
 	Name = "tensorflow"
 
-	OptionStrategy = "strategy"
-	OptionPS       = "ps"
-	OptionPort     = "port"
+	OptionStrategy  = "strategy"
+	OptionPS        = "ps"
+	OptionEvaluator = "evaluator"
+	OptionPort      = "port"
 
 	StrategyMultiWorkerMirrored = "multi-worker-mirrored"
 	StrategyParameterServer     = "parameter-server"
 
 	// EnvTFConfig is TensorFlow's cluster description.
 	EnvTFConfig = "TF_CONFIG"
-	// EnvRoleMap is the parameter-server layout: "chief:1,ps:<n>,worker:<m>".
-	EnvRoleMap = "FAULTLINE_TF_ROLE_MAP"
+	// EnvGRPCFailFast makes gRPC calls fail at once on a lost peer rather than wait for it;
+	// "use_caller" is what TensorFlow's parameter server tutorial sets.
+	EnvGRPCFailFast = "GRPC_FAIL_FAST"
+	GRPCFailFast    = "use_caller"
+
+	// TensorFlow's task types, which are also the roles' names.
+	TaskChief     = "chief"
+	TaskPS        = "ps"
+	TaskWorker    = "worker"
+	TaskEvaluator = "evaluator"
 
 	// DefaultPort is tf.distribute.Server's customary port.
 	DefaultPort = 2222
@@ -98,28 +128,32 @@ func (p Plugin) Info(context.Context) (framework.Info, error) {
 	}, nil
 }
 
-// Rendezvous returns TF_CONFIG (and, for parameter-server, FAULTLINE_TF_ROLE_MAP).
+// Rendezvous returns TF_CONFIG; for parameter-server also GRPC_FAIL_FAST, the roles and the
+// Leader success policy.
 func (Plugin) Rendezvous(_ context.Context, run framework.RunSpec) (framework.Rendezvous, error) {
 	o, err := parseOptions(run)
 	if err != nil {
 		return framework.Rendezvous{}, err
 	}
-	var env []framework.EnvVar
-	switch o.strategy {
-	case StrategyParameterServer:
-		cfg, roles, err := parameterServerConfig(run, o.ps, o.port)
+	ports := []framework.Port{{Name: portName, Port: o.port}}
+	if o.strategy == StrategyParameterServer {
+		roles := o.roles(run.Workers)
+		cfg, err := parameterServerConfig(run, roles, o.port)
 		if err != nil {
 			return framework.Rendezvous{}, err
 		}
-		env = []framework.EnvVar{{Name: EnvTFConfig, Value: cfg}, {Name: EnvRoleMap, Value: roles}}
-	default:
-		cfg, err := multiWorkerConfig(run, o.port)
-		if err != nil {
-			return framework.Rendezvous{}, err
-		}
-		env = []framework.EnvVar{{Name: EnvTFConfig, Value: cfg}}
+		return framework.Rendezvous{
+			Env:           []framework.EnvVar{{Name: EnvTFConfig, Value: cfg}, {Name: EnvGRPCFailFast, Value: GRPCFailFast}},
+			Ports:         ports,
+			Roles:         roles,
+			SuccessPolicy: v1alpha1.SuccessPolicyLeader,
+		}, nil
 	}
-	return framework.Rendezvous{Env: env, Ports: []framework.Port{{Name: portName, Port: o.port}}}, nil
+	cfg, err := multiWorkerConfig(run, o.port)
+	if err != nil {
+		return framework.Rendezvous{}, err
+	}
+	return framework.Rendezvous{Env: []framework.EnvVar{{Name: EnvTFConfig, Value: cfg}}, Ports: ports}, nil
 }
 
 // FailureHints returns TensorFlow's hints.
@@ -128,14 +162,29 @@ func (Plugin) FailureHints(context.Context) ([]framework.HintPattern, error) {
 }
 
 type options struct {
-	strategy string
-	ps       int
-	port     int32
+	strategy  string
+	ps        int32
+	evaluator int32
+	port      int32
+}
+
+// roles is the parameter-server layout of a run of workers pods: the chief at index 0 (the
+// Leader success policy's index), the parameter servers, the workers, the evaluator last.
+func (o options) roles(workers int32) []framework.Role {
+	roles := []framework.Role{
+		{Name: TaskChief, Replicas: 1},
+		{Name: TaskPS, Replicas: o.ps},
+		{Name: TaskWorker, Replicas: workers - 1 - o.ps - o.evaluator},
+	}
+	if o.evaluator > 0 {
+		roles = append(roles, framework.Role{Name: TaskEvaluator, Replicas: o.evaluator})
+	}
+	return roles
 }
 
 func parseOptions(run framework.RunSpec) (options, error) {
 	o := options{strategy: StrategyMultiWorkerMirrored, port: DefaultPort}
-	known := []string{OptionPort, OptionPS, OptionStrategy}
+	known := []string{OptionEvaluator, OptionPort, OptionPS, OptionStrategy}
 	for k := range run.Options {
 		if !slices.Contains(known, k) {
 			return o, framework.InvalidOptions("frameworkOptions.%s is not a tensorflow option (known: %s)", k, strings.Join(known, ", "))
@@ -154,26 +203,41 @@ func parseOptions(run framework.RunSpec) (options, error) {
 		}
 		o.port = int32(port)
 	}
-	s, hasPS := run.Options[OptionPS]
-	switch {
-	case o.strategy != StrategyParameterServer && hasPS:
-		return o, framework.InvalidOptions("frameworkOptions.ps applies only to strategy %s", StrategyParameterServer)
-	case o.strategy == StrategyParameterServer && !hasPS:
-		return o, framework.InvalidOptions("strategy %s needs frameworkOptions.ps, the number of parameter servers", StrategyParameterServer)
-	case hasPS:
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return o, framework.InvalidOptions("frameworkOptions.ps %q is not a positive number", s)
-		}
-		// Index 0 is the chief, then the parameter servers, then at least one worker.
-		if int64(n)+2 > int64(run.Workers) {
-			return o, framework.InvalidOptions("strategy %s with %d parameter servers needs at least %d pods (a chief, the parameter servers and a worker), but spec.workers is %d",
-				StrategyParameterServer, n, n+2, run.Workers)
-		}
-		o.ps = n
-	}
 	if run.Workers < 1 {
 		return o, framework.InvalidOptions("spec.workers is %d; TensorFlow needs at least one worker", run.Workers)
+	}
+	if o.strategy != StrategyParameterServer {
+		for _, k := range []string{OptionPS, OptionEvaluator} {
+			if _, ok := run.Options[k]; ok {
+				return o, framework.InvalidOptions("frameworkOptions.%s applies only to strategy %s; set frameworkOptions.strategy=%s or remove it", k, StrategyParameterServer, StrategyParameterServer)
+			}
+		}
+		return o, nil
+	}
+	s, hasPS := run.Options[OptionPS]
+	if !hasPS {
+		return o, framework.InvalidOptions("strategy %s needs frameworkOptions.ps, the number of parameter servers", StrategyParameterServer)
+	}
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 1 {
+		return o, framework.InvalidOptions("frameworkOptions.ps %q is not a positive number", s)
+	}
+	o.ps = int32(n)
+	if s, ok := run.Options[OptionEvaluator]; ok {
+		// TensorFlow allows at most one evaluator (multi_worker_util.py).
+		if s != "0" && s != "1" {
+			return o, framework.InvalidOptions("frameworkOptions.evaluator %q is neither 0 nor 1: TensorFlow runs at most one evaluator", s)
+		}
+		o.evaluator = int32(s[0] - '0')
+	}
+	// The chief, the parameter servers, the evaluator, and at least one worker.
+	if need := int64(1) + int64(o.ps) + int64(o.evaluator) + 1; need > int64(run.Workers) {
+		evaluator := ""
+		if o.evaluator > 0 {
+			evaluator = ", the evaluator"
+		}
+		return o, framework.InvalidOptions("strategy %s with frameworkOptions.ps=%d needs spec.workers of at least %d (the chief, the parameter servers%s and a worker), but spec.workers is %d; raise spec.workers or lower frameworkOptions.ps",
+			StrategyParameterServer, o.ps, need, evaluator, run.Workers)
 	}
 	return o, nil
 }

@@ -30,6 +30,7 @@ type tfConfig struct {
 		Type  string `json:"type"`
 		Index *int   `json:"index"`
 	} `json:"task"`
+	RPCLayer string `json:"rpc_layer"`
 }
 
 func makeRun(name string, workers int32, opts map[string]string) *v1alpha1.TrainingRun {
@@ -113,36 +114,19 @@ func TestMultiWorkerMirroredSchema(t *testing.T) {
 			if env[v1alpha1.EnvIndex] != strconv.Itoa(i) {
 				t.Errorf("FAULTLINE_INDEX = %q", env[v1alpha1.EnvIndex])
 			}
-			if _, ok := env[EnvRoleMap]; ok {
-				t.Errorf("%s set for multi-worker-mirrored", EnvRoleMap)
+			for _, name := range []string{v1alpha1.EnvRole, EnvGRPCFailFast} {
+				if _, ok := env[name]; ok {
+					t.Errorf("%s set for multi-worker-mirrored", name)
+				}
 			}
 		}
 	}
 }
 
-// taskOf is the program side of the parameter-server layout, as the package doc tells
-// users to write it: walk FAULTLINE_TF_ROLE_MAP with FAULTLINE_INDEX.
-func taskOf(t *testing.T, env map[string]string) (string, int) {
-	t.Helper()
-	i, err := strconv.Atoi(env[v1alpha1.EnvIndex])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, part := range strings.Split(env[EnvRoleMap], ",") {
-		typ, n, _ := strings.Cut(part, ":")
-		count, err := strconv.Atoi(n)
-		if err != nil {
-			t.Fatalf("role map %q: %v", env[EnvRoleMap], err)
-		}
-		if i < count {
-			return typ, i
-		}
-		i -= count
-	}
-	t.Fatalf("index %s is past the role map %q", env[v1alpha1.EnvIndex], env[EnvRoleMap])
-	return "", 0
-}
-
+// TestParameterServerLayout: every pod's TF_CONFIG, as the kubelet expands it once the
+// roles policy labelled the pod, is TensorFlow's own for its task: the chief, the parameter
+// servers and the workers in "cluster" in index order, the pod's task (whose address is the
+// pod's own), gRPC; GRPC_FAIL_FAST=use_caller everywhere.
 func TestParameterServerLayout(t *testing.T) {
 	run := makeRun("ps-run", 6, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2"})
 	wantCluster := map[string][]string{
@@ -154,26 +138,69 @@ func TestParameterServerLayout(t *testing.T) {
 		typ   string
 		index int
 	}{{"chief", 0}, {"ps", 0}, {"ps", 1}, {"worker", 0}, {"worker", 1}, {"worker", 2}}
+	envs := plugintest.PodEnvs(t, Plugin{}, run)
 	for i, want := range wantTasks {
-		env := podEnv(t, run, i)
+		env := envs[i]
 		cfg := parse(t, env[EnvTFConfig])
 		if diff := cmp.Diff(wantCluster, cfg.Cluster); diff != "" {
 			t.Errorf("pod %d cluster (-want +got):\n%s", i, diff)
 		}
-		if cfg.Task != nil {
-			t.Errorf("pod %d: TF_CONFIG has a task %+v; the program sets it", i, cfg.Task)
+		if cfg.Task == nil || cfg.Task.Type != want.typ || cfg.Task.Index == nil || *cfg.Task.Index != want.index {
+			t.Fatalf("pod %d: task %+v, want %s/%d", i, cfg.Task, want.typ, want.index)
 		}
-		if got := env[EnvRoleMap]; got != "chief:1,ps:2,worker:3" {
-			t.Errorf("pod %d %s = %q", i, EnvRoleMap, got)
+		if got := cfg.Cluster[cfg.Task.Type][*cfg.Task.Index]; got != addr(run, i) {
+			t.Errorf("pod %d: its task %s/%d is at %s, not its own address %s", i, cfg.Task.Type, *cfg.Task.Index, got, addr(run, i))
 		}
-		typ, idx := taskOf(t, env)
-		if typ != want.typ || idx != want.index {
-			t.Errorf("pod %d: task %s/%d, want %s/%d", i, typ, idx, want.typ, want.index)
+		if cfg.RPCLayer != "grpc" {
+			t.Errorf("pod %d: rpc_layer %q, want grpc", i, cfg.RPCLayer)
 		}
-		// The task the program picks is the pod itself.
-		if got := cfg.Cluster[typ][idx]; got != addr(run, i) {
-			t.Errorf("pod %d picks task %s/%d at %s, which is not its own address %s", i, typ, idx, got, addr(run, i))
+		if env[EnvGRPCFailFast] != "use_caller" {
+			t.Errorf("pod %d: GRPC_FAIL_FAST=%q, want use_caller", i, env[EnvGRPCFailFast])
 		}
+	}
+	// The exact text the kubelet makes of "$(FAULTLINE_ROLE)" and "$(FAULTLINE_ROLE_INDEX)".
+	want := `{"cluster":{"chief":["ps-run-0.ps-run.team-a.svc:2222"],"ps":["ps-run-1.ps-run.team-a.svc:2222","ps-run-2.ps-run.team-a.svc:2222"],` +
+		`"worker":["ps-run-3.ps-run.team-a.svc:2222","ps-run-4.ps-run.team-a.svc:2222","ps-run-5.ps-run.team-a.svc:2222"]},` +
+		`"task":{"type":"ps","index":1},"rpc_layer":"grpc"}`
+	if got := envs[2][EnvTFConfig]; got != want {
+		t.Errorf("pod 2 TF_CONFIG:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestParameterServerEvaluator: the evaluator is the last pod, has its task, and is not in
+// "cluster" (multi_worker_util.py allows it missing; ParameterServerStrategy refuses any
+// type but chief, worker and ps there).
+func TestParameterServerEvaluator(t *testing.T) {
+	run := makeRun("ev", 5, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "1", OptionEvaluator: "1"})
+	envs := plugintest.PodEnvs(t, Plugin{}, run)
+	wantCluster := map[string][]string{"chief": {addr(run, 0)}, "ps": {addr(run, 1)}, "worker": {addr(run, 2), addr(run, 3)}}
+	for i, env := range envs {
+		cfg := parse(t, env[EnvTFConfig])
+		if diff := cmp.Diff(wantCluster, cfg.Cluster); diff != "" {
+			t.Errorf("pod %d cluster (-want +got):\n%s", i, diff)
+		}
+	}
+	cfg := parse(t, envs[4][EnvTFConfig])
+	if cfg.Task == nil || cfg.Task.Type != "evaluator" || cfg.Task.Index == nil || *cfg.Task.Index != 0 {
+		t.Errorf("pod 4: task %+v, want evaluator/0", cfg.Task)
+	}
+}
+
+// TestParameterServerRolesAndSuccess: what the controller gets through the host: the roles
+// in index order with the chief at index 0, and the Leader success policy (parameter servers
+// and workers never exit; the Job's success policy on index 0 stops them). Multi-worker
+// mirrored has neither.
+func TestParameterServerRolesAndSuccess(t *testing.T) {
+	res := plugintest.Resolve(t, Plugin{}, makeRun("r", 7, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2", OptionEvaluator: "1"}))
+	if got, want := framework.RoleRanges(res.Roles), "chief:0-0,ps:1-2,worker:3-5,evaluator:6-6"; got != want {
+		t.Errorf("roles %s, want %s", got, want)
+	}
+	if res.SuccessPolicy != v1alpha1.SuccessPolicyLeader {
+		t.Errorf("success policy %q, want Leader", res.SuccessPolicy)
+	}
+	mwms := plugintest.Resolve(t, Plugin{}, makeRun("r", 3, nil))
+	if len(mwms.Roles) != 0 || mwms.SuccessPolicy != v1alpha1.SuccessPolicyAllWorkers {
+		t.Errorf("multi-worker-mirrored: roles %v, success policy %q; want none and AllWorkers", mwms.Roles, mwms.SuccessPolicy)
 	}
 }
 
@@ -195,15 +222,19 @@ func TestInvalidOptions(t *testing.T) {
 		opts    map[string]string
 		want    string
 	}{
-		"unknown option":       {2, map[string]string{"strategy": StrategyMultiWorkerMirrored, "stratgey": "x"}, "frameworkOptions.stratgey is not a tensorflow option (known: port, ps, strategy)"},
-		"unknown strategy":     {2, map[string]string{OptionStrategy: "mirrored"}, `frameworkOptions.strategy "mirrored" is not one of multi-worker-mirrored, parameter-server`},
-		"ps without strategy":  {4, map[string]string{OptionPS: "1"}, "frameworkOptions.ps applies only to strategy parameter-server"},
-		"strategy without ps":  {4, map[string]string{OptionStrategy: StrategyParameterServer}, "needs frameworkOptions.ps"},
-		"ps not a number":      {4, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "two"}, `frameworkOptions.ps "two" is not a positive number`},
-		"ps zero":              {4, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "0"}, `frameworkOptions.ps "0" is not a positive number`},
-		"no room for a worker": {3, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2"}, "with 2 parameter servers needs at least 4 pods (a chief, the parameter servers and a worker), but spec.workers is 3"},
-		"bad port":             {2, map[string]string{OptionPort: "70000"}, `frameworkOptions.port "70000" is not a port number`},
-		"TF_CONFIG too large":  {6000, nil, "over the 131072 bytes Linux allows for one environment variable"},
+		"unknown option":         {2, map[string]string{"strategy": StrategyMultiWorkerMirrored, "stratgey": "x"}, "frameworkOptions.stratgey is not a tensorflow option (known: evaluator, port, ps, strategy)"},
+		"unknown strategy":       {2, map[string]string{OptionStrategy: "mirrored"}, `frameworkOptions.strategy "mirrored" is not one of multi-worker-mirrored, parameter-server`},
+		"ps without strategy":    {4, map[string]string{OptionPS: "1"}, "frameworkOptions.ps applies only to strategy parameter-server; set frameworkOptions.strategy=parameter-server or remove it"},
+		"evaluator without ps":   {4, map[string]string{OptionEvaluator: "1"}, "frameworkOptions.evaluator applies only to strategy parameter-server"},
+		"strategy without ps":    {4, map[string]string{OptionStrategy: StrategyParameterServer}, "needs frameworkOptions.ps"},
+		"ps not a number":        {4, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "two"}, `frameworkOptions.ps "two" is not a positive number`},
+		"ps zero":                {4, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "0"}, `frameworkOptions.ps "0" is not a positive number`},
+		"two evaluators":         {6, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "1", OptionEvaluator: "2"}, `frameworkOptions.evaluator "2" is neither 0 nor 1`},
+		"no room for a worker":   {3, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2"}, "with frameworkOptions.ps=2 needs spec.workers of at least 4 (the chief, the parameter servers and a worker), but spec.workers is 3"},
+		"no room with evaluator": {4, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2", OptionEvaluator: "1"}, "needs spec.workers of at least 5 (the chief, the parameter servers, the evaluator and a worker), but spec.workers is 4"},
+		"bad port":               {2, map[string]string{OptionPort: "70000"}, `frameworkOptions.port "70000" is not a port number`},
+		"PS TF_CONFIG too large": {6000, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "4"}, "over the 131072 bytes Linux allows for one environment variable"},
+		"TF_CONFIG too large":    {6000, nil, "over the 131072 bytes Linux allows for one environment variable"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -315,8 +346,17 @@ func TestHintsThroughTheHost(t *testing.T) {
 	}
 }
 
-// The whole env of every pod, as the kubelet makes it (testdata/env.golden; go test -update
-// rewrites it).
+// The whole env of every pod, as the kubelet makes it, for each layout and role
+// (testdata/*.golden; go test -update rewrites them): multi-worker mirrored, and parameter
+// server with its chief, parameter servers, workers and evaluator, each pod labelled as the
+// roles policy labels it.
 func TestEnvGoldenFile(t *testing.T) {
-	plugintest.Golden(t, filepath.Join("testdata", "env.golden"), plugintest.FormatEnvs(plugintest.PodEnvs(t, Plugin{}, makeRun("mnist", 3, nil))))
+	for name, run := range map[string]*v1alpha1.TrainingRun{
+		"env":              makeRun("mnist", 3, nil),
+		"parameter-server": makeRun("ctr", 7, map[string]string{OptionStrategy: StrategyParameterServer, OptionPS: "2", OptionEvaluator: "1"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			plugintest.Golden(t, filepath.Join("testdata", name+".golden"), plugintest.FormatEnvs(plugintest.PodEnvs(t, Plugin{}, run)))
+		})
+	}
 }

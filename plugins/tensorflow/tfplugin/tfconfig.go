@@ -9,11 +9,12 @@ import (
 
 // TF_CONFIG's schema (tf.distribute.cluster_resolver.TFConfigClusterResolver):
 //
-//	{"cluster": {"<task type>": ["host:port", ...], ...},
-//	 "task":    {"type": "<task type>", "index": <int>}}
+//	{"cluster":   {"<task type>": ["host:port", ...], ...},
+//	 "task":      {"type": "<task type>", "index": <int>},
+//	 "rpc_layer": "grpc"}
 //
 // Task types are "chief", "worker", "ps" and "evaluator"; the index is a task's position
-// in its type's list.
+// in its type's list; "rpc_layer" is the protocol (TFConfigClusterResolver.rpc_layer).
 
 // multiWorkerConfig is TF_CONFIG for MultiWorkerMirroredStrategy: every pod a worker,
 // whose index is the pod's completion index.
@@ -24,39 +25,48 @@ func multiWorkerConfig(run framework.RunSpec, port int32) (string, error) {
 	}
 	// The task is spliced in as text: "$(FAULTLINE_INDEX)" must stay a bare token for
 	// the kubelet to replace with a JSON number.
-	cfg := cluster(map[string][]string{"worker": workers}, `{"type":"worker","index":`+framework.IndexRef+`}`)
+	cfg := cluster(map[string][]string{"worker": workers}, `{"type":"worker","index":`+framework.IndexRef+`}`, "")
 	return cfg, checkSize(run, cfg)
 }
 
-// parameterServerConfig is TF_CONFIG for ParameterServerStrategy (the cluster only; see
-// the package doc) and the role map: index 0 the chief, 1..ps the parameter servers, the
-// rest the workers.
-func parameterServerConfig(run framework.RunSpec, ps int, port int32) (cfg, roles string, err error) {
-	n := int(run.Workers)
-	addrs := func(from, to int) []string {
-		out := make([]string, 0, to-from)
-		for i := from; i < to; i++ {
-			out = append(out, address(run, i, port))
+// parameterServerConfig is TF_CONFIG for ParameterServerStrategy: every role but the
+// evaluator in "cluster" (the evaluator is no part of the training cluster), the task the
+// pod's own, from its role labels, and gRPC as the servers' protocol.
+func parameterServerConfig(run framework.RunSpec, roles []framework.Role, port int32) (string, error) {
+	jobs := map[string][]string{}
+	first := 0
+	for _, r := range roles {
+		if r.Name != TaskEvaluator {
+			for i := first; i < first+int(r.Replicas); i++ {
+				jobs[r.Name] = append(jobs[r.Name], address(run, i, port))
+			}
 		}
-		return out
+		first += int(r.Replicas)
 	}
-	cfg = cluster(map[string][]string{
-		"chief":  addrs(0, 1),
-		"ps":     addrs(1, 1+ps),
-		"worker": addrs(1+ps, n),
-	}, "")
-	roles = fmt.Sprintf("chief:1,ps:%d,worker:%d", ps, n-1-ps)
-	return cfg, roles, checkSize(run, cfg)
+	// "$(FAULTLINE_ROLE)" sits inside a JSON string and "$(FAULTLINE_ROLE_INDEX)" stays a
+	// bare token: the kubelet replaces them with a role name (a DNS label, nothing to
+	// escape) and a JSON number.
+	task := `{"type":"` + framework.RoleRef + `","index":` + framework.RoleIndexRef + `}`
+	cfg := cluster(jobs, task, rpcLayerGRPC)
+	return cfg, checkSize(run, cfg)
 }
 
-// cluster renders TF_CONFIG; task is raw JSON, or empty for none.
-func cluster(jobs map[string][]string, task string) string {
+// rpcLayerGRPC is TF_CONFIG's "rpc_layer" for servers that speak gRPC, tf.distribute.Server's
+// protocol.
+const rpcLayerGRPC = "grpc"
+
+// cluster renders TF_CONFIG; task is raw JSON, or empty for none; rpcLayer is empty for none.
+func cluster(jobs map[string][]string, task, rpcLayer string) string {
 	b, err := json.Marshal(jobs) // job names in sorted order: a stable value
 	if err != nil {
 		panic(fmt.Sprintf("marshal a map of strings: %v", err)) // cannot happen
 	}
-	if task == "" {
-		return `{"cluster":` + string(b) + `}`
+	out := `{"cluster":` + string(b)
+	if task != "" {
+		out += `,"task":` + task
 	}
-	return `{"cluster":` + string(b) + `,"task":` + task + `}`
+	if rpcLayer != "" {
+		out += `,"rpc_layer":"` + rpcLayer + `"`
+	}
+	return out + "}"
 }
