@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/framework/expansion"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// TestE2ETensorFlowPSRoles: a ParameterServerStrategy run (one chief, two parameter servers,
+// a worker and an evaluator) on the real control plane, with the faultline-roles admission
+// policy installed as `launcher install` installs it (deploy/admission/roles.yaml). The real
+// API server's admission labels every pod the Job controller creates with its role and role
+// index; each pod's TF_CONFIG, expanded from the stored pod as the kubelet would, has the
+// pod's own task (tfconfig_cluster_resolver.py reads "task"), whose address in "cluster" is
+// the pod's own (the evaluator has a task and no place in "cluster"), "rpc_layer" grpc, and
+// GRPC_FAIL_FAST=use_caller. The plugin's default success policy, Leader, is written into
+// the run; when the chief's pod succeeds the run Succeeds, spending nothing, and the parameter
+// servers, the worker and the evaluator (which never exit by themselves) are stopped.
+func TestE2ETensorFlowPSRoles(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	installRolesPolicy(ctx, t, c, ns)
+	run, pods := runningRun(ctx, t, c, ns, newRun("ctr", 5, withoutGPUs(), func(r *v1alpha1.TrainingRun) {
+		r.Spec.Framework = "tensorflow"
+		r.Spec.FrameworkOptions = map[string]string{"strategy": "parameter-server", "ps": "2", "evaluator": "1"}
+	}))
+	if got := getRun(ctx, t, c, ns, run.Name).Spec.SuccessPolicy; got != v1alpha1.SuccessPolicyLeader {
+		t.Errorf("spec.successPolicy %q, want the plugin's Leader written into the run", got)
+	}
+	addr := func(i int) string { return fmt.Sprintf("ctr-%d.ctr.%s.svc:2222", i, ns) }
+	wantCluster := map[string][]string{"chief": {addr(0)}, "ps": {addr(1), addr(2)}, "worker": {addr(3)}}
+	wantTasks := []struct {
+		typ   string
+		index int
+	}{{"chief", 0}, {"ps", 0}, {"ps", 1}, {"worker", 0}, {"evaluator", 0}}
+	for i, want := range wantTasks {
+		pod := pods[i]
+		if pod.Labels[v1alpha1.LabelRole] != want.typ || pod.Labels[v1alpha1.LabelRoleIndex] != strconv.Itoa(want.index) {
+			t.Errorf("pod %s (index %d): labels %s=%q %s=%q, want %s and %d from the roles policy", pod.Name, i,
+				v1alpha1.LabelRole, pod.Labels[v1alpha1.LabelRole], v1alpha1.LabelRoleIndex, pod.Labels[v1alpha1.LabelRoleIndex], want.typ, want.index)
+		}
+		env, err := expansion.Pod(pod.Spec.Containers[0].Env, pod)
+		if err != nil {
+			t.Fatalf("pod %s: %v", pod.Name, err)
+		}
+		var cfg struct {
+			Cluster map[string][]string `json:"cluster"`
+			Task    struct {
+				Type  string `json:"type"`
+				Index *int   `json:"index"`
+			} `json:"task"`
+			RPCLayer string `json:"rpc_layer"`
+		}
+		dec := json.NewDecoder(strings.NewReader(env["TF_CONFIG"]))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			t.Errorf("pod %s (index %d): TF_CONFIG %s is not TensorFlow's JSON: %v", pod.Name, i, env["TF_CONFIG"], err)
+			continue
+		}
+		if cfg.Task.Type != want.typ || cfg.Task.Index == nil || *cfg.Task.Index != want.index {
+			t.Errorf("pod %s (index %d): task %q/%v, want %s/%d", pod.Name, i, cfg.Task.Type, cfg.Task.Index, want.typ, want.index)
+		}
+		if diff := cmp.Diff(wantCluster, cfg.Cluster); diff != "" {
+			t.Errorf("pod %s: cluster (-want +got):\n%s", pod.Name, diff)
+		}
+		if want.typ != "evaluator" && cfg.Task.Index != nil {
+			if tasks := cfg.Cluster[cfg.Task.Type]; *cfg.Task.Index >= len(tasks) || tasks[*cfg.Task.Index] != addr(i) {
+				t.Errorf("pod %s (index %d): its task's address in the cluster is not its own %s", pod.Name, i, addr(i))
+			}
+		}
+		if cfg.RPCLayer != "grpc" {
+			t.Errorf("pod %s: rpc_layer %q, want grpc", pod.Name, cfg.RPCLayer)
+		}
+		if env["GRPC_FAIL_FAST"] != "use_caller" {
+			t.Errorf("pod %s: GRPC_FAIL_FAST=%q, want use_caller", pod.Name, env["GRPC_FAIL_FAST"])
+		}
+	}
+
+	chief := pods[0]
+	completeWorker(ctx, t, c, chief)
+	done := waitRun(ctx, t, c, ns, run.Name, "Succeeded or Failed", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Phase == v1alpha1.PhaseSucceeded || r.Status.Phase == v1alpha1.PhaseFailed
+	})
+	if done.Status.Phase != v1alpha1.PhaseSucceeded || done.Status.LastFailure != nil {
+		t.Fatalf("the chief succeeded, the run ended %s", describeRun(done))
+	}
+	requireRestarts(t, done, v1alpha1.RestartCounts{})
+	// The others are stopped: gone, or no longer running.
+	if left, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(ps []*corev1.Pod) (bool, error) {
+		for _, p := range ps {
+			if p.UID != chief.UID && cluster.PodLive(p) && p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the parameter servers, the worker and the evaluator were not stopped after the chief succeeded: %v; pods: %s", err, describePods(left))
+	}
+}
+
+// installRolesPolicy applies the faultline-roles MutatingAdmissionPolicy and its binding
+// (cluster-wide; it changes only pods with the roles annotation, so the other scenarios are
+// untouched) and waits until the API server applies it: a policy takes effect some time after
+// it is created, and nothing can be watched for that. The probe is a dry-run creation of a pod
+// with the annotations the policy reads, so it stores nothing.
+func installRolesPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	path := filepath.Join(c.Tools.Root, "deploy", "admission", "roles.yaml")
+	if out, err := exec.CommandContext(ctx, c.Tools.Kubectl(), "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -f %s: %v\n%s", path, err, out)
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "roles-probe", Namespace: ns, Annotations: map[string]string{
+			v1alpha1.AnnotationRoles:             "chief:0-0,ps:1-2",
+			batchv1.JobCompletionIndexAnnotation: "2",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+	}
+	var last map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.CoreV1().Pods(ns).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, nil
+		}
+		last = got.Labels
+		return got.Labels[v1alpha1.LabelRole] == "ps" && got.Labels[v1alpha1.LabelRoleIndex] == "1", nil
+	})
+	if err != nil {
+		t.Fatalf("the faultline-roles policy never labelled a probe pod (index 2 of chief:0-0,ps:1-2 is ps/1): %v; last labels %v", err, last)
+	}
+}
