@@ -656,3 +656,39 @@ func freePort(ip string) (int, error) {
 // pkiDir holds the cluster's CA (ca.crt) and the admin's certificate (admin.crt), which
 // kube-apiserver also presents to kubelets.
 func (c *Cluster) pkiDir() string { return filepath.Join(c.workdir, "clusters", c.Name, "pki") }
+
+// KillNode makes real node n die hard, as a power loss would: its kubelet, device plugin,
+// containerd, the containers' shims and every process of its pods are killed at once, and
+// nothing tells the API server: the Node's heartbeats stop and its pods stay Running there.
+// ReviveNode brings it back.
+func (rn *RealNodes) KillNode(n *RealNode) error {
+	for _, p := range []*Process{n.devicePlug, n.kubelet, n.containerd} {
+		if p != nil {
+			p.Stop()
+		}
+	}
+	// The shims name the node's containerd socket; the pods' processes are in its cgroup.
+	err := killProcessesNaming(n.ContainerdSocket)
+	hs, herr := cgroupHierarchies()
+	for _, h := range hs {
+		killCgroupTree(filepath.Join(h, n.cgroup))
+	}
+	return errors.Join(err, herr)
+}
+
+// ReviveNode starts a node that KillNode killed again, as a node that boots: containerd
+// (its images kept), the kubelet (it registers again and takes a new inhibitor lock) and
+// the device plugin. It returns once the Node is Ready with its GPUs.
+func (rn *RealNodes) ReviveNode(ctx context.Context, c *Cluster, n *RealNode) error {
+	if err := rn.startContainerd(ctx, n); err != nil {
+		return err
+	}
+	if err := rn.startKubelet(ctx, c, n); err != nil {
+		return err
+	}
+	if rn.spec.GPUs > 0 {
+		n.GPUs = nil
+		return rn.startDevicePlugin(ctx, c, n)
+	}
+	return nil
+}

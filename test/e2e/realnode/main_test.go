@@ -64,6 +64,12 @@ func TestMain(m *testing.M) {
 		RealNodes: realNodes,
 		RealNode:  cluster.RealNodeSpec{GPUs: gpusPerNode},
 		Setup:     setup,
+		// A node that dies is found unreachable after Kubernetes' own 40 s, not kwokctl's
+		// 3m20s (TestRealNodeLostRestartsTheGang).
+		ExtraArgs: []string{
+			"kube-controller-manager=node-monitor-grace-period=40s",
+			"kube-controller-manager=node-monitor-period=5s",
+		},
 	})
 	for _, a := range agents {
 		a.Stop()
