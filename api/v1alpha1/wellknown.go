@@ -45,6 +45,13 @@ const (
 
 	// ResourceGPU is the extended resource through which pods get NVIDIA GPUs.
 	ResourceGPU = "nvidia.com/gpu"
+
+	// NodeAgentNamespace is where deploy/daemonset runs the node agent, and NodeAgentName the
+	// value of LabelAppName on its pods: `launcher nodes` finds each node's agent by them.
+	NodeAgentNamespace = "faultline-system"
+	NodeAgentName      = "faultline-nodeagent"
+	// LabelAppName is Kubernetes' recommended label for an application's name.
+	LabelAppName = "app.kubernetes.io/name"
 )
 
 // Environment variables set in every container of a run.

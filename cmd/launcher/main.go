@@ -66,6 +66,7 @@ program does. It takes kubectl's flags for the cluster and namespace.`,
 	root.AddGroup(
 		&cobra.Group{ID: "runs", Title: "Running training:"},
 		&cobra.Group{ID: "inspect", Title: "Inspecting runs:"},
+		&cobra.Group{ID: "nodes", Title: "Node maintenance (SREs):"},
 		&cobra.Group{ID: "admin", Title: "Installing and operating faultline:"},
 	)
 	for _, c := range []*cobra.Command{newSubmitCommand(env), newRunCommand(env), newSuspendCommand(env, true), newSuspendCommand(env, false), newDeleteCommand(env)} {
@@ -74,6 +75,10 @@ program does. It takes kubectl's flags for the cluster and namespace.`,
 	}
 	for _, c := range []*cobra.Command{newGetCommand(env), newDescribeCommand(env), newWatchCommand(env), newExplainCommand(env), newLogsCommand(env), newTimelineCommand(env)} {
 		c.GroupID = "inspect"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newNodesCommand(env), newDrainCommand(env)} {
+		c.GroupID = "nodes"
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newInstallCommand(env), newControllerCommand(), newVersionCommand()} {
