@@ -96,6 +96,8 @@ func TestRolesPolicyNamesTheContract(t *testing.T) {
 	for _, want := range []string{
 		"kind: MutatingAdmissionPolicy\n",
 		"kind: MutatingAdmissionPolicyBinding\n",
+		"  name: " + v1alpha1.RolesPolicyName + "\n",
+		"policyName: " + v1alpha1.RolesPolicyName + "\n",
 		"annotations[?'" + v1alpha1.AnnotationRoles + "']",
 		"annotations['" + v1alpha1.AnnotationRoles + "']",
 		"annotations[?'" + batchv1.JobCompletionIndexAnnotation + "']",

@@ -49,6 +49,9 @@ const (
 	ReasonJobRejected     = "JobRejected"     // the API server refused the attempt's Job
 	ReasonPodsNotCreated  = "PodsNotCreated"  // the Job creates no pods (a quota, an admission policy)
 	ReasonProgressing     = "Progressing"     // Stalled=False
+	// ReasonRolesPolicyMissing: the run's framework lays its pods out in roles, and the
+	// admission policy that labels them (RolesPolicyName) is not installed.
+	ReasonRolesPolicyMissing = "RolesPolicyMissing"
 )
 
 // Actions of the controller's events (events.k8s.io "action"); tools such as

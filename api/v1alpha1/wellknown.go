@@ -210,6 +210,9 @@ const (
 	LabelRole = GroupName + "/role"
 	// LabelRoleIndex is the pod's index within its role, from 0.
 	LabelRoleIndex = GroupName + "/role-index"
+	// RolesPolicyName names the MutatingAdmissionPolicy that labels the pods, and its
+	// binding.
+	RolesPolicyName = "faultline-roles"
 )
 
 // Names of what a run owns when its plugin asks that the workers read their Job and pods

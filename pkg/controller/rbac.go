@@ -25,7 +25,12 @@ package controller
 // deploy/admission/controller.yaml does: the Role's rules exactly, the binding to that Role
 // and that ServiceAccount only, everything owned by a TrainingRun.
 //
+// Before an attempt of a run whose pods are laid out in roles, it reads (get only) the
+// MutatingAdmissionPolicy faultline-roles and its binding, which label those pods, to say
+// that they are missing rather than start pods without a role.
+//
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns,verbs=get;list;watch;delete;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns/status,verbs=get;update;patch

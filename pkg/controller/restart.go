@@ -183,6 +183,16 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if err := r.settleSpec(ctx, run, fw); err != nil {
 		return ctrl.Result{}, err
 	}
+	layout := framework.RoleRanges(fw.Roles)
+	if layout != "" {
+		msg, err := r.rolesPolicyMissing(ctx, layout)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if msg != "" {
+			return r.stallFor(ctx, run, v1alpha1.ReasonRolesPolicyMissing, stalledRecheck, msg)
+		}
+	}
 	sa, err := r.workerServiceAccount(ctx, run, fw)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -197,7 +207,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		Ports:         fw.Ports,
 		Traceparent:   run.Annotations[v1alpha1.AnnotationTraceparent],
 
-		RoleRanges:         framework.RoleRanges(fw.Roles),
+		RoleRanges:         layout,
 		ServiceAccountName: sa,
 	})
 	if err := r.Create(ctx, job); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -23,23 +24,45 @@ import (
 )
 
 // TestE2ETensorFlowPSRoles: a ParameterServerStrategy run (one chief, two parameter servers,
-// a worker and an evaluator) on the real control plane, with the faultline-roles admission
-// policy installed as `launcher install` installs it (deploy/admission/roles.yaml). The real
-// API server's admission labels every pod the Job controller creates with its role and role
-// index; each pod's TF_CONFIG, expanded from the stored pod as the kubelet would, has the
-// pod's own task (tfconfig_cluster_resolver.py reads "task"), whose address in "cluster" is
-// the pod's own (the evaluator has a task and no place in "cluster"), "rpc_layer" grpc, and
+// a worker and an evaluator) on the real control plane. While the faultline-roles admission
+// policy is missing the run waits, Stalled (RolesPolicyMissing) with the fix, and no Job is
+// created; then the policy is installed as `launcher install` installs it
+// (deploy/admission/roles.yaml) and the run starts. The real API server's admission labels
+// every pod the Job controller creates with its role and role index; each pod's TF_CONFIG,
+// expanded from the stored pod as the kubelet would, has the pod's own task
+// (tfconfig_cluster_resolver.py reads "task"), whose address in "cluster" is the pod's own
+// (the evaluator has a task and no place in "cluster"), "rpc_layer" grpc, and
 // GRPC_FAIL_FAST=use_caller. The plugin's default success policy, Leader, is written into
 // the run; when the chief's pod succeeds the run Succeeds, spending nothing, and the parameter
 // servers, the worker and the evaluator (which never exit by themselves) are stopped.
 func TestE2ETensorFlowPSRoles(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	installRolesPolicy(ctx, t, c, ns)
-	run, pods := runningRun(ctx, t, c, ns, newRun("ctr", 5, withoutGPUs(), func(r *v1alpha1.TrainingRun) {
+	// Without the policy the run waits, Stalled with the fix, and starts no pod: pods
+	// without their role could not form the cluster. (This is the only scenario that uses
+	// the cluster-wide policy, so it may take it away.)
+	removeRolesPolicy(ctx, t, c)
+	run := createRun(ctx, t, c, ns, newRun("ctr", 5, withoutGPUs(), func(r *v1alpha1.TrainingRun) {
 		r.Spec.Framework = "tensorflow"
 		r.Spec.FrameworkOptions = map[string]string{"strategy": "parameter-server", "ps": "2", "evaluator": "1"}
 	}))
+	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled, RolesPolicyMissing", func(r *v1alpha1.TrainingRun) bool {
+		cond := runCondition(r, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonRolesPolicyMissing
+	})
+	msg := runCondition(stalled, v1alpha1.ConditionStalled).Message
+	for _, want := range []string{"chief:0-0,ps:1-2,worker:3-3,evaluator:4-4", "faultline-roles", "kubectl apply --server-side -k deploy/admission"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Stalled message %q does not name %q", msg, want)
+		}
+	}
+	if _, err := c.Client.BatchV1().Jobs(ns).Get(ctx, run.Name, metav1.GetOptions{}); err == nil {
+		t.Errorf("a Job was created while the roles policy was missing")
+	}
+
+	installRolesPolicy(ctx, t, c, ns)
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running once the policy is installed", runningAttempt(1))
+	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 5)
 	if got := getRun(ctx, t, c, ns, run.Name).Spec.SuccessPolicy; got != v1alpha1.SuccessPolicyLeader {
 		t.Errorf("spec.successPolicy %q, want the plugin's Leader written into the run", got)
 	}
@@ -111,6 +134,18 @@ func TestE2ETensorFlowPSRoles(t *testing.T) {
 		return true, nil
 	}); err != nil {
 		t.Fatalf("the parameter servers, the worker and the evaluator were not stopped after the chief succeeded: %v; pods: %s", err, describePods(left))
+	}
+}
+
+// removeRolesPolicy deletes the faultline-roles policy and its binding, where they are.
+func removeRolesPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	adm := c.Client.AdmissionregistrationV1()
+	if err := adm.MutatingAdmissionPolicyBindings().Delete(ctx, v1alpha1.RolesPolicyName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := adm.MutatingAdmissionPolicies().Delete(ctx, v1alpha1.RolesPolicyName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
 	}
 }
 
