@@ -331,31 +331,6 @@ func runWithJob(workers int32, st v1alpha1.TrainingRunStatus) (*v1alpha1.Trainin
 	return run, job, labels
 }
 
-// oldAttempt is a reconciler on a fake API server holding run, its Job of attempt 1 and that
-// many running workers of it, all created at created, that the kubelet keeps once deleted.
-func oldAttempt(run *v1alpha1.TrainingRun, job *batchv1.Job, labels map[string]string, workers int, created time.Time) (*Reconciler, client.Client, []*corev1.Pod) {
-	objs := []client.Object{run, job}
-	var pods []*corev1.Pod
-	for i := range workers {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("llm-%d", i), Namespace: "ml", UID: types.UID(fmt.Sprintf("uid-llm-%d", i)), Labels: labels,
-				Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(i)},
-				OwnerReferences:   []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
-				CreationTimestamp: metav1.NewTime(created),
-				Finalizers:        []string{batchv1.JobTrackingFinalizer, kubeletStopping},
-			},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning},
-		}
-		pods = append(pods, p)
-		objs = append(objs, p)
-	}
-	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
-	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(1000), Clock: clocktesting.NewFakeClock(t0), Frameworks: &spyFrameworks{}}
-	return r, cl, pods
-}
-
 // TestReadyCountWrittenAtMostOncePerInterval: while a gang becomes ready worker by worker,
 // the run's status records the count at most once per progressInterval; the moment every
 // worker is ready (the phase Running, the end of a restart) is written at once.

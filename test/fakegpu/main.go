@@ -44,7 +44,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	p := &plugin{resource: *resource, devices: strings.Split(*uuids, ","), dir: *dir, log: log}
-	if err := p.run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	// run returns only when it fails or is told to stop.
+	if err := p.run(ctx); !errors.Is(err, context.Canceled) {
 		log.Error("device plugin failed", "error", err)
 		os.Exit(1)
 	}

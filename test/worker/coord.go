@@ -67,7 +67,6 @@ type taskState struct {
 	conn        net.Conn
 	enc         *json.Encoder
 	last        time.Time
-	err         string
 }
 
 func newServer(job string, world int, timeout time.Duration, heartbeatsOnly bool, logf func(string, ...any)) *server {

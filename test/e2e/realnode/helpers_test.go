@@ -450,8 +450,3 @@ func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
 		t.Logf("namespace %s at the end of the failed test:\n%s", ns, b.String())
 	})
 }
-
-// namespacedName of a pod.
-func key(p *corev1.Pod) types.NamespacedName {
-	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-}
