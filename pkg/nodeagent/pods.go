@@ -21,21 +21,31 @@ func nodeFieldSelector(node string) string {
 	return fields.OneTermEqualSelector("spec.nodeName", node).String()
 }
 
+// selectedListWatch lists and watches only the objects of a field selector: the agent reads
+// its own node's pods and its own Node, nothing of the others'.
+func selectedListWatch(selector string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return watchFn(ctx, o)
+		},
+	}
+}
+
 // NodePodInformer returns an informer of the pods on node only: the agent of one node never
 // needs, nor should see, the pods of the others. Its indexer is namespaced, for
 // corelisters.NewPodLister.
 func NodePodInformer(client Kube, node string, resync time.Duration) cache.SharedIndexInformer {
-	onNode := nodeFieldSelector(node)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = onNode
+	lw := selectedListWatch(nodeFieldSelector(node),
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.ListPods(ctx, o)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = onNode
-			return client.WatchPods(ctx, o)
-		},
-	}
+		client.WatchPods)
 	// The informer streams its initial list (WatchList) unless client says it cannot, as
 	// client-go's fake clientset does.
 	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync,
@@ -48,17 +58,11 @@ func NodePodInformer(client Kube, node string, resync time.Duration) cache.Share
 // v1alpha1.AnnotationGPUResetRequestedAt, newer than the last one seen) until ctx is done. It
 // watches the one Node by its name.
 func WatchResets(ctx context.Context, client Kube, node string, reset func(time.Time), log *slog.Logger) {
-	byName := fields.OneTermEqualSelector("metadata.name", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = byName
+	lw := selectedListWatch(fields.OneTermEqualSelector("metadata.name", node).String(),
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.ListNodes(ctx, o)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = byName
-			return client.WatchNodes(ctx, o)
-		},
-	}
+		client.WatchNodes)
 	var last time.Time
 	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, 0, cache.Indexers{})
 	seen := func(obj any) {
