@@ -360,3 +360,44 @@ func TestEnvGoldenFile(t *testing.T) {
 		})
 	}
 }
+
+// TestParameterServerConfigPassesTensorFlowsChecks: every pod's TF_CONFIG, for layouts with
+// and without an evaluator, passes the checks TensorFlow makes of it, as written upstream:
+// tensorflow/python/distribute/multi_worker_util.py (_validate_cluster_spec: a known task
+// type, in the cluster unless it is the evaluator, at most one chief and one evaluator, the
+// task id within its type) and parameter_server_strategy_v2.py (ALLOWED_TASK_TYPES: only
+// chief, worker and ps in the cluster; a ps and a worker job).
+func TestParameterServerConfigPassesTensorFlowsChecks(t *testing.T) {
+	for _, opts := range []map[string]string{
+		{OptionStrategy: StrategyParameterServer, OptionPS: "1"},
+		{OptionStrategy: StrategyParameterServer, OptionPS: "3", OptionEvaluator: "0"},
+		{OptionStrategy: StrategyParameterServer, OptionPS: "2", OptionEvaluator: "1"},
+	} {
+		for _, workers := range []int32{5, 9} {
+			run := makeRun("r", workers, opts)
+			for i, env := range plugintest.PodEnvs(t, Plugin{}, run) {
+				cfg := parse(t, env[EnvTFConfig])
+				where := fmt.Sprintf("%v workers=%d pod %d", opts, workers, i)
+				for typ := range cfg.Cluster {
+					if typ != "chief" && typ != "worker" && typ != "ps" {
+						t.Errorf("%s: cluster has %q, which ParameterServerStrategy refuses", where, typ)
+					}
+				}
+				if len(cfg.Cluster["ps"]) == 0 || len(cfg.Cluster["worker"]) == 0 || len(cfg.Cluster["chief"]) != 1 {
+					t.Errorf("%s: cluster %v, want one chief, a ps job and a worker job", where, cfg.Cluster)
+				}
+				if cfg.Task == nil || cfg.Task.Index == nil {
+					t.Fatalf("%s: no task", where)
+				}
+				switch typ, id := cfg.Task.Type, *cfg.Task.Index; {
+				case typ != "chief" && typ != "worker" && typ != "evaluator" && typ != "ps":
+					t.Errorf("%s: Unrecognized task_type: %q", where, typ)
+				case typ == "evaluator" && id != 0:
+					t.Errorf("%s: evaluator %d: there must be at most one", where, id)
+				case typ != "evaluator" && id >= len(cfg.Cluster[typ]):
+					t.Errorf("%s: the task_id %d exceeds the maximum id of %s", where, id, typ)
+				}
+			}
+		}
+	}
+}
