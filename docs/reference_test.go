@@ -19,8 +19,38 @@ import (
 
 const (
 	crdFile       = "../deploy/crd/faultline.dev_trainingruns.yaml"
+	nmCRDFile     = "../deploy/crd/faultline.dev_nodemaintenances.yaml"
 	referenceFile = "reference.md"
+	// nmHeading starts the NodeMaintenance part of reference.md: its tables document
+	// nmCRDFile, those above it crdFile (both have a spec and a status).
+	nmHeading = "# NodeMaintenance reference"
 )
+
+// reference is one CRD and the part of reference.md that documents it.
+type reference struct {
+	crd  string
+	text string
+	// line is the line of reference.md where text starts, for the errors.
+	line int
+}
+
+// references splits reference.md at nmHeading.
+func references(t *testing.T) []reference {
+	t.Helper()
+	raw, err := os.ReadFile(referenceFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	i := strings.Index(text, "\n"+nmHeading+"\n")
+	if i < 0 {
+		t.Fatalf("%s has no %q section: the NodeMaintenance fields of %s are documented there", referenceFile, nmHeading, nmCRDFile)
+	}
+	return []reference{
+		{crd: crdFile, text: text[:i+1]},
+		{crd: nmCRDFile, text: text[i+1:], line: strings.Count(text[:i+1], "\n")},
+	}
+}
 
 // opaque are fields of Kubernetes' own types, documented upstream: the reference describes
 // them as a whole, not field by field.
@@ -38,7 +68,7 @@ type schemaField struct {
 }
 
 // crdFields reads every field under spec and status from the CRD's (only) version.
-func crdFields(t *testing.T) map[string]schemaField {
+func crdFields(t *testing.T, crdFile string) map[string]schemaField {
 	t.Helper()
 	raw, err := os.ReadFile(crdFile)
 	if err != nil {
@@ -91,7 +121,7 @@ var backticked = regexp.MustCompile("`([^`]+)`")
 // object(s) its tables describe (`spec.failurePolicy`), and the first cell of a row names a
 // field relative to each of them (`rules[].name`). Rows under any other heading are not
 // fields.
-func documentedFields(t *testing.T, text string) map[string]docRow {
+func documentedFields(t *testing.T, text string, offset int) map[string]docRow {
 	t.Helper()
 	rows := map[string]docRow{}
 	var objects []string
@@ -118,9 +148,9 @@ func documentedFields(t *testing.T, text string) map[string]docRow {
 				for _, o := range objects {
 					path := strings.TrimSuffix(o+"."+m[1], "[]")
 					if prev, dup := rows[path]; dup {
-						t.Errorf("%s:%d documents %s again (first on line %d)", referenceFile, i+1, path, prev.line)
+						t.Errorf("%s:%d documents %s again (first on line %d)", referenceFile, offset+i+1, path, prev.line)
 					}
-					r := docRow{line: i + 1}
+					r := docRow{line: offset + i + 1}
 					if defaultCol >= 0 && defaultCol < len(cs) {
 						r.defaultCell, r.hasDefault = cs[defaultCol], true
 					}
@@ -147,31 +177,29 @@ func cells(row string) []string {
 // renamed or removed in api/v1alpha1 (and regenerated into deploy/crd) fails here until the
 // reference says so too.
 func TestReferenceCoversTheSchema(t *testing.T) {
-	fields := crdFields(t)
-	text, err := os.ReadFile(referenceFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := documentedFields(t, string(text))
-	var missing, unknown []string
-	for path, f := range fields {
-		if _, ok := rows[path]; !ok && !f.parent && path != "spec" && path != "status" {
-			missing = append(missing, path)
+	for _, ref := range references(t) {
+		fields := crdFields(t, ref.crd)
+		rows := documentedFields(t, ref.text, ref.line)
+		var missing, unknown []string
+		for path, f := range fields {
+			if _, ok := rows[path]; !ok && !f.parent && path != "spec" && path != "status" {
+				missing = append(missing, path)
+			}
 		}
-	}
-	for path, r := range rows {
-		if _, ok := fields[path]; !ok {
-			unknown = append(unknown, fmt.Sprintf("%s (line %d)", path, r.line))
+		for path, r := range rows {
+			if _, ok := fields[path]; !ok {
+				unknown = append(unknown, fmt.Sprintf("%s (line %d)", path, r.line))
+			}
 		}
-	}
-	sort.Strings(missing)
-	sort.Strings(unknown)
-	if len(missing) > 0 {
-		t.Errorf("%s has no row for these fields of %s: add each to the table of its object (## `<object>`):\n  %s",
-			referenceFile, crdFile, strings.Join(missing, "\n  "))
-	}
-	if len(unknown) > 0 {
-		t.Errorf("%s documents fields that %s does not have:\n  %s", referenceFile, crdFile, strings.Join(unknown, "\n  "))
+		sort.Strings(missing)
+		sort.Strings(unknown)
+		if len(missing) > 0 {
+			t.Errorf("%s has no row for these fields of %s: add each to the table of its object (## `<object>`):\n  %s",
+				referenceFile, ref.crd, strings.Join(missing, "\n  "))
+		}
+		if len(unknown) > 0 {
+			t.Errorf("%s documents fields that %s does not have:\n  %s", referenceFile, ref.crd, strings.Join(unknown, "\n  "))
+		}
 	}
 }
 
@@ -179,14 +207,16 @@ func TestReferenceCoversTheSchema(t *testing.T) {
 // schema's default, and every value that the schema allows for a field (an enum) is named
 // in the reference.
 func TestReferenceDefaultsAndValuesMatchTheSchema(t *testing.T) {
-	fields := crdFields(t)
-	text, err := os.ReadFile(referenceFile)
-	if err != nil {
-		t.Fatal(err)
+	for _, ref := range references(t) {
+		referenceDefaultsAndValues(t, ref)
 	}
-	rows := documentedFields(t, string(text))
+}
+
+func referenceDefaultsAndValues(t *testing.T, ref reference) {
+	fields := crdFields(t, ref.crd)
+	rows := documentedFields(t, ref.text, ref.line)
 	named := map[string]bool{}
-	for _, m := range backticked.FindAllStringSubmatch(string(text), -1) {
+	for _, m := range backticked.FindAllStringSubmatch(ref.text, -1) {
 		named[m[1]] = true
 	}
 	paths := make([]string, 0, len(fields))

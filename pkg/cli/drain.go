@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,7 +166,7 @@ func PrintMoves(w io.Writer, nm *v1alpha1.NodeMaintenance) error {
 		if r.MovedAt != nil {
 			moved = stamp(r.MovedAt.Time)
 			if r.RunningAt != nil {
-				interrupted = span(r.RunningAt.Sub(r.MovedAt.Time))
+				interrupted = interruption(r.RunningAt.Sub(r.MovedAt.Time))
 			}
 		}
 		outcome := "moved"
@@ -182,6 +183,15 @@ func PrintMoves(w io.Writer, nm *v1alpha1.NodeMaintenance) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, r.Attempt, to, moved, interrupted, outcome)
 	}
 	return tw.Flush()
+}
+
+// interruption is a span between two metav1.Times, which the API keeps to the second: a
+// move faster than that reads "<1s", not a precise-looking "0ms".
+func interruption(d time.Duration) string {
+	if d < time.Second {
+		return "<1s"
+	}
+	return span(d.Round(time.Second))
 }
 
 func indexList(idx []int32) string {

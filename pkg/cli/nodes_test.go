@@ -211,7 +211,7 @@ func TestGoldenDrainPlan(t *testing.T) {
 func TestGoldenDrainMoves(t *testing.T) {
 	nm := planFixture()
 	nm.Status.Phase, nm.Status.DrainedTime = v1alpha1.MaintenanceDrained, at(70)
-	nm.Status.Runs[1].MovedAt, nm.Status.Runs[1].ToAttempt, nm.Status.Runs[1].RunningAt = at(61), 4, at(63.4)
+	nm.Status.Runs[1].MovedAt, nm.Status.Runs[1].ToAttempt, nm.Status.Runs[1].RunningAt = at(61), 4, at(63)
 	nm.Status.Runs[2].MovedAt, nm.Status.Runs[2].ToAttempt, nm.Status.Runs[2].Gone = at(61), 0, true
 	var buf bytes.Buffer
 	if err := PrintMoves(&buf, nm); err != nil {
@@ -225,12 +225,16 @@ func TestSettled(t *testing.T) {
 		mutate func(*v1alpha1.NodeMaintenance)
 		want   bool
 	}{
-		"draining":                     {func(nm *v1alpha1.NodeMaintenance) {}, false},
-		"drained, a run not yet back":  {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceDrained }, false},
-		"drained, every run back":      {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceDrained; back(nm) }, true},
-		"completed, every run back":    {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceCompleted; back(nm) }, true},
-		"blocked (a run cannot move)":  {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceBlocked; back(nm) }, false},
-		"drained, a run gone (delete)": {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceDrained; back(nm); nm.Status.Runs[1].RunningAt, nm.Status.Runs[1].Gone = nil, true }, true},
+		"draining":                    {func(nm *v1alpha1.NodeMaintenance) {}, false},
+		"drained, a run not yet back": {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceDrained }, false},
+		"drained, every run back":     {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceDrained; back(nm) }, true},
+		"completed, every run back":   {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceCompleted; back(nm) }, true},
+		"blocked (a run cannot move)": {func(nm *v1alpha1.NodeMaintenance) { nm.Status.Phase = v1alpha1.MaintenanceBlocked; back(nm) }, false},
+		"drained, a run gone (delete)": {func(nm *v1alpha1.NodeMaintenance) {
+			nm.Status.Phase = v1alpha1.MaintenanceDrained
+			back(nm)
+			nm.Status.Runs[1].RunningAt, nm.Status.Runs[1].Gone = nil, true
+		}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nm := planFixture()
