@@ -101,7 +101,9 @@ Without --dry-run the controller then cordons the nodes and gives every run hit 
 restart off them (cause PlannedMaintenance): no failure budget spent, no backoff, a Normal
 event on the run with --reason, and the nodes avoided only until they are uncordoned.
 --wait returns once no worker is left on the nodes, with what moved and how long each run
-was interrupted. Uncordon the nodes (kubectl uncordon) when the maintenance is over.
+was interrupted; while a run is Blocked it keeps waiting (say so on stderr), and an
+interrupt stops only the waiting: the drain goes on in the cluster. Uncordon the nodes
+(kubectl uncordon) when the maintenance is over.
 
 An SRE needs only the faultline-sre ClusterRole (create/get/list/watch nodemaintenances,
 read nodes): the controller acts on the runs.`,
@@ -151,6 +153,9 @@ read nodes): the controller acts on the runs.`,
 				if nm.Status.Phase != phase {
 					phase = nm.Status.Phase
 					fmt.Fprintf(env.IO.ErrOut, "%s: %s\n", phase, nm.Status.Message)
+					if phase == v1alpha1.MaintenanceBlocked {
+						fmt.Fprintf(env.IO.ErrOut, "still waiting on nodemaintenance %s: a run hit has no placement off the nodes (see the plan above); free capacity for it, or interrupt: the drain goes on in the cluster\n", nm.Name)
+					}
 				}
 				return false
 			})
