@@ -225,9 +225,21 @@ func TestE2EDeletedJobsPodsSpendNoBudget(t *testing.T) {
 	if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, stale.Name, types.StrategicMergePatchType, []byte(exited), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	again := waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running again", func(r *v1alpha1.TrainingRun) bool {
-		return runningAttempt(1)(r) && len(podsOfAttempt(ctx, t, c, ns, run.Name, 1)) >= 4
-	})
+	// The Job made again: three new workers of attempt 1 Running beside the stale one. (Waited
+	// for on the pods' own events: the run's status need not change while its Job is made
+	// again, and a wait on the run's events alone would not see them.)
+	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(ps []*corev1.Pod) (bool, error) {
+		running := 0
+		for _, p := range ps {
+			if p.UID != stale.UID && cluster.PodRunning(p) {
+				running++
+			}
+		}
+		return running == 3, nil
+	}); err != nil {
+		t.Fatalf("the Job made again with 3 workers Running: %v", err)
+	}
+	again := waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running again", runningAttempt(1))
 	requireRestarts(t, again, v1alpha1.RestartCounts{})
 	requireRunStays(ctx, t, c, ns, run.Name, 3*time.Second, "no judgement of the deleted Job's worker", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.Attempt != 1 || r.Status.Restarts != (v1alpha1.RestartCounts{}) || r.Status.LastFailure != nil

@@ -17,7 +17,7 @@
 // With --heartbeats-only the coordinator notices a lost task only when its heartbeats stop
 // for --heartbeat-timeout, as XLA's does: the other tasks live on meanwhile, as real ones do.
 // With --sigterm-delay a worker goes on for a while after SIGTERM, as one that saves a
-// checkpoint does.
+// checkpoint does (only index --sigterm-delay-index, if set).
 //
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
 // `launcher logs`. The attempt comes from FAULTLINE_ATTEMPT.
@@ -72,6 +72,7 @@ type config struct {
 	registerTimeout                time.Duration
 	heartbeatsOnly                 bool
 	sigtermDelay                   time.Duration
+	sigtermDelayIndex              int
 }
 
 func main() {
@@ -94,6 +95,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.heartbeat, "heartbeat", 500*time.Millisecond, "heartbeat interval")
 	fs.DurationVar(&c.timeout, "heartbeat-timeout", 10*time.Second, "the coordinator's heartbeat timeout")
 	fs.DurationVar(&c.sigtermDelay, "sigterm-delay", 0, "how long it goes on after SIGTERM before it exits 143 (a framework saving a checkpoint)")
+	fs.IntVar(&c.sigtermDelayIndex, "sigterm-delay-index", -1, "the only index that --sigterm-delay applies to (-1: every index)")
 	fs.BoolVar(&c.heartbeatsOnly, "heartbeats-only", false, "the coordinator notices a lost task by its heartbeat timeout only, as XLA's does, not at once when its connection closes")
 	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
 	if err := fs.Parse(args); err != nil {
@@ -151,7 +153,7 @@ func run(c config) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		s := <-sigs
-		if c.sigtermDelay > 0 {
+		if c.sigtermDelay > 0 && (c.sigtermDelayIndex < 0 || c.sigtermDelayIndex == c.index) {
 			logf("worker %d: received %v, exiting %d in %s", c.index, s, exitSIGTERM, c.sigtermDelay)
 			time.Sleep(c.sigtermDelay)
 		}

@@ -44,7 +44,12 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	// The workers notice a lost task by its heartbeats, as XLA's service does, not the moment
 	// its connection closes: the workers of the node going down all get the kubelet's SIGTERM
 	// before the coordination service (on the other node) tells them anything.
-	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}))
+	// The coordinator outlives its own SIGTERM by 5 s: faultline restarts the gang as soon as
+	// the first worker of the node has ended with the agent's evidence, and the teardown's
+	// SIGTERM to the coordinator could otherwise end the node's other workers (by its loss)
+	// before the kubelet's SIGTERM reaches them.
+	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
+		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	perNode := map[string]int{}
