@@ -41,7 +41,9 @@ import (
 )
 
 // Environment the worker reads. FAULTLINE_* come from every faultline attempt (pkg/
-// rendezvous); JAX_* from the jax plugin (plugins/jax/jaxplugin), which win when set.
+// rendezvous); JAX_* from the jax plugin (plugins/jax/jaxplugin) and PyTorch's env://
+// variables from the pytorch plugin (plugins/pytorch/torchplugin: one process per pod, the
+// pod's rank and the number of pods, the master's address and port), which win when set.
 const (
 	envRun         = "FAULTLINE_RUN"
 	envAttempt     = "FAULTLINE_ATTEMPT"
@@ -51,6 +53,10 @@ const (
 	envCoordinator = "JAX_COORDINATOR_ADDRESS"
 	envNumProcs    = "JAX_NUM_PROCESSES"
 	envProcessID   = "JAX_PROCESS_ID"
+	envMasterAddr  = "MASTER_ADDR"
+	envMasterPort  = "MASTER_PORT"
+	envRank        = "RANK"
+	envTorchWorld  = "WORLD_SIZE"
 
 	// defaultPort is the coordinator's port when JAX_COORDINATOR_ADDRESS does not name one
 	// (the jax plugin's default).
@@ -108,15 +114,18 @@ func parse(args []string) (config, error) {
 	}
 	c.run, c.attempt = os.Getenv(envRun), os.Getenv(envAttempt)
 	var err error
-	if c.index, err = envInt(envProcessID, envIndex); err != nil {
+	if c.index, err = envInt(envProcessID, envRank, envIndex); err != nil {
 		return c, err
 	}
-	if c.world, err = envInt(envNumProcs, envWorldSize); err != nil {
+	if c.world, err = envInt(envNumProcs, envTorchWorld, envWorldSize); err != nil {
 		return c, err
 	}
 	c.job = "worker" // TensorFlow's job name
 	if c.coordinator = os.Getenv(envCoordinator); c.coordinator != "" {
 		c.job = "jax_worker" // JAX's
+	} else if master := os.Getenv(envMasterAddr); master != "" {
+		// PyTorch's env:// rendezvous: the master (rank 0) serves the store on MASTER_PORT.
+		c.coordinator = net.JoinHostPort(master, os.Getenv(envMasterPort))
 	} else {
 		svc := os.Getenv(envService)
 		if c.run == "" || svc == "" {
