@@ -126,9 +126,14 @@ func restartInPlace(ctx context.Context, t *testing.T, w *podWatch, node *cluste
 	worker0, barrier0, keeper0 := containerStatus(before, "worker"), initStatus(before, "barrier"), initStatus(before, "keeper")
 	w.record()
 	stoppedAt := w.stop(ctx, node, worker0, signal)
-	held := w.until(ctx, "the barrier running again", func(p *corev1.Pod) bool {
+	// A worker that runs again before its barrier did was restarted alone (a container
+	// restart, not RestartAllContainers): say so at once rather than time out.
+	held := w.untilOrFail(ctx, "the barrier running again", func(p *corev1.Pod) (bool, error) {
+		if ws := containerStatus(p, "worker"); running(ws) && ws.ContainerID != worker0.ContainerID {
+			return false, fmt.Errorf("the worker runs again in a new container before the barrier ran again: %s", describePods([]*corev1.Pod{p}))
+		}
 		b := initStatus(p, "barrier")
-		return running(b) && b.ContainerID != barrier0.ContainerID
+		return running(b) && b.ContainerID != barrier0.ContainerID, nil
 	})
 	heldAt := time.Now()
 	// The barrier holds: the worker does not start however long it waits. 2 s is well
@@ -268,6 +273,11 @@ func (w *podWatch) recorded() []podSeen {
 
 // wait watches the pod until cond holds for it (the current pod counts) and returns it.
 func (w *podWatch) wait(ctx context.Context, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	return w.waitOrFail(ctx, func(p *corev1.Pod) (bool, error) { return cond(p), nil })
+}
+
+// waitOrFail is wait with a condition that can also give up.
+func (w *podWatch) waitOrFail(ctx context.Context, cond func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
 	var got *corev1.Pod
 	pods, err := w.c.WaitPods(ctx, w.ns, w.sel, func(pods []*corev1.Pod) (bool, error) {
 		if len(pods) != 1 {
@@ -278,11 +288,11 @@ func (w *podWatch) wait(ctx context.Context, cond func(*corev1.Pod) bool) (*core
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			return false, fmt.Errorf("pod ended: phase %s", p.Status.Phase)
 		}
-		if cond(p) {
+		ok, err := cond(p)
+		if ok {
 			got = p
-			return true, nil
 		}
-		return false, nil
+		return ok, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w; pods %s", err, describePods(pods))
@@ -292,7 +302,12 @@ func (w *podWatch) wait(ctx context.Context, cond func(*corev1.Pod) bool) (*core
 
 func (w *podWatch) until(ctx context.Context, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	w.t.Helper()
-	p, err := w.wait(ctx, cond)
+	return w.untilOrFail(ctx, what, func(p *corev1.Pod) (bool, error) { return cond(p), nil })
+}
+
+func (w *podWatch) untilOrFail(ctx context.Context, what string, cond func(*corev1.Pod) (bool, error)) *corev1.Pod {
+	w.t.Helper()
+	p, err := w.waitOrFail(ctx, cond)
 	if err != nil {
 		w.t.Fatalf("%s: %v; seen %s", what, err, describeSeen(w.recorded(), time.Now()))
 	}
