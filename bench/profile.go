@@ -82,3 +82,29 @@ func (p *cpuProfile) save(ctx context.Context, path string) (string, error) {
 	}
 	return fmt.Sprintf("`%s`:\n\n```\n%s```", path, strings.Join(strings.SplitN(string(top), "\n", 22), "\n")), nil
 }
+
+// heapProfile takes the controller's heap profile now, writes it to path and returns its top
+// entries by space in use as markdown: where the memory that grows with the pods goes.
+func (b *bench) heapProfile(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/heap", b.pprof), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("controller heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("controller heap profile: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return "", err
+	}
+	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount", "15", b.bin.launcher, path).Output()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof %s: %w", path, err)
+	}
+	return fmt.Sprintf("`%s`:\n\n```\n%s```", path, strings.Join(strings.SplitN(string(top), "\n", 22), "\n")), nil
+}

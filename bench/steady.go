@@ -38,8 +38,12 @@ type steadyResult struct {
 	up time.Duration
 	// Controller: CPU in cores over the window, RSS at rest with every pod Running and at
 	// the end of the window, API requests per second over the window.
-	cpu                float64
-	rssIdle, rssEnd    int64
+	cpu             float64
+	rssIdle, rssEnd int64
+	// heapEnd: the Go heap in use at the end of the window (go_memstats_heap_inuse_bytes):
+	// what the cache holds, without the garbage the collector leaves room for (RSS is up to
+	// twice it at GOGC 100, less under a soft memory limit).
+	heapEnd            float64
 	apiRPS             float64
 	decisions, markeds []time.Duration
 	// inside is the controller's own decision latency (faultline_decision_seconds) at the
@@ -59,8 +63,9 @@ type steadyResult struct {
 	// the machine rather than for the controller.
 	sched    procstat.Sched
 	pressure float64
-	// profile: the controller's CPU profile over the window, its top entries.
-	profile string
+	// profile: the controller's CPU profile over the window, its top entries; heap: its heap
+	// profile at the end of the window, by space in use.
+	profile, heap string
 	// windowDone: the window ran to its end, so its rates and end figures are measured.
 	windowDone bool
 }
@@ -185,6 +190,10 @@ func (b *bench) steadyState(ctx context.Context) error {
 		return err
 	}
 	req1 := sumSamples(metrics, "rest_client_requests_total{")
+	res.heapEnd = sumSamples(metrics, heapInUseMetric+" ")
+	if res.heap, err = b.heapProfile(ctx, b.cfg.stem+"-controller-steady-heap.pprof"); err != nil {
+		return err
+	}
 	res.inside = parseHistogram(metrics, controller.MetricDecisionSeconds)
 	res.queueWait = parseHistogram(metrics, queueWaitMetric, trainingRunController).since(wait0)
 	res.reconcile = parseHistogram(metrics, reconcileTimeMetric, trainingRunController).since(rec0)
@@ -205,6 +214,10 @@ func (b *bench) steadyState(ctx context.Context) error {
 	res.windowDone = true
 	return nil
 }
+
+// heapInUseMetric is the Go runtime's heap in use, which controller-runtime's registry
+// exports with every controller's metrics.
+const heapInUseMetric = "go_memstats_heap_inuse_bytes"
 
 // runReads is the controller's reads of a run by source.
 func runReads(metrics string) map[string]float64 {
@@ -496,6 +509,7 @@ func (r *steadyResult) markdown(b *strings.Builder) {
 	fmt.Fprintf(b, "| its reads of a run over the window: from the cache / the API server / deferred to its own write's event (`%s`) | %.0f / %.0f / %.0f | |\n",
 		controller.MetricRunReads, r.reads[controller.ReadFromCache], r.reads[controller.ReadFromAPIServer], r.reads[controller.ReadDeferred])
 	fmt.Fprintf(b, "| controller RSS at rest / end of window | %s / %s | ≤ 300 MiB |\n", mib(r.rssIdle), mib(r.rssEnd))
+	fmt.Fprintf(b, "| controller Go heap in use at the end of the window (`%s`) | %s | |\n", heapInUseMetric, mib(int64(r.heapEnd)))
 	fmt.Fprintf(b, "| controller CPU over the window | %.2f cores | |\n", r.cpu)
 	fmt.Fprintf(b, "| its threads over the window: on a CPU / runnable, waiting for one (`/proc/<pid>/task/*/schedstat`) | %.1f s / %.1f s (%.0f ms waited per 100 ms run) | |\n",
 		r.sched.Run.Seconds(), r.sched.Wait.Seconds(), 100*r.sched.Wait.Seconds()/max(r.sched.Run.Seconds(), 1e-9))
@@ -508,6 +522,9 @@ func (r *steadyResult) markdown(b *strings.Builder) {
 	b.WriteString("Decision latency seen from outside: from this process's watch seeing the worker Failed to its watch seeing the run's status record the restart " +
 		"(two API round trips and a status write included). Its own: from the controller's informer delivering the failed worker to the decision taken, " +
 		"read from its histogram (so a quantile is the upper bound of a bucket).\n\n")
+	if r.heap != "" {
+		fmt.Fprintf(b, "Controller heap in use at the end of the window, %s\n\n", r.heap)
+	}
 	if r.profile != "" {
 		fmt.Fprintf(b, "Controller CPU profile over the window (%s), %s\n\n", c.window, r.profile)
 	}

@@ -33,8 +33,11 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			InitContainers: []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
 			Containers: []corev1.Container{{
 				Name: "worker", Image: "trainer", Command: []string{"python", "train.py"},
-				Env:          []corev1.EnvVar{{Name: "TF_CONFIG", Value: `{"cluster":{"worker":["llm-1-0.llm:2222"]}}`}},
-				Resources:    corev1.ResourceRequirements{Limits: gpu, Requests: gpu},
+				Env: []corev1.EnvVar{{Name: "TF_CONFIG", Value: `{"cluster":{"worker":["llm-1-0.llm:2222"]}}`}},
+				Resources: corev1.ResourceRequirements{
+					Limits:   corev1.ResourceList{v1alpha1.ResourceGPU: gpu[v1alpha1.ResourceGPU], corev1.ResourceMemory: resource.MustParse("64Gi")},
+					Requests: corev1.ResourceList{v1alpha1.ResourceGPU: gpu[v1alpha1.ResourceGPU], corev1.ResourceCPU: resource.MustParse("8")},
+				},
 				VolumeMounts: []corev1.VolumeMount{{Name: "token", MountPath: "/var/run/secrets"}},
 			}},
 			Hostname: "llm-0", Subdomain: "llm",
@@ -72,7 +75,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	want.Spec = corev1.PodSpec{
 		NodeName:       "gpu-node-3",
 		InitContainers: []corev1.Container{{Name: "init"}},
-		Containers:     []corev1.Container{{Name: "worker", Resources: full.Spec.Containers[0].Resources}},
+		Containers:     []corev1.Container{{Name: "worker", Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu}}},
 	}
 	want.Status.PodIPs, want.Status.QOSClass = nil, ""
 	cs := &want.Status.ContainerStatuses[0]
