@@ -307,19 +307,24 @@ func summary(nm *v1alpha1.NodeMaintenance) string {
 // SetupWithManager registers the reconciler: it wakes on its NodeMaintenances, on the
 // workers on their nodes, on their nodes, and on the runs they hit.
 func (m *MaintenanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byNode := func(ctx context.Context, nodes ...string) []reconcile.Request {
+	// maintenances are the NodeMaintenances for which keep holds.
+	maintenances := func(ctx context.Context, keep func(*v1alpha1.NodeMaintenance) bool) []reconcile.Request {
 		list := &v1alpha1.NodeMaintenanceList{}
 		if err := m.List(ctx, list); err != nil {
 			return nil
 		}
 		var reqs []reconcile.Request
 		for i := range list.Items {
-			nm := &list.Items[i]
-			if nm.Status.Phase != v1alpha1.MaintenanceCompleted && slices.ContainsFunc(nodes, func(n string) bool { return slices.Contains(nm.Spec.Nodes, n) }) {
+			if nm := &list.Items[i]; keep(nm) {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nm)})
 			}
 		}
 		return reqs
+	}
+	byNode := func(ctx context.Context, node string) []reconcile.Request {
+		return maintenances(ctx, func(nm *v1alpha1.NodeMaintenance) bool {
+			return nm.Status.Phase != v1alpha1.MaintenanceCompleted && slices.Contains(nm.Spec.Nodes, node)
+		})
 	}
 	podToNM := func(ctx context.Context, o client.Object) []reconcile.Request {
 		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
@@ -329,18 +334,9 @@ func (m *MaintenanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	nodeToNM := func(ctx context.Context, o client.Object) []reconcile.Request { return byNode(ctx, o.GetName()) }
 	runToNM := func(ctx context.Context, o client.Object) []reconcile.Request {
-		list := &v1alpha1.NodeMaintenanceList{}
-		if err := m.List(ctx, list); err != nil {
-			return nil
-		}
-		var reqs []reconcile.Request
-		for i := range list.Items {
-			nm := &list.Items[i]
-			if slices.ContainsFunc(nm.Status.Runs, func(e v1alpha1.MaintenanceRun) bool { return e.Namespace == o.GetNamespace() && e.Name == o.GetName() }) {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nm)})
-			}
-		}
-		return reqs
+		return maintenances(ctx, func(nm *v1alpha1.NodeMaintenance) bool {
+			return slices.ContainsFunc(nm.Status.Runs, func(e v1alpha1.MaintenanceRun) bool { return e.Namespace == o.GetNamespace() && e.Name == o.GetName() })
+		})
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodemaintenance").

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	apischeme "github.com/faultline-dev/faultline/api/scheme"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,11 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -61,9 +61,6 @@ func startController(t *testing.T, ns string, args ...string) *cluster.Process {
 // Clients
 
 var (
-	schemeOnce sync.Once
-	testScheme *runtime.Scheme
-
 	clientsMu sync.Mutex
 	clients   = map[*cluster.Cluster]*runClients{}
 )
@@ -73,19 +70,8 @@ type runClients struct {
 	rest rest.Interface // REST client of faultline.dev/v1alpha1, for list+watch
 }
 
-func scheme() *runtime.Scheme {
-	schemeOnce.Do(func() {
-		s := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		if err := v1alpha1.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		testScheme = s
-	})
-	return testScheme
-}
+// testScheme knows the built-in types and faultline's, as the controller and launcher do.
+var testScheme = apischeme.New()
 
 func clientsFor(t testing.TB, c *cluster.Cluster) *runClients {
 	t.Helper()
@@ -94,14 +80,14 @@ func clientsFor(t testing.TB, c *cluster.Cluster) *runClients {
 	if rc, ok := clients[c]; ok {
 		return rc
 	}
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme()})
+	cl, err := client.New(c.Config, client.Options{Scheme: testScheme})
 	if err != nil {
 		t.Fatalf("controller-runtime client: %v", err)
 	}
 	cfg := rest.CopyConfig(c.Config)
 	cfg.GroupVersion = &v1alpha1.GroupVersion
 	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme()).WithoutConversion()
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(testScheme).WithoutConversion()
 	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		t.Fatalf("REST client for %s: %v", v1alpha1.GroupVersion, err)

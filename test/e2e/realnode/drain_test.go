@@ -92,21 +92,7 @@ func TestRealDrainMovesTheGang(t *testing.T) {
 		}
 	}
 	// The new gang rendezvoused on the node left: its coordinator registered each index once.
-	var log string
-	for !strings.Contains(log, "coordinator: all 4 tasks registered") {
-		log = workerLog(ctx, t, c, ns, run.Name, 2, 0)
-		select {
-		case <-ctx.Done():
-			t.Fatalf("attempt 2's coordinator never saw all 4 tasks register:\n%s", log)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	var tasks []string
-	for _, m := range registered.FindAllStringSubmatch(log, -1) {
-		tasks = append(tasks, m[1])
-	}
-	sort.Strings(tasks)
-	if strings.Join(tasks, ",") != "0,1,2,3" {
+	if log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4); strings.Join(tasks, ",") != eachOnce(4) {
 		t.Errorf("attempt 2's coordinator registered tasks %v, want each of 0-3 once:\n%s", tasks, log)
 	}
 
@@ -138,7 +124,7 @@ func waitNodeMaintenance(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	cfg := rest.CopyConfig(c.Config)
 	cfg.GroupVersion = &v1alpha1.GroupVersion
 	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme()).WithoutConversion()
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(testScheme).WithoutConversion()
 	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,16 +12,16 @@ import (
 	"testing"
 	"time"
 
+	apischeme "github.com/faultline-dev/faultline/api/scheme"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -44,28 +44,14 @@ func startController(t *testing.T, c *cluster.Cluster, ns string) *cluster.Proce
 // ---------------------------------------------------------------------------------------
 // Runs of the test worker on the real nodes
 
-var (
-	schemeOnce sync.Once
-	testScheme *runtime.Scheme
-)
+var ()
 
-func scheme() *runtime.Scheme {
-	schemeOnce.Do(func() {
-		s := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		if err := v1alpha1.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		testScheme = s
-	})
-	return testScheme
-}
+// testScheme knows the built-in types and faultline's, as the controller and launcher do.
+var testScheme = apischeme.New()
 
 func runClient(t testing.TB, c *cluster.Cluster) client.Client {
 	t.Helper()
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme()})
+	cl, err := client.New(c.Config, client.Options{Scheme: testScheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +130,7 @@ func watchRun(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name st
 	cfg := rest.CopyConfig(c.Config)
 	cfg.GroupVersion = &v1alpha1.GroupVersion
 	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme()).WithoutConversion()
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(testScheme).WithoutConversion()
 	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -449,4 +435,35 @@ func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
 		}
 		t.Logf("namespace %s at the end of the failed test:\n%s", ns, b.String())
 	})
+}
+
+// registeredTasks waits until the coordinator (index 0) of an attempt has seen all world
+// tasks register, and returns its log and the tasks it registered, sorted ("0", "1", …;
+// a task registered twice shows twice). The last registration may trail the workers'
+// Running by a moment, and the log is read through the kubelet.
+func registeredTasks(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, attempt int32, world int) (log string, tasks []string) {
+	t.Helper()
+	all := fmt.Sprintf("coordinator: all %d tasks registered", world)
+	for log = workerLog(ctx, t, c, ns, run, attempt, 0); !strings.Contains(log, all); log = workerLog(ctx, t, c, ns, run, attempt, 0) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("attempt %d's coordinator never saw all %d tasks register:\n%s", attempt, world, log)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for _, m := range registered.FindAllStringSubmatch(log, -1) {
+		tasks = append(tasks, m[1])
+	}
+	sort.Strings(tasks)
+	return log, tasks
+}
+
+// eachOnce is tasks "0" to world-1, each once, as registeredTasks returns them.
+func eachOnce(world int) string {
+	want := make([]string, world)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	sort.Strings(want)
+	return strings.Join(want, ",")
 }

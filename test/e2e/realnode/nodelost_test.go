@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -67,10 +68,10 @@ func TestRealNodeLostRestartsTheGang(t *testing.T) {
 		t.Errorf("lastFailure = %s/%s on %q, want Infrastructure/NodeLost on %s", lf.Class, lf.Cause, lf.Node, down.Name)
 	}
 	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled on the unreachable node", func(r *v1alpha1.TrainingRun) bool {
-		cond := runCondition(r, v1alpha1.ConditionStalled)
+		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionStalled)
 		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonNodeUnreachable
 	})
-	msg := runCondition(stalled, v1alpha1.ConditionStalled).Message
+	msg := meta.FindStatusCondition(stalled.Status.Conditions, v1alpha1.ConditionStalled).Message
 	for _, want := range []string{down.Name, corev1.TaintNodeOutOfService} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Stalled message %q does not say %q", msg, want)
@@ -92,17 +93,8 @@ func TestRealNodeLostRestartsTheGang(t *testing.T) {
 		t.Errorf("restarts %+v, want one infrastructure restart", restarted.Status.Restarts)
 	}
 	// Attempt 2's coordinator registers every index once.
-	var seen []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		seen = registered.FindAllString(workerLog(ctx, t, c, ns, run.Name, 2, 0), -1)
-		if len(seen) >= 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // the coordinator's log, read through the kubelet
-	}
-	if len(seen) != 2 {
-		t.Errorf("attempt 2's coordinator registered %q, want each of the 2 indexes once", seen)
+	if log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 2); strings.Join(tasks, ",") != eachOnce(2) {
+		t.Errorf("attempt 2's coordinator registered %v, want each of the 2 indexes once:\n%s", tasks, log)
 	}
 }
 
@@ -149,13 +141,4 @@ func revive(t *testing.T, c *cluster.Cluster, n *cluster.RealNode) {
 	if err := c.WaitNodeReady(ctx, n.Name); err != nil {
 		t.Errorf("%s not Ready after its revival: %v", n.Name, err)
 	}
-}
-
-func runCondition(r *v1alpha1.TrainingRun, typ string) *metav1.Condition {
-	for i := range r.Status.Conditions {
-		if r.Status.Conditions[i].Type == typ {
-			return &r.Status.Conditions[i]
-		}
-	}
-	return nil
 }

@@ -3,7 +3,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -30,24 +29,7 @@ func TestRealPyTorchGangFromItsEnv(t *testing.T) {
 	run := createRun(ctx, t, c, ns, realRun("torch", workers, nil, func(r *v1alpha1.TrainingRun) { r.Spec.Framework = "pytorch" }))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	waitWorkers(ctx, t, c, ns, run.Name, 1, workers)
-	var log string
-	for {
-		log = workerLog(ctx, t, c, ns, run.Name, 1, 0)
-		if strings.Contains(log, fmt.Sprintf("coordinator: all %d tasks registered", workers)) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("rank 0 never saw all %d ranks register:\n%s", workers, log)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	var ranks []string
-	for _, m := range registered.FindAllStringSubmatch(log, -1) {
-		ranks = append(ranks, m[1])
-	}
-	sort.Strings(ranks)
-	if strings.Join(ranks, ",") != "0,1,2" {
+	if log, ranks := registeredTasks(ctx, t, c, ns, run.Name, 1, workers); strings.Join(ranks, ",") != eachOnce(workers) {
 		t.Errorf("rank 0 registered %v, want each of 0-2 once:\n%s", ranks, log)
 	}
 	master := fmt.Sprintf("coordinator=%s-0.%s.%s.svc:29500", run.Name, run.Name, ns)

@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -44,25 +43,9 @@ func TestRealNoDuplicateRegistration(t *testing.T) {
 		t.Fatalf("verdict: %s; want AppExit on %s", describeRun(got), first[3].Name)
 	}
 	waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
-	var log string
-	for {
-		log = workerLog(ctx, t, c, ns, run.Name, 2, 0)
-		if strings.Contains(log, "coordinator: all 4 tasks registered") {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("attempt 2's coordinator never saw all 4 tasks register:\n%s", log)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
 	monitor.check(t)
-	var tasks []string
-	for _, m := range registered.FindAllStringSubmatch(log, -1) {
-		tasks = append(tasks, m[1])
-	}
-	sort.Strings(tasks)
-	if strings.Join(tasks, ",") != "0,1,2,3" || strings.Contains(log, "REFUSED") {
+	if strings.Join(tasks, ",") != eachOnce(4) || strings.Contains(log, "REFUSED") {
 		t.Errorf("attempt 2's coordinator registered %v (want each of 0-3 once, nothing refused):\n%s", tasks, log)
 	}
 	// Attempt 2's workers all still run: none was refused by an old coordinator.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -163,24 +162,8 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 		}
 	}
 	// The new gang rendezvoused: its coordinator registered each index once.
-	var log string
-	ok := func() bool {
-		log = workerLog(ctx, t, c, ns, run.Name, 2, 0)
-		return strings.Contains(log, "coordinator: all 4 tasks registered")
-	}
-	for !ok() { // the last worker's registration may trail its Running by a moment
-		select {
-		case <-ctx.Done():
-			t.Fatalf("attempt 2's coordinator never saw all 4 tasks register:\n%s", log)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	var tasks []string
-	for _, m := range registered.FindAllStringSubmatch(log, -1) {
-		tasks = append(tasks, m[1])
-	}
-	sort.Strings(tasks)
-	if strings.Join(tasks, ",") != "0,1,2,3" {
+	log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
+	if strings.Join(tasks, ",") != eachOnce(4) {
 		t.Errorf("attempt 2's coordinator registered tasks %v, want each of 0-3 once:\n%s", tasks, log)
 	}
 	if strings.Contains(log, "REFUSED") {

@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
+	apischeme "github.com/faultline-dev/faultline/api/scheme"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,21 +30,13 @@ const (
 	controllerSA    = "faultline-controller"
 )
 
-func scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
+// testScheme knows the built-in types and faultline's, as the controller and launcher do.
+var testScheme = apischeme.New()
 
 // clientFor is a client that authenticates with cfg and knows TrainingRuns.
 func clientFor(t testing.TB, cfg *rest.Config) client.WithWatch {
 	t.Helper()
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme()})
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
 	if err != nil {
 		t.Fatal(err)
 	}
