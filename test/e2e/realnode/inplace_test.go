@@ -166,8 +166,11 @@ func restartInPlace(ctx context.Context, t *testing.T, w *podWatch, node *cluste
 	if !running(ks) || ks.ContainerID == keeper0.ContainerID {
 		t.Errorf("round %d: sidecar after the restart: %+v; before: container %s", round, ks, keeper0.ContainerID)
 	}
-	if lt := ws.LastTerminationState.Terminated; lt == nil {
-		t.Errorf("round %d: worker without a lastState: %+v", round, ws)
+	// The kubelet's own mark that this was RestartAllContainers and not a container restart:
+	// the lastState it synthesizes for every container it removed. It stays, unlike the
+	// condition below.
+	if lt := ws.LastTerminationState.Terminated; lt == nil || lt.Reason != restartingAllContainers {
+		t.Errorf("round %d: worker lastState %+v: want the reason %s", round, ws.LastTerminationState, restartingAllContainers)
 	} else {
 		t.Logf("round %d: worker lastState: exit %d reason %q message %q", round, lt.ExitCode, lt.Reason, lt.Message)
 	}
@@ -186,8 +189,12 @@ func restartInPlace(ctx context.Context, t *testing.T, w *podWatch, node *cluste
 			codes[h.worker.ExitCode] = h.worker.Reason
 		}
 	}
+	// AllContainersRestarting=True is transient: it is set and cleared within one PLEG
+	// relist, and the kubelet's status manager may merge both into one write (CI saw a
+	// SIGKILL round go from running straight to waiting(RestartingAllContainers) with the
+	// condition False). Logged, not required: faultline detects the restart by restartCount.
 	if condTrue == nil {
-		t.Errorf("round %d: no %s=True seen during the restart; seen %s", round, corev1.AllContainersRestarting, describeSeen(history, stoppedAt))
+		t.Logf("round %d: no %s=True seen during the restart (merged by the status manager)", round, corev1.AllContainersRestarting)
 	} else {
 		t.Logf("round %d: %s=True reason %q message %q seen %s after the stop", round, corev1.AllContainersRestarting,
 			condTrue.cond.Reason, condTrue.cond.Message, condTrue.at.Sub(stoppedAt).Round(time.Millisecond))
@@ -200,6 +207,10 @@ func restartInPlace(ctx context.Context, t *testing.T, w *podWatch, node *cluste
 		round, heldAt.Sub(stoppedAt).Round(time.Millisecond), upAt.Sub(goAt).Round(time.Millisecond), describeSeen(history, stoppedAt))
 	return after
 }
+
+// restartingAllContainers is the reason the kubelet writes into the lastState of every
+// container it removed for RestartAllContainers (v1.36 has no API constant for it).
+const restartingAllContainers = "RestartingAllContainers"
 
 // inPlacePod: a restartPolicy Never pod on node with a barrier init container (pause: it
 // exits 0 on SIGTERM only) and the test worker as a one-task gang that runs until it is
