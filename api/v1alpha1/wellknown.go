@@ -66,6 +66,31 @@ const (
 	// from LabelRole and LabelRoleIndex.
 	EnvRole      = "FAULTLINE_ROLE"
 	EnvRoleIndex = "FAULTLINE_ROLE_INDEX"
+	// EnvAttemptFile is set in the containers of a pod that restarts in place: the file
+	// that holds the attempt its current process belongs to. FAULTLINE_ATTEMPT is the
+	// attempt the pod was created in and cannot change in a running pod; a program reads
+	// the file when this variable is set (docs/in-place-restart.md).
+	EnvAttemptFile = "FAULTLINE_ATTEMPT_FILE"
+)
+
+// The shape of a pod that restarts in place (docs/in-place-restart.md): the contract between
+// the controller that builds the pod, the barrier init container and the node agent that
+// stops the old workers and opens the barrier.
+const (
+	// BarrierContainer is the init container that holds the worker back until the node
+	// agent gives it the go signal of the current attempt.
+	BarrierContainer = "faultline-barrier"
+	// RunVolume is the in-memory emptyDir shared by the barrier and the worker containers,
+	// mounted at RunDir; AttemptFile is the file in it that the barrier writes before it
+	// exits, with the attempt number in decimal.
+	RunVolume   = "faultline-run"
+	RunDir      = "/var/run/faultline"
+	AttemptFile = RunDir + "/attempt"
+	// BarrierOpenedMessagePrefix starts the termination message of a barrier that was
+	// opened, followed by the attempt in decimal ("attempt=3"): the kubelet copies it into
+	// the pod's status, so the controller and the agent read which attempt a pod's running
+	// worker belongs to with no write of their own.
+	BarrierOpenedMessagePrefix = "attempt="
 )
 
 // Class says who is to blame for a failure.
