@@ -1,0 +1,104 @@
+// Command faultline-barrier is the init container of a worker pod that restarts in place
+// (pkg/barrier, docs/in-place-restart.md): `faultline-barrier` (wait) holds the workers
+// back until `faultline-barrier open --attempt N`, which the node agent runs in the same
+// container through the CRI, gives it an attempt newer than the pod's last. It only wires
+// flags to pkg/barrier; it is built static (CGO_ENABLED=0): its image holds nothing else.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// Exit codes, deliberate: the node agent reads open's through ExecSync.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	// exitStale: the waiting barrier refused the attempt as not newer than its own.
+	exitStale = 3
+	// exitNotWaiting: no barrier listens (already opened, or not started).
+	exitNotWaiting = 4
+	// exitSIGTERM: the pod is terminating (128+SIGTERM); it is not restarted then.
+	exitSIGTERM = 143
+)
+
+// The process's side effects, as fields: the tests run main's logic in process.
+type cli struct {
+	stderr io.Writer
+	wait   func(context.Context, barrier.Config) (int, error)
+	open   func(context.Context, string, int) error
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open}
+	os.Exit(c.run(ctx, os.Args[1:]))
+}
+
+func (c cli) run(ctx context.Context, args []string) int {
+	cfg := barrier.Config{Logger: slog.New(slog.NewTextHandler(c.stderr, nil))}
+	fs := flag.NewFlagSet("faultline-barrier", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.StringVar(&cfg.AttemptFile, "attempt-file", barrier.AttemptFile, "the file the workers read their attempt from")
+	fs.StringVar(&cfg.Socket, "socket", barrier.DefaultSocket, "where the waiting barrier listens for open")
+	fs.StringVar(&cfg.TerminationLog, "termination-log", barrier.DefaultTerminationLog, "the container's termination message file")
+	attempt := fs.Int("attempt", 0, "open: the attempt the gang is to run")
+	timeout := fs.Duration("timeout", 10*time.Second, "open: how long to wait for the barrier's answer")
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier open --attempt N [flags]")
+		fs.PrintDefaults()
+	}
+	cmd := "wait"
+	if len(args) > 0 && (args[0] == "wait" || args[0] == "open") {
+		cmd, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		if err == nil {
+			fmt.Fprintf(c.stderr, "unexpected arguments %q\n", fs.Args())
+		}
+		return exitUsage
+	}
+	switch cmd {
+	case "open":
+		if *attempt < 1 {
+			fmt.Fprintln(c.stderr, "open needs --attempt N (N >= 1)")
+			return exitUsage
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		err := c.open(ctx, cfg.Socket, *attempt)
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, barrier.ErrStale):
+			fmt.Fprintln(c.stderr, "refused:", err)
+			return exitStale
+		case errors.Is(err, barrier.ErrNotWaiting):
+			fmt.Fprintln(c.stderr, err)
+			return exitNotWaiting
+		}
+		fmt.Fprintln(c.stderr, "open:", err)
+		return exitError
+	default:
+		if _, err := c.wait(ctx, cfg); err != nil {
+			if ctx.Err() != nil {
+				return exitSIGTERM
+			}
+			fmt.Fprintln(c.stderr, "wait:", err)
+			return exitError
+		}
+		return exitOK
+	}
+}

@@ -1,0 +1,304 @@
+// Package barrier is faultline-barrier, the init container that holds a worker pod's
+// workers back until the node agent gives it the go signal of the attempt the gang is to
+// run (docs/in-place-restart.md). A pod restarted in place by the kubelet's
+// RestartAllContainers runs its init containers again, so the barrier runs before every
+// start of the workers: the first one and each in-place restart.
+//
+// Wait blocks until Open, run inside the barrier's container through the CRI's ExecSync by
+// the node agent, hands it an attempt newer than the one already in the attempt file when
+// Wait started: the file lives in an emptyDir that survives an in-place restart, so the
+// attempt the pod's previous process ran must never open it again. Wait then writes the
+// attempt to the file (atomically, for the workers to read) and to its termination message
+// (the kubelet copies it into the pod's status: which attempt a running worker belongs to,
+// with no API write), and returns.
+//
+// The two halves meet over a unix socket in the barrier's run directory: Open learns
+// whether the waiting barrier took its attempt (and why not), so the agent's exec reports
+// the outcome instead of a guess.
+package barrier
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The shared names of api/v1alpha1 (wellknown.go) that the barrier uses, repeated here: the
+// package that declares them links the Kubernetes API machinery, which would make the
+// barrier's image 9 MB instead of 2 (a pull on every node before a gang's first start);
+// barrier_test.go holds them equal.
+const (
+	// RunDir is v1alpha1.RunDir, AttemptFile v1alpha1.AttemptFile.
+	RunDir      = "/var/run/faultline"
+	AttemptFile = RunDir + "/attempt"
+	// OpenedMessagePrefix is v1alpha1.BarrierOpenedMessagePrefix.
+	OpenedMessagePrefix = "attempt="
+)
+
+const (
+	// Binary is where the barrier's image holds the program: the node agent execs
+	// `Binary open --attempt N` in the barrier's container.
+	Binary = "/faultline-barrier"
+	// ImageRepository is the barrier's image as released; the controller names it in the
+	// pods it builds, tagged with its own version (Image).
+	ImageRepository = "ghcr.io/faultline-dev/faultline-barrier"
+	// DefaultSocket is where a waiting barrier listens for Open: in the run volume, which
+	// only the barrier mounts writable; no worker runs while the barrier does (it is an
+	// init container, and the kubelet removes every old container before it runs it).
+	DefaultSocket = RunDir + "/.barrier.sock"
+	// DefaultTerminationLog is the container's terminationMessagePath unless the pod
+	// says otherwise; the kubelet copies what is written there into the pod's status.
+	DefaultTerminationLog = "/dev/termination-log"
+)
+
+// Image is the barrier's image reference for a faultline release: the image of the same
+// version as the controller that names it, "latest" for a development build (as the
+// manifests in deploy/ name the controller's and the agent's).
+func Image(version string) string {
+	if !releaseVersion.MatchString(version) {
+		return ImageRepository + ":latest"
+	}
+	return ImageRepository + ":" + version
+}
+
+// releaseVersion is a release's tag; a `git describe` of anything else is not published.
+var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// OpenedMessage is the barrier's termination message once opened for attempt.
+func OpenedMessage(attempt int) string {
+	return OpenedMessagePrefix + strconv.Itoa(attempt)
+}
+
+// ParseOpenedMessage reads the attempt out of a barrier's termination message; ok is false
+// for any other message (a barrier that did not open: killed, or an error of its own).
+func ParseOpenedMessage(msg string) (attempt int, ok bool) {
+	rest, found := strings.CutPrefix(strings.TrimSpace(msg), OpenedMessagePrefix)
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// ReadAttempt reads the attempt file: 0 when there is none (a new pod: the volume starts
+// empty). A file that holds anything but a positive attempt is an error: guessing would
+// risk opening for a stale attempt.
+func ReadAttempt(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the attempt file: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("attempt file %s holds %q: want a positive attempt", path, b)
+	}
+	return n, nil
+}
+
+// WriteAttempt replaces the attempt file with attempt through a rename in its directory,
+// so that a reader sees the old attempt or the new one, never a partial write.
+func WriteAttempt(path string, attempt int) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".attempt-*")
+	if err != nil {
+		return fmt.Errorf("write the attempt file: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.WriteString(strconv.Itoa(attempt) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// The workers mount the volume read-only and may run as any user.
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write the attempt file: %w", err)
+	}
+	return nil
+}
+
+// Verdict is what a waiting barrier answers an Open.
+type Verdict int
+
+const (
+	// Opened: the attempt is newer than the barrier's starting one; the barrier opens.
+	Opened Verdict = iota
+	// Stale: the attempt is not newer than the one the pod's previous process ran (or an
+	// open of an older attempt arrived late): the barrier stays closed.
+	Stale
+)
+
+// Judge decides an open: only an attempt newer than the one in the attempt file when the
+// barrier started opens it.
+func Judge(start, attempt int) Verdict {
+	if attempt > start {
+		return Opened
+	}
+	return Stale
+}
+
+// The protocol on the socket: one line each way. Open sends "open <attempt>"; the barrier
+// answers "opened <attempt>" or "stale <attempt> <start>".
+const (
+	verbOpen   = "open"
+	verbOpened = "opened"
+	verbStale  = "stale"
+)
+
+// ErrStale is Open's error when the waiting barrier refused the attempt as not newer than
+// the one it started with.
+var ErrStale = errors.New("attempt not newer than the barrier's")
+
+// ErrNotWaiting is Open's error when no barrier listens: it was opened already (and exits)
+// or is not running yet.
+var ErrNotWaiting = errors.New("no barrier is waiting")
+
+// Config is where a barrier keeps its state.
+type Config struct {
+	// AttemptFile is the file the workers read the attempt from (AttemptFile).
+	AttemptFile string
+	// Socket is where it listens for Open (DefaultSocket).
+	Socket string
+	// TerminationLog is the container's termination message file (DefaultTerminationLog).
+	TerminationLog string
+	Logger         *slog.Logger
+	// Listening, if set, is called once the barrier listens (tests wait for it).
+	Listening func()
+}
+
+// Wait blocks until an Open hands it an attempt newer than the attempt file's, then writes
+// that attempt to the attempt file and the termination message and returns it. It returns
+// ctx's error when ctx ends first (SIGTERM: the pod is terminating).
+func Wait(ctx context.Context, cfg Config) (int, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	start, err := ReadAttempt(cfg.AttemptFile)
+	if err != nil {
+		return 0, err
+	}
+	// A socket left by a barrier killed before it could remove it (the volume outlives
+	// the container) would make the listen fail.
+	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("remove a stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	if err != nil {
+		return 0, fmt.Errorf("listen for the go signal: %w", err)
+	}
+	defer ln.Close() // removes the socket
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	log.Info("waiting for the go signal", "after-attempt", start, "socket", cfg.Socket)
+	if cfg.Listening != nil {
+		cfg.Listening()
+	}
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, fmt.Errorf("accept: %w", err)
+		}
+		attempt, done, err := serve(conn, cfg, start)
+		conn.Close()
+		if err != nil {
+			log.Warn("go signal not taken", "error", err)
+		}
+		if done {
+			log.Info("opened", "attempt", attempt)
+			return attempt, nil
+		}
+	}
+}
+
+// serve answers one Open; done says the barrier opened.
+func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, err error) {
+	// An Open that connects and says nothing must not hold the barrier.
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(io.LimitReader(conn, 64)).ReadString('\n')
+	if err != nil {
+		return 0, false, fmt.Errorf("read the request: %w", err)
+	}
+	verb, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	attempt, aerr := strconv.Atoi(arg)
+	if verb != verbOpen || aerr != nil || attempt < 1 {
+		fmt.Fprintf(conn, "error bad request %q\n", line)
+		return 0, false, fmt.Errorf("bad request %q", line)
+	}
+	if Judge(start, attempt) == Stale {
+		fmt.Fprintf(conn, "%s %d %d\n", verbStale, attempt, start)
+		return 0, false, fmt.Errorf("attempt %d: %w (%d)", attempt, ErrStale, start)
+	}
+	// The file first: once the termination message is written and the barrier exits, the
+	// kubelet starts the workers, which read it.
+	if err := WriteAttempt(cfg.AttemptFile, attempt); err != nil {
+		fmt.Fprintf(conn, "error %v\n", err)
+		return 0, false, err
+	}
+	if err := os.WriteFile(cfg.TerminationLog, []byte(OpenedMessage(attempt)), 0o644); err != nil {
+		// The workers may still start: the status then lacks the attempt, which the
+		// controller treats as a pod of unknown attempt. Say so, but open: holding the
+		// gang for a message would be worse.
+		fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
+		return attempt, true, fmt.Errorf("write the termination message: %w", err)
+	}
+	fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
+	return attempt, true, nil
+}
+
+// Open hands attempt to the barrier waiting on socket and returns once it answered: nil
+// when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens.
+func Open(ctx context.Context, socket string, attempt int) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w on %s", ErrNotWaiting, socket)
+		}
+		return fmt.Errorf("reach the barrier: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "%s %d\n", verbOpen, attempt); err != nil {
+		return fmt.Errorf("send the go signal: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	if err != nil {
+		// It closed without an answer: another Open got there first and it exits.
+		return fmt.Errorf("%w: no answer: %v", ErrNotWaiting, err)
+	}
+	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	switch verb {
+	case verbOpened:
+		return nil
+	case verbStale:
+		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)
+	}
+	return fmt.Errorf("the barrier answered %q", strings.TrimSpace(line))
+}
