@@ -20,7 +20,9 @@
 // checkpoint does (only index --sigterm-delay-index, if set).
 //
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
-// `launcher logs`. The attempt comes from FAULTLINE_ATTEMPT.
+// `launcher logs`. The attempt comes from the file FAULTLINE_ATTEMPT_FILE names when it is
+// set (a pod that restarts in place: its barrier writes the attempt there before each start,
+// while FAULTLINE_ATTEMPT stays the attempt the pod was created in), else FAULTLINE_ATTEMPT.
 package main
 
 import (
@@ -47,6 +49,7 @@ import (
 const (
 	envRun         = "FAULTLINE_RUN"
 	envAttempt     = "FAULTLINE_ATTEMPT"
+	envAttemptFile = "FAULTLINE_ATTEMPT_FILE"
 	envIndex       = "FAULTLINE_INDEX"
 	envWorldSize   = "FAULTLINE_WORLD_SIZE"
 	envService     = "FAULTLINE_SERVICE"
@@ -112,8 +115,11 @@ func parse(args []string) (config, error) {
 	default:
 		return c, fmt.Errorf("--fail %q: want exit, oom or message", c.fail)
 	}
-	c.run, c.attempt = os.Getenv(envRun), os.Getenv(envAttempt)
+	c.run = os.Getenv(envRun)
 	var err error
+	if c.attempt, err = attempt(); err != nil {
+		return c, err
+	}
 	if c.index, err = envInt(envProcessID, envRank, envIndex); err != nil {
 		return c, err
 	}
@@ -137,6 +143,26 @@ func parse(args []string) (config, error) {
 		c.coordinator = net.JoinHostPort(c.coordinator, strconv.Itoa(defaultPort))
 	}
 	return c, nil
+}
+
+// attempt is the attempt this process belongs to, as docs/plugins.md tells frameworks to
+// read it: the file FAULTLINE_ATTEMPT_FILE names when that is set, else FAULTLINE_ATTEMPT.
+// A file that is named but unreadable is an error, not a fall back: the env var would be
+// the pod's first attempt, wrong after an in-place restart.
+func attempt() (string, error) {
+	path := os.Getenv(envAttemptFile)
+	if path == "" {
+		return os.Getenv(envAttempt), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", envAttemptFile, err)
+	}
+	a := strings.TrimSpace(string(b))
+	if n, err := strconv.Atoi(a); err != nil || n < 1 {
+		return "", fmt.Errorf("%s=%s holds %q: want an attempt", envAttemptFile, path, b)
+	}
+	return a, nil
 }
 
 // envInt reads the first of names that is set as an integer.

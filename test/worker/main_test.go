@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // The worker forms its gang from whichever framework's environment the pod has: the jax
 // plugin's, the pytorch plugin's env://, or faultline's own.
@@ -33,6 +37,47 @@ func TestParseFindsTheGangInEachFrameworksEnv(t *testing.T) {
 			}
 			if c.coordinator != tc.coordinator || c.index != tc.index || c.world != tc.world || c.job != tc.job {
 				t.Errorf("coordinator %s index %d world %d job %s; want %s %d %d %s", c.coordinator, c.index, c.world, c.job, tc.coordinator, tc.index, tc.world, tc.job)
+			}
+		})
+	}
+}
+
+// A pod that restarts in place names the attempt file, which wins over FAULTLINE_ATTEMPT
+// (the pod's first attempt); without it the env var is the attempt.
+func TestParseReadsTheAttemptFileWhenNamed(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "attempt")
+	if err := os.WriteFile(file, []byte("3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		file, want string
+		wantErr    bool
+	}{
+		"no file named: the env var":   {want: "1"},
+		"the file wins":                {file: file, want: "3"},
+		"a named file that is missing": {file: filepath.Join(dir, "none"), wantErr: true},
+		"an empty file":                {file: empty, wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(envCoordinator, "127.0.0.1:1234")
+			t.Setenv(envProcessID, "0")
+			t.Setenv(envNumProcs, "1")
+			t.Setenv(envAttempt, "1")
+			t.Setenv(envAttemptFile, tc.file)
+			c, err := parse(nil)
+			if tc.wantErr {
+				if err == nil {
+					t.Errorf("attempt %q, want an error", c.attempt)
+				}
+				return
+			}
+			if err != nil || c.attempt != tc.want {
+				t.Errorf("attempt %q, %v; want %q", c.attempt, err, tc.want)
 			}
 		})
 	}
