@@ -1,0 +1,125 @@
+// Package inplace is the node agent's half of a gang restart in place
+// (docs/in-place-restart.md): on its node, it stops the running workers of a pod's old
+// attempt through the container runtime (CRI StopContainer: their non-zero exit fires the
+// pod's RestartAllContainers rule and the kubelet restarts every container of the pod in
+// place), and opens the barrier of a pod waiting for the attempt the gang is to run (CRI
+// ExecSync of `faultline-barrier open --attempt N` in the barrier's container).
+//
+// What to do with a pod is decided by Decide, a pure function of the pod's status, the
+// attempt decided and whether the gang's barrier is open; Restarter does it through the CRI
+// and is idempotent: stopping what is stopped and opening what is open do nothing.
+package inplace
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// Action is what the agent is to do with one pod.
+type Action string
+
+const (
+	// ActionNone: nothing, now or later, for this attempt: the pod runs the attempt (or a
+	// newer one), is ending (its index moves, the recreate path's business), or does not
+	// restart in place.
+	ActionNone Action = "None"
+	// ActionWait: nothing yet: the kubelet is restarting the pod, or its barrier waits for
+	// the gang's go signal.
+	ActionWait Action = "Wait"
+	// ActionStopWorkers: stop the running workers of the old attempt (Decision.Containers).
+	ActionStopWorkers Action = "StopWorkers"
+	// ActionOpenBarrier: give the waiting barrier the go signal of the attempt.
+	ActionOpenBarrier Action = "OpenBarrier"
+)
+
+// Decision is Decide's answer for one pod.
+type Decision struct {
+	Action Action
+	// Containers are, for ActionStopWorkers, the runtime IDs (the part of the status's
+	// containerID after "<runtime>://") of the old attempt's running workers. Only these
+	// are stopped: a status read before an in-place restart names the old containers, so
+	// however late it is acted on, it never stops the new attempt's.
+	Containers []string
+	// Reason says why, for logs.
+	Reason string
+}
+
+// Decide says what to do with pod for attempt, the attempt the controller decided the gang
+// is to run; barrierOpen says the controller released the gang's barrier for it (every old
+// worker of the gang stopped).
+//
+// A pod's attempt is the one its barrier last opened for: the barrier's termination
+// message (barrier.OpenedMessage), which the kubelet keeps in the status while the
+// workers it let start run. A barrier that runs holds the pod's workers back: the kubelet
+// removed every old container before it started it.
+func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return Decision{Action: ActionNone, Reason: "the pod is being deleted"}
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the pod ended (%s)", pod.Status.Phase)}
+	case !hasBarrier(pod):
+		return Decision{Action: ActionNone, Reason: "the pod has no " + v1alpha1.BarrierContainer + " init container: it does not restart in place"}
+	}
+	b := statusOf(pod.Status.InitContainerStatuses, v1alpha1.BarrierContainer)
+	switch {
+	case b == nil || b.State.Waiting != nil || (b.State.Running == nil && b.State.Terminated == nil):
+		return Decision{Action: ActionWait, Reason: "the barrier has not started"}
+	case b.State.Running != nil && barrierOpen:
+		return Decision{Action: ActionOpenBarrier, Reason: fmt.Sprintf("the barrier waits and the gang's barrier is open for attempt %d", attempt)}
+	case b.State.Running != nil:
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("the barrier waits for the gang's go signal of attempt %d", attempt)}
+	}
+	t := b.State.Terminated
+	ran, ok := barrier.ParseOpenedMessage(t.Message)
+	if t.ExitCode != 0 || !ok {
+		// Killed or failed before it opened: the pod does not start its workers (a failed
+		// init container fails a restartPolicy Never pod) and its index moves.
+		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the barrier ended with exit %d message %q: it never opened", t.ExitCode, t.Message)}
+	}
+	if ran >= attempt {
+		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the pod runs attempt %d", ran)}
+	}
+	var ids []string
+	for _, c := range pod.Spec.Containers {
+		if s := statusOf(pod.Status.ContainerStatuses, c.Name); s != nil && s.State.Running != nil && s.ContainerID != "" {
+			ids = append(ids, runtimeID(s.ContainerID))
+		}
+	}
+	if len(ids) == 0 {
+		// They ended by themselves (the fault, or a peer's loss): their rule fires on its own.
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran)}
+	}
+	return Decision{Action: ActionStopWorkers, Containers: ids, Reason: fmt.Sprintf("the pod runs attempt %d, older than %d", ran, attempt)}
+}
+
+func hasBarrier(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == v1alpha1.BarrierContainer {
+			return true
+		}
+	}
+	return false
+}
+
+func statusOf(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i]
+		}
+	}
+	return nil
+}
+
+// runtimeID is a status's containerID ("containerd://<id>") as the CRI names it.
+func runtimeID(containerID string) string {
+	if _, id, ok := strings.Cut(containerID, "://"); ok {
+		return id
+	}
+	return containerID
+}

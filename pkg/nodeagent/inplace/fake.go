@@ -1,0 +1,94 @@
+package inplace
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// FakeRuntime is a Runtime for the restarter's own tests and its callers': containers are
+// what tests put in Containers; StopContainer marks one exited; ExecSync answers ExecExit.
+// The *Err fields inject errors.
+type FakeRuntime struct {
+	mu         sync.Mutex
+	Containers []*runtimeapi.Container
+	// Stops and Execs record the calls: the container and its timeout, the container and
+	// its command.
+	Stops []FakeStop
+	Execs []FakeExec
+	// ExecExit is the exit code ExecSync returns, per container ID (default 0).
+	ExecExit                  map[string]int32
+	ListErr, StopErr, ExecErr error
+	// ExitOnExec: an ExecSync that answers 0 exits the container, as an opened barrier does.
+	ExitOnExec bool
+}
+
+var _ Runtime = &FakeRuntime{}
+
+// FakeStop and FakeExec are calls a FakeRuntime received.
+type FakeStop struct {
+	ID      string
+	Timeout int64
+}
+
+type FakeExec struct {
+	ID  string
+	Cmd []string
+}
+
+func (f *FakeRuntime) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ListErr != nil {
+		return nil, f.ListErr
+	}
+	var out []*runtimeapi.Container
+	for _, c := range f.Containers {
+		if in.Filter != nil && in.Filter.State != nil && in.Filter.State.State != c.State {
+			continue
+		}
+		match := true
+		for k, v := range in.GetFilter().GetLabelSelector() {
+			match = match && c.Labels[k] == v
+		}
+		if match {
+			out = append(out, c)
+		}
+	}
+	return &runtimeapi.ListContainersResponse{Containers: out}, nil
+}
+
+func (f *FakeRuntime) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.StopErr != nil {
+		return nil, f.StopErr
+	}
+	f.Stops = append(f.Stops, FakeStop{ID: in.ContainerId, Timeout: in.Timeout})
+	f.exit(in.ContainerId)
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *FakeRuntime) ExecSync(_ context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Execs = append(f.Execs, FakeExec{ID: in.ContainerId, Cmd: in.Cmd})
+	if f.ExecErr != nil {
+		return nil, f.ExecErr
+	}
+	code := f.ExecExit[in.ContainerId]
+	if code == 0 && f.ExitOnExec {
+		f.exit(in.ContainerId)
+	}
+	return &runtimeapi.ExecSyncResponse{ExitCode: code}, nil
+}
+
+func (f *FakeRuntime) exit(id string) {
+	for _, c := range f.Containers {
+		if c.Id == id {
+			c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+		}
+	}
+}

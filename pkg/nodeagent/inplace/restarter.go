@@ -1,0 +1,218 @@
+package inplace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// DefaultEndpoint is containerd's CRI socket where the kubelet usually finds it.
+const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
+
+// Runtime is the part of the CRI runtime service the restarter uses: these three calls and
+// nothing else (docs/in-place-restart.md, "Least privilege"). runtimeapi's client is one.
+type Runtime interface {
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error)
+	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
+}
+
+var _ Runtime = runtimeapi.RuntimeServiceClient(nil)
+
+// ErrNoRuntime is Dial's error when the node's container runtime cannot be reached: the
+// node restarts no pod in place (the agent runs on without it).
+var ErrNoRuntime = errors.New("no container runtime")
+
+// ErrStale is OpenBarrier's error when the pod's barrier refused the attempt as not newer
+// than the one the pod ran before (barrier.ErrStale): the decision is older than the pod.
+var ErrStale = barrier.ErrStale
+
+// The barrier's exit codes for open (cmd/faultline-barrier), read through ExecSync.
+const (
+	openExitStale      = 3
+	openExitNotWaiting = 4
+)
+
+// Restarter stops old workers and opens barriers through the node's container runtime.
+type Restarter struct {
+	rt     Runtime
+	closer io.Closer
+	log    *slog.Logger
+	// ExecTimeout bounds the barrier's open (it answers in milliseconds).
+	ExecTimeout time.Duration
+}
+
+// New is a Restarter over rt.
+func New(rt Runtime, log *slog.Logger) *Restarter {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Restarter{rt: rt, log: log, ExecTimeout: 10 * time.Second}
+}
+
+// Dial connects to the CRI runtime at endpoint ("unix:///path") and checks that it answers;
+// its error wraps ErrNoRuntime when it does not.
+func Dial(ctx context.Context, endpoint string, log *slog.Logger) (*Restarter, *runtimeapi.VersionResponse, error) {
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		return nil, nil, fmt.Errorf("CRI endpoint %q: want unix:///path", endpoint)
+	}
+	// gRPC would retry a missing socket in the background and report only "unavailable".
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrNoRuntime, err)
+	}
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrNoRuntime, endpoint, err)
+	}
+	client := runtimeapi.NewRuntimeServiceClient(conn)
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := client.Version(vctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("%w: %s does not answer the CRI: %v", ErrNoRuntime, endpoint, err)
+	}
+	r := New(client, log)
+	r.closer = conn
+	return r, v, nil
+}
+
+// Close closes the runtime connection of a Restarter from Dial.
+func (r *Restarter) Close() error {
+	if r.closer == nil {
+		return nil
+	}
+	return r.closer.Close()
+}
+
+// StopOldWorkers stops, with the pod's termination grace period, the running workers of
+// pod that belong to an attempt older than attempt (Decide), and returns the runtime IDs it
+// stopped. A worker already stopped, or gone, is left alone: none is stopped twice by a
+// second call, and a status read before the pod restarted never stops the new workers.
+func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt int) ([]string, error) {
+	d := Decide(pod, attempt, false)
+	if d.Action != ActionStopWorkers {
+		r.log.Debug("no old worker to stop", "pod", podRef(pod), "attempt", attempt, "reason", d.Reason)
+		return nil, nil
+	}
+	want := map[string]bool{}
+	for _, id := range d.Containers {
+		want[id] = true
+	}
+	running, err := r.running(ctx, pod, "")
+	if err != nil {
+		return nil, err
+	}
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	workers := map[string]bool{}
+	for _, c := range pod.Spec.Containers {
+		workers[c.Name] = true
+	}
+	var stopped []string
+	for _, c := range running {
+		if !want[c.Id] || !workers[c.Labels[kubelettypes.KubernetesContainerNameLabel]] {
+			continue
+		}
+		// SIGTERM, then SIGKILL after the grace period: the worker's exit (143 or 137) is
+		// non-zero, so its rule restarts every container of the pod in place. The call
+		// returns once the container stopped.
+		if _, err := r.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c.Id, Timeout: grace}); err != nil {
+			if status.Code(err) == codes.NotFound {
+				continue // removed meanwhile: the kubelet is restarting the pod already
+			}
+			return stopped, fmt.Errorf("stop container %s of pod %s: %w", c.Id, podRef(pod), err)
+		}
+		stopped = append(stopped, c.Id)
+	}
+	r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", attempt, "containers", stopped, "reason", d.Reason)
+	return stopped, nil
+}
+
+// OpenBarrier gives the go signal of attempt to pod's barrier if it runs, and says whether
+// it opened. The runtime, not the pod's status, says whether the barrier runs: the status
+// follows it by the kubelet's relist and status write. A barrier that is not running
+// (opened already, or not started) is left alone; one that refuses the attempt as stale
+// (the pod ran it already) returns ErrStale.
+func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error) {
+	if d := Decide(pod, attempt, true); d.Action == ActionNone {
+		r.log.Debug("no barrier to open", "pod", podRef(pod), "attempt", attempt, "reason", d.Reason)
+		return false, nil
+	}
+	running, err := r.running(ctx, pod, v1alpha1.BarrierContainer)
+	if err != nil {
+		return false, err
+	}
+	opened := false
+	for _, c := range running {
+		cmd := []string{barrier.Binary, "open", "--attempt", strconv.Itoa(attempt)}
+		resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
+		if err != nil {
+			if still, lerr := r.isRunning(ctx, pod, c.Id); lerr == nil && !still {
+				continue // it exited meanwhile: opened by an earlier call
+			}
+			return opened, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, c.Id, podRef(pod), err)
+		}
+		switch resp.ExitCode {
+		case 0:
+			opened = true
+			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", attempt, "container", c.Id)
+		case openExitNotWaiting:
+			// Opened by an earlier call and on its way out.
+		case openExitStale:
+			return opened, fmt.Errorf("barrier %s of pod %s: %w: %s", c.Id, podRef(pod), ErrStale, strings.TrimSpace(string(resp.Stderr)))
+		default:
+			return opened, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", c.Id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
+		}
+	}
+	return opened, nil
+}
+
+// running lists pod's running containers (named name, or all if name is empty) by the
+// labels the kubelet puts on every container.
+func (r *Restarter) running(ctx context.Context, pod *corev1.Pod, name string) ([]*runtimeapi.Container, error) {
+	sel := map[string]string{kubelettypes.KubernetesPodUIDLabel: string(pod.UID)}
+	if name != "" {
+		sel[kubelettypes.KubernetesContainerNameLabel] = name
+	}
+	resp, err := r.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: sel,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("list the containers of pod %s: %w", podRef(pod), err)
+	}
+	return resp.Containers, nil
+}
+
+func (r *Restarter) isRunning(ctx context.Context, pod *corev1.Pod, id string) (bool, error) {
+	cs, err := r.running(ctx, pod, "")
+	for _, c := range cs {
+		if c.Id == id {
+			return true, nil
+		}
+	}
+	return false, err
+}
+
+func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
