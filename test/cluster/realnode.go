@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
 	"github.com/faultline-dev/faultline/test/ociimage"
 )
@@ -28,6 +29,10 @@ const (
 	PauseImage = "localhost/faultline/pause:dev"
 	// WorkerImage is the test worker (test/worker), imported into every real node.
 	WorkerImage = "localhost/faultline/test-worker:dev"
+	// BarrierImage is faultline-barrier (cmd/faultline-barrier), the init container of
+	// pods that restart in place, imported into every real node as the release's
+	// barrier.ImageRepository would be pulled.
+	BarrierImage = "localhost/faultline/barrier:dev"
 	// TaintRealNode (NoSchedule) is on every real node.
 	TaintRealNode = "test.faultline.dev/real-node"
 	// LabelNodeKind is "real" on real nodes (kwok's nodes have "kwok").
@@ -251,10 +256,11 @@ func (rn *RealNodes) create(nodes int) error {
 const maxRealNodes = 8
 
 // buildImages builds the programs the nodes run (pause, the test worker, the fake GPU device
-// plugin) as static binaries, and the pause and worker images from them.
+// plugin, faultline-barrier) as static binaries, and the pause, worker and barrier images
+// from them.
 func (rn *RealNodes) buildImages(root string) error {
 	bin := filepath.Join(rn.Dir, "bin")
-	for _, p := range []string{"./test/pause", "./test/worker", "./test/fakegpu"} {
+	for _, p := range []string{"./test/pause", "./test/worker", "./test/fakegpu", "./cmd/faultline-barrier"} {
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bin, filepath.Base(p)), p)
 		cmd.Dir = root
 		// Static: the images hold nothing but the binary.
@@ -266,6 +272,7 @@ func (rn *RealNodes) buildImages(root string) error {
 	images := []ociimage.Image{
 		{Ref: PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
 		{Ref: WorkerImage, Files: map[string]string{"/worker": filepath.Join(bin, "worker")}, Entrypoint: []string{"/worker"}},
+		{Ref: BarrierImage, Files: map[string]string{barrier.Binary: filepath.Join(bin, "faultline-barrier")}, Entrypoint: []string{barrier.Binary}},
 	}
 	if err := os.MkdirAll(filepath.Join(rn.Dir, "images"), 0o755); err != nil {
 		return err
@@ -451,7 +458,7 @@ func (rn *RealNodes) startContainerd(ctx context.Context, n *RealNode) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, ref := range []string{PauseImage, WorkerImage} {
+	for _, ref := range []string{PauseImage, WorkerImage, BarrierImage} {
 		if out, err := rn.ctr(ctx, n, "-n", "k8s.io", "images", "import", rn.imageTar(ref)); err != nil {
 			return fmt.Errorf("import %s: %w\n%s", ref, err, out)
 		}

@@ -145,7 +145,9 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 		}
 		stopped = append(stopped, c.Id)
 	}
-	r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", attempt, "containers", stopped, "reason", d.Reason)
+	if len(stopped) > 0 {
+		r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", attempt, "containers", stopped, "reason", d.Reason)
+	}
 	return stopped, nil
 }
 
