@@ -26,6 +26,12 @@ const (
 	// then creates no pod for minutes (kubernetes/kubernetes#131917).
 	FinalizerAttemptJob = GroupName + "/attempt-job"
 
+	// JobManagedBy is the spec.managedBy of a Gang-scope attempt's Job: the Job controller
+	// leaves such a Job alone, and faultline creates its pods (attempt.Pod), at its own
+	// rate, with the node exclusions of the moment, and without the Job controller's
+	// replacement backoff (docs/in-place-restart.md, "The Job across an in-place restart").
+	JobManagedBy = GroupName + "/trainingrun-controller"
+
 	// AnnotationFaultEvidence holds the node agent's FaultEvidence as JSON on a pod.
 	AnnotationFaultEvidence = GroupName + "/fault-evidence"
 	// AnnotationShutdownDetectedAt is set on a Node (RFC 3339 nano) when logind announces a shutdown.

@@ -10,6 +10,7 @@ package attempt
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -160,8 +161,15 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	// can hand on to the next attempt's Job of the same name, is never consulted.
 	job.Spec.BackoffLimitPerIndex = ptr.To[int32](0)
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
+		// Index scope's retries are the Job controller's per-index backoff: it creates and
+		// replaces the pods.
 		job.Spec.BackoffLimitPerIndex = ptr.To(ptr.Deref(run.Spec.BackoffLimitPerIndex, 0))
 		job.Spec.MaxFailedIndexes = run.Spec.MaxFailedIndexes
+	} else {
+		// A gang's pods are faultline's to create (Pod): the Job controller's replacement of
+		// a failed pod (10 s of backoff at least, on any node) is never what a gang needs,
+		// and its creation rate (kube-controller-manager's QPS 20) is not the controller's.
+		job.Spec.ManagedBy = ptr.To(v1alpha1.JobManagedBy)
 	}
 	if run.Spec.SuccessPolicy == v1alpha1.SuccessPolicyLeader {
 		// Index 0 alone: a plugin whose layout has processes that never exit puts its
@@ -170,6 +178,65 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	}
 	return job
 }
+
+// Managed reports whether faultline creates job's pods (a Gang-scope attempt's Job), rather
+// than the Job controller.
+func Managed(job *batchv1.Job) bool {
+	return job != nil && ptr.Deref(job.Spec.ManagedBy, "") == v1alpha1.JobManagedBy
+}
+
+// Pod is the pod of index i of a Job that faultline manages, as the Job controller would make
+// it (its pkg/controller/job, v1.36): the template with the completion index as annotation
+// and label, JOB_COMPLETION_INDEX in every container, the hostname <job>-<i> (the stable
+// per-index address under the run's Service), and the Job as its controller. job is the Job
+// as the API server returned it: its template then carries the selector's labels.
+//
+// The name is fixed by the Job and the index (PodName): a second creation of the same pod
+// (the cache not showing the first yet, a crash between the creation and the status write)
+// is refused by the API server, so a Job never gets two pods of one index from faultline.
+func Pod(job *batchv1.Job, i int) *corev1.Pod {
+	tmpl := job.Spec.Template.DeepCopy()
+	index := strconv.Itoa(i)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            PodName(job, i),
+			Namespace:       job.Namespace,
+			Labels:          merge(tmpl.Labels, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
+			Annotations:     merge(tmpl.Annotations, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+		},
+		Spec: tmpl.Spec,
+	}
+	pod.Spec.Hostname = job.Name + "-" + index
+	env := corev1.EnvVar{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+		FieldPath: "metadata.labels['" + batchv1.JobCompletionIndexAnnotation + "']",
+	}}}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for j := range cs {
+			if !slices.ContainsFunc(cs[j].Env, func(e corev1.EnvVar) bool { return e.Name == completionIndexEnv }) {
+				cs[j].Env = append(cs[j].Env, env)
+			}
+		}
+	}
+	return pod
+}
+
+// completionIndexEnv is the variable the Job controller gives every container of an Indexed
+// Job's pod; programs written for Indexed Jobs read it.
+const completionIndexEnv = "JOB_COMPLETION_INDEX"
+
+// PodName is the name of index i's pod of job: the Job's name and the index, as the Job
+// controller's generated names start, then the first characters of the Job's UID, so that
+// the pods of two attempts' Jobs (same name) never share a name.
+func PodName(job *batchv1.Job, i int) string {
+	uid := strings.ReplaceAll(string(job.UID), "-", "")
+	return job.Name + "-" + strconv.Itoa(i) + "-" + uid[:min(len(uid), podNameUIDChars)]
+}
+
+// podNameUIDChars is how much of the Job's UID a pod name carries: 8 hex digits, one chance
+// in four billion that two Jobs of one run's name collide (then the later one's creations
+// wait, refused, until the earlier one's pods are gone: never two pods of one name).
+const podNameUIDChars = 8
 
 // StopConditions are the pod conditions that, when True, say that the infrastructure stops
 // the pod: the node agent's InfrastructureFault and the control plane's DisruptionTarget.

@@ -300,3 +300,64 @@ func TestOfRun(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedGangOnly: a gang's Job is faultline's to fill; an Index-scope run keeps the Job
+// controller, whose per-index retries are its restarts.
+func TestManagedGangOnly(t *testing.T) {
+	if job := Job(makeRun(), Options{Attempt: 1}); !Managed(job) || ptr.Deref(job.Spec.ManagedBy, "") != v1alpha1.JobManagedBy {
+		t.Errorf("gang: managedBy %v, want %s", job.Spec.ManagedBy, v1alpha1.JobManagedBy)
+	}
+	if job := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.RestartScope = v1alpha1.RestartScopeIndex }), Options{Attempt: 1}); Managed(job) || job.Spec.ManagedBy != nil {
+		t.Errorf("index scope: managedBy %v, want unset (the Job controller's)", job.Spec.ManagedBy)
+	}
+	if Managed(nil) {
+		t.Error("Managed(nil) = true")
+	}
+}
+
+// TestPod: index i's pod of a managed Job is what the Job controller would make of the
+// template (v1.36's pkg/controller/job: completion index annotation and label, hostname,
+// JOB_COMPLETION_INDEX, the Job as controller), named by the Job's UID and the index.
+func TestPod(t *testing.T) {
+	job := Job(makeRun(), Options{Attempt: 2})
+	job.UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	// What the API server adds to a Job with a generated selector.
+	job.Spec.Template.Labels[batchv1.ControllerUidLabel] = string(job.UID)
+	job.Spec.Template.Labels[batchv1.JobNameLabel] = job.Name
+	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+
+	p := Pod(job, 3)
+	if p.Name != "llm-3-0f1e2d3c" || p.Namespace != "ml" {
+		t.Errorf("pod %s/%s, want ml/llm-3-0f1e2d3c", p.Namespace, p.Name)
+	}
+	if p.Spec.Hostname != "llm-3" || p.Spec.Subdomain != "llm" {
+		t.Errorf("hostname %q subdomain %q, want llm-3 and llm: the index's stable address", p.Spec.Hostname, p.Spec.Subdomain)
+	}
+	if p.Labels[batchv1.JobCompletionIndexAnnotation] != "3" || p.Annotations[batchv1.JobCompletionIndexAnnotation] != "3" {
+		t.Errorf("completion index label %q annotation %q, want 3", p.Labels[batchv1.JobCompletionIndexAnnotation], p.Annotations[batchv1.JobCompletionIndexAnnotation])
+	}
+	if i, ok := Index(p); !ok || i != 3 {
+		t.Errorf("Index = %d, %v", i, ok)
+	}
+	if p.Labels[batchv1.ControllerUidLabel] != string(job.UID) || p.Labels[v1alpha1.LabelAttempt] != "2" || p.Labels["team"] != "a" {
+		t.Errorf("labels %v: want the template's (the Job's selector, the attempt, the user's)", p.Labels)
+	}
+	if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != job.UID || ref.Kind != "Job" || ref.APIVersion != "batch/v1" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("controller ref %+v, want the Job", ref)
+	}
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		last := c.Env[len(c.Env)-1]
+		if last.Name != "JOB_COMPLETION_INDEX" || last.ValueFrom == nil || last.ValueFrom.FieldRef.FieldPath != "metadata.labels['batch.kubernetes.io/job-completion-index']" {
+			t.Errorf("container %s: last env %+v, want JOB_COMPLETION_INDEX from the index label", c.Name, last)
+		}
+	}
+	if _, ok := job.Spec.Template.Labels[batchv1.JobCompletionIndexAnnotation]; ok || len(job.Spec.Template.Spec.Containers[0].Env) != len(p.Spec.Containers[0].Env)-1 {
+		t.Error("Pod() modified the Job's template")
+	}
+	// Another attempt's Job of the same name: other pod names.
+	next := job.DeepCopy()
+	next.UID = "9a8b7c6d-0000-0000-0000-000000000000"
+	if a, b := PodName(job, 3), PodName(next, 3); a == b {
+		t.Errorf("two Jobs' pods of index 3 are both named %s", a)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -74,8 +75,10 @@ func (r *Reconciler) succeed(ctx context.Context, run *v1alpha1.TrainingRun, obs
 
 // finished keeps a finished run quiet: no pod of it keeps running, and the TTL is honoured.
 func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
-	if run.Status.Phase == v1alpha1.PhaseFailed {
-		if obs.job != nil && !jobFinished(obs.job) && !ptr.Deref(obs.job.Spec.Suspend, false) {
+	// A run that succeeded under successPolicy Leader may leave workers running: the Job
+	// controller stops them for a Job it manages, faultline for one it manages itself.
+	if run.Status.Phase == v1alpha1.PhaseFailed || attempt.Managed(obs.job) {
+		if obs.job != nil && !attempt.Managed(obs.job) && !jobFinished(obs.job) && !ptr.Deref(obs.job.Spec.Suspend, false) {
 			// Suspending keeps the Job and its failed pods (for logs) but stops replacements.
 			patched := obs.job.DeepCopy()
 			patched.Spec.Suspend = ptr.To(true)

@@ -5,7 +5,9 @@ package controller
 // for a NodeMaintenance; deploy/admission/controller.yaml refuses any other change to a Node),
 // and touches only pods it finds through its runs' label: RBAC cannot select pods by label, so deploy/admission
 // (controller.yaml) confines its pod writes to the workers of runs, and to dropping the
-// Job-tracking finalizer and its own scheduling gate. Its leader-election Lease is a Role's
+// Job-tracking finalizer. It creates the pods of a gang's Job (attempt.Managed): no more
+// power than creating a Job, which makes pods of any template too, and admission confines
+// those creations to workers of runs controlled by a Job. Its leader-election Lease is a Role's
 // in its own namespace: a cluster-wide grant would let it take kube-controller-manager's or
 // kube-scheduler's Lease, or write node heartbeats in kube-node-lease. It lists events only to
 // say why a Job creates no pods (the Job controller's FailedCreate events).
@@ -35,7 +37,7 @@ package controller
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create
 // +kubebuilder:rbac:groups=faultline.dev,resources=trainingruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances,verbs=get;list;watch

@@ -61,6 +61,7 @@ type Reconciler struct {
 	versions  knownVersions
 	removed   removals
 	deletions jobDeletions
+	creations podCreations
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
@@ -147,8 +148,15 @@ func (r *Reconciler) start(ctx context.Context, run *v1alpha1.TrainingRun) error
 // track follows a running attempt: success, the first failure, readiness.
 func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	workers := obs.workers()
-	if jobSucceeded(obs.job) || leaderSucceeded(run, workers) {
+	if jobSucceeded(obs.job) || managedSucceeded(run, obs.job, workers) || leaderSucceeded(run, workers) {
 		return ctrl.Result{}, r.succeed(ctx, run, obs)
+	}
+	if attempt.Managed(obs.job) && obs.job.DeletionTimestamp == nil {
+		// Indexes without a pod: a creation a crash cut short, or a pod gone before the
+		// cache showed it.
+		if err := r.createPods(ctx, run, obs.job, workers); err != nil && !errors.Is(err, errPodRefused) {
+			return ctrl.Result{}, err
+		}
 	}
 	// In Gang scope the first failure ends the attempt. In Index scope the Job controller
 	// replaces failed indexes itself; the run fails only when the Job gives up.

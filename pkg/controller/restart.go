@@ -222,6 +222,13 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		}
 		return ctrl.Result{}, fmt.Errorf("create job %s attempt %d: %w", job.Name, run.Status.Attempt, err)
 	}
+	if attempt.Managed(job) {
+		// job is as the API server stored it: its template has the selector's labels. A
+		// refusal is reported by creationStall, as for pods the Job controller creates.
+		if err := r.createPods(ctx, run, job, nil); err != nil && !errors.Is(err, errPodRefused) {
+			return ctrl.Result{}, err
+		}
+	}
 	// Written now rather than when the Job is next seen: the trace's create phase ends here.
 	if r.Tracing.Enabled() {
 		if run.Status.Trace == nil {

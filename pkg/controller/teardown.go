@@ -78,6 +78,7 @@ func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev
 		return false, err
 	}
 	r.deletions.forget(job.UID)
+	r.creations.forget(job.UID)
 	return true, nil
 }
 
@@ -113,7 +114,9 @@ const jobControllerExpectationsTimeout = 5 * time.Minute
 // change), the Job controller's own bound applies: by then any expectation a lost creation
 // left has expired.
 func (r *Reconciler) syncedSinceDeletion(job *batchv1.Job) bool {
-	return jobFinished(job) || r.deletions.writtenSince(job) ||
+	// A Job the Job controller does not manage has no sync of its: faultline's own creations
+	// run inside the reconcile that would now retire it.
+	return attempt.Managed(job) || jobFinished(job) || r.deletions.writtenSince(job) ||
 		!r.Clock.Now().Before(job.DeletionTimestamp.Add(jobControllerExpectationsTimeout))
 }
 

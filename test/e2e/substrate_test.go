@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,4 +125,87 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 		}
 	}
 	return nil
+}
+
+// TestE2ESubstrateLeavesAManagedJobAlone proves what faultline's gang attempts build on
+// (attempt.Managed): the real Job controller leaves a Job whose spec.managedBy is faultline's
+// alone. It creates no pod for it, does not take the pods faultline creates for it (no
+// tracking finalizer), replaces none that fails, and writes nothing in its status, while a
+// Job beside it that it does manage, created after, gets its pod and its status.
+func TestE2ESubstrateLeavesAManagedJobAlone(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "managed", Namespace: ns, UID: "00000000-0000-0000-0000-00000000a11e"},
+		Spec: v1alpha1.TrainingRunSpec{Workers: 2, RestartScope: v1alpha1.RestartScopeGang, Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest"}}},
+		}},
+	}
+	job := attempt.Job(run, attempt.Options{Attempt: 1})
+	job.OwnerReferences, job.Finalizers = nil, nil // no TrainingRun object behind it here
+	if !attempt.Managed(job) {
+		t.Fatalf("a gang's Job is not managed by faultline: managedBy %v", job.Spec.ManagedBy)
+	}
+	job, err := c.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a Job managed by faultline: %v", err)
+	}
+	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, attempt.Pod(job, 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create index 0's pod as faultline does: %v", err)
+	}
+	if _, err := c.WaitPods(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run.Name}), func(pods []*corev1.Pod) (bool, error) {
+		return cluster.CountRunning(pods) == 1, nil
+	}); err != nil {
+		t.Fatalf("index 0 Running: %v", err)
+	}
+	if err := c.FailPod(ctx, ns, pod.Name, cluster.Failure{ExitCode: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Job the Job controller manages, made after: once its status shows its pod active,
+	// the Job controller has been at work for a while after the managed Job's events.
+	control := job.DeepCopy()
+	control.ObjectMeta = metav1.ObjectMeta{Name: "control", Namespace: ns, Labels: map[string]string{"app": "control"}}
+	control.Spec.ManagedBy, control.Spec.Selector = nil, nil
+	control.Spec.Completions, control.Spec.Parallelism = ptr.To[int32](1), ptr.To[int32](1)
+	control.Spec.Template.Labels = map[string]string{"app": "control"}
+	if _, err := c.Client.BatchV1().Jobs(ns).Create(ctx, control, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the control Job: %v", err)
+	}
+	if _, err := c.WaitJob(ctx, ns, control.Name, func(j *batchv1.Job) (bool, error) { return ptr.Deref(j.Status.Ready, 0) == 1, nil }); err != nil {
+		t.Fatalf("the control Job's pod ready: %v", err)
+	}
+
+	got, err := c.Client.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Active != 0 || got.Status.Failed != 0 || got.Status.Ready != nil || got.Status.StartTime != nil || len(got.Status.Conditions) != 0 {
+		t.Errorf("the Job controller wrote the managed Job's status: %+v", got.Status)
+	}
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].UID != pod.UID {
+		t.Errorf("the managed Job has %d pods, want only the one faultline made: %s", len(pods.Items), podNames(pods.Items))
+	}
+	for _, p := range pods.Items {
+		if len(p.Finalizers) != 0 {
+			t.Errorf("pod %s has finalizers %v: the Job controller took it", p.Name, p.Finalizers)
+		}
+	}
+}
+
+func podNames(pods []corev1.Pod) string {
+	var s []string
+	for _, p := range pods {
+		s = append(s, p.Name+"("+string(p.Status.Phase)+")")
+	}
+	return strings.Join(s, ", ")
 }

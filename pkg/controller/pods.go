@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+)
+
+// createPods creates the pods of the indexes of job (a Job faultline manages: attempt.Managed)
+// that have none: workers are the Job's pods the cache shows. The pods' names are fixed by
+// the Job and the index, so a creation the cache does not show yet, made again, is refused
+// by the API server rather than doubled; pods created here a moment ago are not even asked
+// for again (creations), which spares the API server a refusal per pod while the cache
+// catches up with a large gang.
+//
+// Creations go in batches that double (1, 2, 4, ...) as the Job controller's do: a refusal
+// (a quota, an admission policy) then costs one request, not one per worker, and it is
+// reported as the Job controller reports it, a FailedCreate event on the Job, which
+// creationStall turns into the run's Stalled condition.
+func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod) error {
+	missing := r.creations.missing(job, workers, int(run.Spec.Workers), r.Clock.Now())
+	for batch := 1; len(missing) > 0; batch *= 2 {
+		n := min(batch, len(missing))
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for k, i := range missing[:n] {
+			wg.Go(func() { errs[k] = r.createPod(ctx, job, i) })
+		}
+		wg.Wait()
+		missing = missing[n:]
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createPod creates index i's pod of job.
+func (r *Reconciler) createPod(ctx context.Context, job *batchv1.Job, i int) error {
+	pod := attempt.Pod(job, i)
+	err := r.Create(ctx, pod)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		r.creations.created(job.UID, i, r.Clock.Now())
+		return nil
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return nil // nothing will run here any more; the run goes with its namespace
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+		// Refused as it is: trying again at once changes nothing. Said where the Job
+		// controller says it, for `kubectl describe job` and for creationStall.
+		r.Recorder.Eventf(job, nil, corev1.EventTypeWarning, reasonFailedCreate, v1alpha1.ActionCreateAttempt, "Error creating: %s", apiMessage(err))
+		return fmt.Errorf("create pod %s of job %s: %w", pod.Name, job.Name, errPodRefused)
+	}
+	return fmt.Errorf("create pod %s of job %s: %w", pod.Name, job.Name, err)
+}
+
+// errPodRefused marks a pod the API server refused as it is.
+var errPodRefused = errors.New("refused by the API server")
+
+// creationTTL is how long a pod created by this process is taken to exist while the cache does
+// not show it. Past it, the index is asked for again: the API server answers AlreadyExists if
+// the pod is there, and creates it if it is gone (deleted before the cache saw it).
+const creationTTL = 30 * time.Second
+
+// podCreations remembers, per managed Job, the indexes whose pod this process created and
+// the cache did not show yet.
+type podCreations struct {
+	mu   sync.Mutex
+	jobs map[types.UID]map[int]time.Time
+}
+
+func (c *podCreations) created(job types.UID, i int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.jobs == nil {
+		c.jobs = map[types.UID]map[int]time.Time{}
+	}
+	if c.jobs[job] == nil {
+		c.jobs[job] = map[int]time.Time{}
+	}
+	c.jobs[job][i] = at
+}
+
+// missing are the indexes below n of job that have no pod among workers, nor one created
+// less than creationTTL ago; the indexes the cache shows are forgotten.
+func (c *podCreations) missing(job *batchv1.Job, workers []*corev1.Pod, n int, now time.Time) []int {
+	have := make([]bool, n)
+	for _, p := range workers {
+		if i, ok := attempt.Index(p); ok && i < n {
+			have[i] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pending := c.jobs[job.UID]
+	var out []int
+	for i := range n {
+		at, recent := pending[i]
+		switch {
+		case have[i]:
+			delete(pending, i)
+		case recent && now.Sub(at) < creationTTL:
+		default:
+			out = append(out, i)
+		}
+	}
+	if len(pending) == 0 {
+		delete(c.jobs, job.UID)
+	}
+	return out
+}
+
+// forget drops what is remembered of a Job that is gone.
+func (c *podCreations) forget(job types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, job)
+}
+
+// managedSucceeded reports whether every index of a managed Job has a pod that succeeded:
+// the Job controller's Complete, which nobody writes on a Job it does not manage.
+func managedSucceeded(run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod) bool {
+	if !attempt.Managed(job) {
+		return false
+	}
+	done := make([]bool, run.Spec.Workers)
+	left := len(done)
+	for _, p := range workers {
+		if i, ok := attempt.Index(p); ok && i < len(done) && !done[i] && p.Status.Phase == corev1.PodSucceeded {
+			done[i] = true
+			left--
+		}
+	}
+	return left == 0
+}
