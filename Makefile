@@ -36,11 +36,12 @@ build: ## Build every binary into bin/.
 	@for p in $(PLUGINS); do [ -f plugins/$$p/main.go ] && $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/faultline-plugin-$$p ./plugins/$$p; done; true
 
 .PHONY: tools
-tools: ## Build every pinned tool: control plane, real nodes, kwok, code generators (cached in _output/bin).
+tools: ## Build every pinned tool: control plane, real nodes, kwok, Kueue, code generators (cached in _output/bin).
 	@$(TOOLS)
 
 # What the demo and the tests need, no more: `make demo` the control plane and kwok (and, with
-# REAL_NODES=1, the kubelet, containerd and CoreDNS); `make test` both sets.
+# REAL_NODES=1, the kubelet, containerd and CoreDNS); `make test` both sets and Kueue (for
+# test/e2e/kueue).
 .PHONY: tools-demo tools-test
 tools-demo:
 	@$(TOOLS) $$($(TOOLS) set $(if $(REAL_NODES),test,demo))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the pinned control plane, the real nodes' kubelet, containerd and CoreDNS, kwok, code
-# generators and linters into _output/bin/<component>-<version>/, skipping any binary that is
+# Builds the pinned control plane, the real nodes' kubelet, containerd and CoreDNS, kwok, Kueue,
+# code generators and linters into _output/bin/<component>-<version>/, skipping any binary that is
 # already there, so only the first run on a machine pays for the build.
 #
 # Usage: hack/build-tools.sh [NAME...]      build these (default: all)
 #        hack/build-tools.sh paths          print shell-sourceable paths
 #        hack/build-tools.sh set demo|test|real-nodes   print the names a target needs
+#        hack/build-tools.sh jobset-dir|kueue-dir       print where a module's manifests lie
 #
 # Binaries that come from one module and share most of their packages are built by one `go
 # build` (one compile of the shared packages, links side by side); the groups run in
@@ -32,6 +33,7 @@ PROTOC_GEN_GO_GRPC_VERSION=$(modver google.golang.org/grpc/cmd/protoc-gen-go-grp
 JOBSET_VERSION=$(modver sigs.k8s.io/jobset)
 CONTAINERD_VERSION=$(modver github.com/containerd/containerd/v2 "$tools/containerd/go.mod")
 COREDNS_VERSION=$(modver github.com/coredns/coredns "$tools/coredns/go.mod")
+KUEUE_VERSION=$(modver sigs.k8s.io/kueue "$tools/kueue/go.mod")
 
 k8s_ldflags() {
 	local v=${K8S_VERSION#v} major minor
@@ -46,10 +48,11 @@ k8s_ldflags() {
 
 # Sets of names for the Makefile's targets: what `make demo` needs (the control plane and
 # kwok, as test/cluster.FindTools builds them), what the real nodes add, what `make test`
-# needs (both), and everything.
+# needs (both, and Kueue for test/e2e/kueue), and everything.
 set_demo=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
 set_real=(kubelet containerd coredns)
-set_all=("${set_demo[@]}" "${set_real[@]}" controller-gen staticcheck)
+set_test_only=(kueue)
+set_all=("${set_demo[@]}" "${set_real[@]}" "${set_test_only[@]}" controller-gen staticcheck)
 
 # group NAME: the build group of a binary: its module dir, output dir, packages (one per
 # binary of the group), ldflags and tags. Binaries of one group are built together.
@@ -83,6 +86,13 @@ spec() {
 		;;
 	# CoreDNS with only the plugins the real nodes use (hack/tools/coredns/main.go).
 	coredns) dir=$out/coredns-$COREDNS_VERSION module=$tools/coredns pkgs=(coredns=github.com/faultline-dev/faultline/hack/tools/coredns) ;;
+	# Kueue's manager alone (not its kubectl plugin, importer or UI), from a module of its
+	# own: it requires Kubeflow's, Ray's and cert-manager's APIs, which must not move the
+	# control plane's dependencies. The version is stamped as upstream's Makefile does.
+	kueue)
+		dir=$out/kueue-$KUEUE_VERSION module=$tools/kueue pkgs=(kueue=sigs.k8s.io/kueue/cmd/kueue)
+		ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+		;;
 	controller-gen) dir=$out/controller-tools-$CONTROLLER_TOOLS_VERSION pkgs=(controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen) ;;
 	staticcheck) dir=$out/staticcheck-$STATICCHECK_VERSION pkgs=(staticcheck=honnef.co/go/tools/cmd/staticcheck) ;;
 	protoc-gen-go) dir=$out/protobuf-$PROTOBUF_VERSION pkgs=(protoc-gen-go=google.golang.org/protobuf/cmd/protoc-gen-go) ;;
@@ -196,19 +206,22 @@ paths)
 	echo "PROTOC_GEN_GO=$out/protobuf-$PROTOBUF_VERSION/protoc-gen-go"
 	echo "PROTOC_GEN_GO_GRPC=$out/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION/protoc-gen-go-grpc"
 	echo "JOBSET_BIN=$out/jobset-$JOBSET_VERSION/jobset"
+	echo "KUEUE_BIN=$out/kueue-$KUEUE_VERSION/kueue"
 	exit 0
 	;;
 set)
 	case ${2:-} in
 	demo) echo "${set_demo[*]}" ;;
 	real-nodes) echo "${set_real[*]}" ;;
-	test) echo "${set_demo[*]} ${set_real[*]}" ;;
+	test) echo "${set_demo[*]} ${set_real[*]} ${set_test_only[*]}" ;;
 	*) echo "usage: $0 set demo|real-nodes|test" >&2; exit 2 ;;
 	esac
 	exit 0
 	;;
 # Where JobSet's module (its CRD and webhook manifests) lies in the module cache.
 jobset-dir) (cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset); exit 0 ;;
+# Where Kueue's module (its CRDs and webhook manifests) lies in the module cache.
+kueue-dir) (cd "$tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue); exit 0 ;;
 esac
 
 want=("$@")
@@ -224,7 +237,7 @@ for name in "${want[@]}"; do
 	proto) names+=(protoc-gen-go protoc-gen-go-grpc) ;;
 	# JobSet, for side-by-side benchmarks only (make bench); not in the default set.
 	etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kwok | kwokctl | \
-		coredns | controller-gen | staticcheck | jobset | containerd-shim-runc-v2 | ctr) names+=("$name") ;;
+		coredns | controller-gen | staticcheck | jobset | kueue | containerd-shim-runc-v2 | ctr) names+=("$name") ;;
 	*) echo "unknown tool $name" >&2; exit 2 ;;
 	esac
 done
