@@ -19,6 +19,7 @@ import (
 
 	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/shutdown"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/pkg/version"
@@ -84,6 +85,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster)")
 	f.StringVar(&cfg.Node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	f.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", nodeagent.DefaultPodResourcesSocket, "the kubelet's PodResources API socket")
+	f.StringVar(&cfg.CRIEndpoint, "cri-endpoint", inplace.DefaultEndpoint, `the container runtime's CRI socket, for restarts in place ("" or unreachable: none on this node)`)
 	f.StringVar(&cfg.DBusAddress, "dbus-address", os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"), "system bus address (default $DBUS_SYSTEM_BUS_ADDRESS, else the standard socket)")
 	f.StringVar(&cfg.GPU.LibraryPath, "nvml-library", "", "path of libnvidia-ml.so.1 (default: found under --driver-root)")
 	f.StringVar(&cfg.GPU.DriverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/run/nvidia/driver with the GPU Operator)")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/pkg/gpu/gpusim"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/shutdown"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -34,6 +35,10 @@ type DaemonConfig struct {
 	PodResourcesSocket string
 	// DBusAddress is the system bus ("" = the default system bus).
 	DBusAddress string
+	// CRIEndpoint is the container runtime's CRI socket ("unix:///path"), through which the
+	// agent restarts its node's pods in place (pkg/nodeagent/inplace); "" or a runtime that
+	// does not answer leaves the node without in-place restarts, never the agent down.
+	CRIEndpoint string
 	// GPU configures NVML; GPU.NewLibrary is replaced in simulation.
 	GPU gpu.Options
 	// ReleaseTimeout bounds how long pod marking may hold a shutdown back.
@@ -99,6 +104,12 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	if err := ForgetDeletedPods(podInformer, writer, log); err != nil {
 		return err
+	}
+
+	// Before readiness: whoever sees the agent ready can read whether it restarts in place.
+	if restarter := dialRestarter(ctx, cfg.CRIEndpoint, log); restarter != nil {
+		// Held for the in-place restart's wiring to the TrainingRuns' decisions (issue 27).
+		defer restarter.Close()
 	}
 
 	gpuOpts := cfg.GPU
@@ -188,6 +199,23 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		return nil
 	}
 	return err
+}
+
+// dialRestarter connects to the node's container runtime for in-place restarts. It fails
+// soft, as a missing GPU library does: a node whose runtime the agent cannot reach restarts
+// its pods the recreate way, and the agent goes on with everything else.
+func dialRestarter(ctx context.Context, endpoint string, log *slog.Logger) *inplace.Restarter {
+	if endpoint == "" {
+		log.Info("in-place restart off on this node: no CRI endpoint (--cri-endpoint)")
+		return nil
+	}
+	r, v, err := inplace.Dial(ctx, endpoint, log)
+	if err != nil {
+		log.Warn("in-place restart off on this node: the container runtime cannot be reached", "endpoint", endpoint, "error", err)
+		return nil
+	}
+	log.Info("in-place restart available", "endpoint", endpoint, "runtime", v.RuntimeName, "runtimeVersion", v.RuntimeVersion)
+	return r
 }
 
 // checkSimulation refuses simulation settings that do not go together, and a simulation

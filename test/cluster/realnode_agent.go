@@ -55,7 +55,7 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 	}
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", n.Name,
 		"--dbus-address", n.Bus.Address, "--pod-resources-socket", n.PodResourcesSocket,
-		"--http-address", a.HTTPAddr}
+		"--cri-endpoint", "unix://" + n.ContainerdSocket, "--http-address", a.HTTPAddr}
 	if len(n.GPUs) > 0 {
 		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", a.SimulateAddr)
 	}

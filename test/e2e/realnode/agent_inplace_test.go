@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,13 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	}
 	defer r.Close()
 	t.Logf("CRI runtime on %s: %s %s (CRI %s)", node.Name, v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
+	// The node's agent (--cri-endpoint, as test/cluster starts it) reached the same runtime
+	// before it was ready.
+	if a := agents[node.Name]; a == nil {
+		t.Errorf("no node agent on %s", node.Name)
+	} else if b, err := os.ReadFile(a.LogPath); err != nil || !strings.Contains(string(b), "in-place restart available") {
+		t.Errorf("the node agent of %s did not log that in-place restart is available (%v): %s", node.Name, err, a.Tail(10))
+	}
 
 	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, agentInPlacePod("agent-inplace", node.Name), metav1.CreateOptions{})
 	if err != nil {
