@@ -139,6 +139,7 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	if opened, err := r.OpenBarrier(ctx, waiting, 2); err != nil || !opened {
 		t.Fatalf("OpenBarrier(2): opened %v, %v", opened, err)
 	}
+	execTook := time.Since(goAt)
 	second := w.until(ctx, "the worker running again", func(p *corev1.Pod) bool {
 		ws := containerStatus(p, "worker")
 		return running(ws) && ws.ContainerID != worker1.ContainerID
@@ -167,8 +168,8 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 		t.Errorf("StopOldWorkers(2) on the pod running 2: stopped %v, %v; want nothing", stopped, err)
 	}
 	t.Logf("first start: OpenBarrier(1) → worker running %s", firstUp.Round(time.Millisecond))
-	t.Logf("in place: StopOldWorkers(2) → barrier waiting %s; OpenBarrier(2) → worker running %s; updates:%s",
-		stopToWaiting.Round(time.Millisecond), secondUp.Round(time.Millisecond), describeSeen(history, stopAt))
+	t.Logf("in place: StopOldWorkers(2) → barrier waiting %s; OpenBarrier(2) → worker running %s (the call itself, list and exec: %s); updates:%s",
+		stopToWaiting.Round(time.Millisecond), secondUp.Round(time.Millisecond), execTook.Round(time.Millisecond), describeSeen(history, stopAt))
 }
 
 // holds checks that the worker does not start while the barrier waits. 2 s is well above
