@@ -50,6 +50,11 @@ const (
 	// Binary is where the barrier's image holds the program: the node agent execs
 	// `Binary open --attempt N` in the barrier's container.
 	Binary = "/faultline-barrier"
+	// ImageUser is the user the barrier's image runs as: not root (the distroless
+	// images' nonroot). It needs no privilege: it writes only to the run volume (an
+	// emptyDir, world-writable) and its termination log (which the kubelet makes writable
+	// for any user), and open, exec'd as the same user, reaches its socket.
+	ImageUser = "65532:65532"
 	// ImageRepository is the barrier's image as released; the controller names it in the
 	// pods it builds, tagged with its own version (Image).
 	ImageRepository = "ghcr.io/faultline-dev/faultline-barrier"

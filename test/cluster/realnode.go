@@ -272,7 +272,10 @@ func (rn *RealNodes) buildImages(root string) error {
 	images := []ociimage.Image{
 		{Ref: PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
 		{Ref: WorkerImage, Files: map[string]string{"/worker": filepath.Join(bin, "worker")}, Entrypoint: []string{"/worker"}},
-		{Ref: BarrierImage, Files: map[string]string{barrier.Binary: filepath.Join(bin, "faultline-barrier")}, Entrypoint: []string{barrier.Binary}},
+		// Not root: the barrier needs no privilege (the run volume is world-writable, the
+		// kubelet makes the termination log writable for any user), and a pod that says
+		// runAsNonRoot can run it.
+		{Ref: BarrierImage, Files: map[string]string{barrier.Binary: filepath.Join(bin, "faultline-barrier")}, Entrypoint: []string{barrier.Binary}, User: barrier.ImageUser},
 	}
 	if err := os.MkdirAll(filepath.Join(rn.Dir, "images"), 0o755); err != nil {
 		return err

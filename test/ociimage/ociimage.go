@@ -42,6 +42,9 @@ type Image struct {
 	Files map[string]string
 	// Entrypoint is the image's ENTRYPOINT.
 	Entrypoint []string
+	// User is the image's USER ("uid" or "uid:gid"); empty runs as root unless the pod says
+	// otherwise.
+	User string
 }
 
 // epoch is every timestamp in the image, so that the same binaries give the same digests.
@@ -74,11 +77,15 @@ func Write(w io.Writer, img Image) error {
 		return fmt.Errorf("image %s: %w", img.Ref, err)
 	}
 	layerDigest := digest(layer)
+	runConfig := map[string]any{"Entrypoint": img.Entrypoint, "Env": []string{"PATH=/"}}
+	if img.User != "" {
+		runConfig["User"] = img.User
+	}
 	config, err := json.Marshal(map[string]any{
 		"created":      epoch,
 		"architecture": "amd64",
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": img.Entrypoint, "Env": []string{"PATH=/"}},
+		"config":       runConfig,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
 	})
 	if err != nil {

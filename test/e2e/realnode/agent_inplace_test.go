@@ -73,7 +73,14 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	barrierIs := func(p *corev1.Pod) *corev1.ContainerStatus { return initStatus(p, v1alpha1.BarrierContainer) }
 
 	// The first start waits at the barrier, whose status says nothing of an attempt.
-	p := w.until(ctx, "the barrier running", func(p *corev1.Pod) bool { return running(barrierIs(p)) })
+	p := w.untilOrFail(ctx, "the barrier running", func(p *corev1.Pod) (bool, error) {
+		// A barrier the kubelet will not start (its image, its security context) says so
+		// at once rather than at the timeout.
+		if b := barrierIs(p); b != nil && b.State.Waiting != nil && b.State.Waiting.Message != "" {
+			return false, fmt.Errorf("the barrier waits: %s: %s", b.State.Waiting.Reason, b.State.Waiting.Message)
+		}
+		return running(barrierIs(p)), nil
+	})
 	holds(ctx, t, w, "first start")
 	if stopped, err := r.StopOldWorkers(ctx, p, 1); err != nil || len(stopped) != 0 {
 		t.Errorf("StopOldWorkers on a pod at its barrier: stopped %v, %v; want nothing", stopped, err)
@@ -197,8 +204,9 @@ func stateLine(p *corev1.Pod) string {
 // agentInPlacePod is a worker pod as docs/in-place-restart.md shapes it: restartPolicy
 // Never; the faultline-barrier init container with the run volume; the test worker (a
 // one-task JAX gang) with a rule that restarts every container in place on any non-zero
-// exit, FAULTLINE_ATTEMPT_FILE and the run volume read-only. FAULTLINE_ATTEMPT stays 1,
-// as in a pod created for attempt 1: the worker's attempt 2 can only come from the file.
+// exit, FAULTLINE_ATTEMPT_FILE and the run volume read-only. The barrier runs with no
+// privilege at all. FAULTLINE_ATTEMPT stays 1, as in a pod created for attempt 1: the
+// worker's attempt 2 can only come from the file.
 func agentInPlacePod(name, node string) *corev1.Pod {
 	mount := corev1.VolumeMount{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir}
 	ro := mount
@@ -214,6 +222,15 @@ func agentInPlacePod(name, node string) *corev1.Pod {
 			InitContainers: []corev1.Container{{
 				Name: v1alpha1.BarrierContainer, Image: cluster.BarrierImage, ImagePullPolicy: corev1.PullNever,
 				VolumeMounts: []corev1.VolumeMount{mount},
+				// The least the barrier can run with, as the controller is to give it: its
+				// image's non-root user, no capability, nothing written outside the run
+				// volume and its termination log.
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             ptr.To(true),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 			Containers: []corev1.Container{{
 				Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever,
