@@ -8,7 +8,7 @@ import "embed"
 // FS holds every manifest and kustomization of deploy/, by path relative to this
 // directory (e.g. "crd/faultline.dev_trainingruns.yaml").
 //
-//go:embed kustomization.yaml crd/*.yaml admission/*.yaml controller/*.yaml daemonset/*.yaml
+//go:embed kustomization.yaml crd/*.yaml admission/*.yaml controller/*.yaml daemonset/*.yaml kueue/*.yaml
 var FS embed.FS
 
 // Components are the parts of an installation, in the order they must be applied: the CRD,

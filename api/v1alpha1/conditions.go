@@ -18,6 +18,9 @@ const (
 	// ConditionMaintenanceBlocked is True while a NodeMaintenance drains a node of the run's
 	// but the gang has no placement left off it: the run stays, rather than wait Pending.
 	ConditionMaintenanceBlocked = "MaintenanceBlocked"
+	// ConditionAdmitted, on a run that names a Kueue queue, is True while Kueue admits its
+	// Workload; False (reason Queued) while it waits, or after an eviction (its reason).
+	ConditionAdmitted = "Admitted"
 )
 
 // Reasons of conditions and events that are not a Cause.
@@ -52,6 +55,30 @@ const (
 	// ReasonRolesPolicyMissing: the run's framework lays its pods out in roles, and the
 	// admission policy that labels them (RolesPolicyName) is not installed.
 	ReasonRolesPolicyMissing = "RolesPolicyMissing"
+
+	// The Kueue integration's reasons (Admitted, Suspended, Stalled and events).
+	// ReasonQueued: the run's Workload waits for Kueue to admit it; no worker runs.
+	ReasonQueued = "Queued"
+	// ReasonAdmitted: Kueue admitted the run's Workload; the next attempt starts.
+	ReasonAdmitted = "Admitted"
+	// ReasonPreempted: Kueue preempted the run's Workload for another (the message names
+	// it): the run is suspended, spends no restart, and resumes when admitted again.
+	ReasonPreempted = "Preempted"
+	// ReasonEvictedByKueue: Kueue evicted the Workload for another reason than a preemption
+	// (an admission check lost, PodsReady timeout, a stopped ClusterQueue, a deactivation):
+	// the message has Kueue's reason; handled as a preemption.
+	ReasonEvictedByKueue = "EvictedByKueue"
+	// ReasonKueueOff: Stalled, the run names a queue and this controller runs without the
+	// Kueue integration (launcher controller --kueue): it starts nothing rather than bypass
+	// the queue.
+	ReasonKueueOff = "KueueIntegrationOff"
+	// ReasonWorkloadTaken: Stalled, a Workload of the run's Workload name is not the run's.
+	ReasonWorkloadTaken = "WorkloadNameTaken"
+	// ReasonGangRestarting is the Workload's PodsReady=False reason while faultline restarts
+	// the gang inside one admission. Kueue's WaitForPodsReady times only its own reasons
+	// (WaitForStart, WaitForRecovery): a restart, bounded by the run's own budgets and
+	// backoff, is never taken for a workload stuck without its pods.
+	ReasonGangRestarting = "GangRestarting"
 )
 
 // Actions of the controller's events (events.k8s.io "action"); tools such as
@@ -67,4 +94,6 @@ const (
 	ActionStopWorkers   = "StopWorkers"
 	ActionWait          = "Wait"
 	ActionLiftExclusion = "LiftExclusion"
+	// ActionQueue: the run's Workload was created, or Kueue admitted it.
+	ActionQueue = "Queue"
 )

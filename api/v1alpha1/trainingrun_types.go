@@ -296,7 +296,11 @@ type TrainingRunStatus struct {
 	// Trace follows the latest fault episode for tracing: see TraceStatus.
 	// +optional
 	Trace *TraceStatus `json:"trace,omitempty"`
-	// Conditions: Ready, Restarting, Succeeded, Failed, Suspended, PluginReady.
+	// Queue is the run's place in Kueue, for a run that names a queue (the
+	// kueue.x-k8s.io/queue-name label): its Workload, the admission, the evictions.
+	// +optional
+	Queue *QueueStatus `json:"queue,omitempty"`
+	// Conditions: Ready, Restarting, Succeeded, Failed, Suspended, PluginReady, Admitted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -430,6 +434,46 @@ type AttemptRecord struct {
 	// ExcludedNodes are the nodes this attempt kept off.
 	// +optional
 	ExcludedNodes []string `json:"excludedNodes,omitempty"`
+	// Suspension says who suspended a Suspended attempt: spec.suspend, or Kueue's eviction of
+	// the run's Workload with its reason and message (e.g. the preemptor).
+	// +optional
+	Suspension string `json:"suspension,omitempty"`
+}
+
+// QueueStatus is what faultline knows of the run's Kueue Workload.
+type QueueStatus struct {
+	// Name is the LocalQueue that the run names.
+	Name string `json:"name"`
+	// Workload is the name of the run's Workload (kueue.x-k8s.io), in the run's namespace.
+	// +optional
+	Workload string `json:"workload,omitempty"`
+	// ClusterQueue is the ClusterQueue of the current admission; empty while not admitted.
+	// +optional
+	ClusterQueue string `json:"clusterQueue,omitempty"`
+	// Flavors are the current admission's resource flavors, by resource name.
+	// +optional
+	Flavors map[string]string `json:"flavors,omitempty"`
+	// AdmittedAt is when Kueue gave the current admission.
+	// +optional
+	AdmittedAt *metav1.Time `json:"admittedAt,omitempty"`
+	// Evictions counts Kueue's evictions of the Workload (preemptions and others); none
+	// spends a restart.
+	// +optional
+	Evictions int32 `json:"evictions,omitempty"`
+	// LastEviction is the latest of them.
+	// +optional
+	LastEviction *QueueEviction `json:"lastEviction,omitempty"`
+}
+
+// QueueEviction is one eviction of the run's Workload by Kueue.
+type QueueEviction struct {
+	// Reason is Kueue's (Preempted, PodsReadyTimeout, AdmissionCheck, Deactivated ...).
+	Reason string `json:"reason"`
+	// Message is Kueue's; for a preemption it names the preempting workload.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time is when Kueue evicted the Workload.
+	Time metav1.Time `json:"time"`
 }
 
 // TrainingRun is a distributed training job: a gang of workers that faultline restarts on

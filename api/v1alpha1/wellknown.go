@@ -92,6 +92,13 @@ const (
 	RunVolume   = "faultline-run"
 	RunDir      = "/var/run/faultline"
 	AttemptFile = RunDir + "/attempt"
+	// NodeConditionInPlaceReady is True on a Node whose node agent can stop its workers and
+	// open their barriers (it holds a working connection to the node's container runtime).
+	NodeConditionInPlaceReady = GroupName + "/InPlaceReady"
+	// FeatureRestartAllContainers is the feature a kubelet that restarts every container of
+	// a pod on a container's exit (KEP-5532) declares in Node.status.declaredFeatures
+	// (Kubernetes' name, repeated here as the one place faultline names it).
+	FeatureRestartAllContainers = "RestartAllContainersOnContainerExits"
 	// BarrierOpenedMessagePrefix starts the termination message of a barrier that was
 	// opened, followed by the attempt in decimal ("attempt=3"): the kubelet copies it into
 	// the pod's status, so the controller and the agent read which attempt a pod's running
@@ -256,3 +263,20 @@ const (
 
 // WorkerAccessName is the name of a run's workers' ServiceAccount, Role and RoleBinding.
 func WorkerAccessName(run string) string { return run + WorkerAccessSuffix }
+
+// The Kueue integration (docs/kueue.md): a TrainingRun that names a LocalQueue is one Kueue
+// Workload, which faultline creates, owns and keeps in step with the run.
+const (
+	// LabelQueueName, on a TrainingRun, names the Kueue LocalQueue that admits it (Kueue's
+	// own label, as on every job Kueue queues).
+	LabelQueueName = "kueue.x-k8s.io/queue-name"
+	// LabelWorkloadPriorityClass, on a TrainingRun, names a Kueue WorkloadPriorityClass: the
+	// Workload's priority (else the workers' priorityClassName's value, else none).
+	LabelWorkloadPriorityClass = "kueue.x-k8s.io/priority-class"
+	// KueueExternalFramework is what Kueue's Configuration must list in
+	// integrations.externalFrameworks (Kind.version.group): Kueue then knows the attempts'
+	// Jobs for children of a queued TrainingRun and never queues them on their own.
+	KueueExternalFramework = KindTrainingRun + ".v1alpha1." + GroupName
+	// PodSetWorkers names the one pod set of a run's Workload: its workers.
+	PodSetWorkers = "workers"
+)

@@ -11,12 +11,15 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/memlimit"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -30,6 +33,7 @@ func newControllerCommand() *cobra.Command {
 	var qps float32
 	var burst int
 	var nmSelector string
+	var kueueMode string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
@@ -84,6 +88,14 @@ controller), or --leader-elect=false where no other faultline controller acts on
 				return fmt.Errorf("load kubeconfig: %w", err)
 			}
 			cfg.QPS, cfg.Burst = qps, burst
+			dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if opts.Kueue, err = kueue.Enabled("kueue", kueueMode, func() (bool, error) { return kueue.Served(dc) }); err != nil {
+				return err
+			}
+			logger.Info("Kueue integration", "on", opts.Kueue, "mode", kueueMode)
 			opts.Plugins.Logger = logger
 			if opts.Plugins.PluginDir == "" {
 				// Next to this binary, where `make build` puts the plugins.
@@ -136,6 +148,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.BoolVar(&opts.Maintenance.Cordon, "maintenance-cordon", opts.Maintenance.Cordon, "move runs off a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) as a planned maintenance, before its drain evicts them")
 	f.DurationVar(&opts.Maintenance.Lead, "maintenance-lead", opts.Maintenance.Lead, "move runs off a node this long before the maintenance GKE scheduled for it (cloud.google.com/scheduled-maintenance-time)")
 	f.StringSliceVar(&opts.Maintenance.Conditions, "maintenance-conditions", opts.Maintenance.Conditions, "node condition types that, status True, announce a planned maintenance (e.g. NVSentinel's)")
+	f.StringVar(&kueueMode, "kueue", kueue.ModeAuto, "the Kueue integration for runs labelled "+v1alpha1.LabelQueueName+": auto (on when the cluster serves Kueue's Workloads at start), true or false")
 	f.StringVar(&crashAt, "test-crash-at", "", "for crash-safety tests only: SIGKILL this process at the named point")
 	_ = f.MarkHidden("test-crash-at")
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+	"slices"
 
 	"github.com/faultline-dev/faultline/pkg/cli"
 )
@@ -18,10 +19,11 @@ func newInstallCommand(env *cli.Env) *cobra.Command {
 apply, as 'kubectl apply --server-side -k deploy/' does; --print writes them to standard
 output instead. --components chooses among crd, admission (the policies that keep fault
 evidence to the node agent and each service account to its own writes), controller and
-agent.`,
+agent; kueue (not in the default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 		Example: `  launcher install
   launcher install --print > faultline.yaml
-  launcher install --components crd        # e.g. to run the controller yourself`,
+  launcher install --components crd        # e.g. to run the controller yourself
+  launcher install --components kueue      # on a cluster that runs Kueue`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			objs, err := cli.Manifests(o)
@@ -40,9 +42,9 @@ agent.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")
-	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, admission, controller, agent (default all)")
+	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, admission, controller, agent (default all four), kueue")
 	f.StringVar(&o.ControllerImage, "controller-image", "", "image of the controller (default: the manifests')")
 	f.StringVar(&o.AgentImage, "agent-image", "", "image of the node agent (default: the manifests')")
-	_ = cmd.RegisterFlagCompletionFunc("components", cobra.FixedCompletions(cli.InstallComponents, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("components", cobra.FixedCompletions(slices.Concat(cli.InstallComponents, cli.OptionalComponents), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

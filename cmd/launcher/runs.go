@@ -188,6 +188,7 @@ workers' command. Flags left out keep the API's defaults (see README: TrainingRu
 	f.Int32Var(&settle, "settle-seconds", 1, "seconds to wait for node evidence before blaming the application")
 	f.BoolVar(&s.ExcludeFaultyNodes, "exclude-faulty-nodes", false, "keep later attempts off the node of any infrastructure fault (the default does it for GPU faults only)")
 	f.BoolVar(&s.Suspend, "suspend", false, "create the run suspended (e.g. for a queue to admit)")
+	f.StringVar(&s.Queue, "queue", "", "Kueue LocalQueue that admits the run (label "+v1alpha1.LabelQueueName+"): it starts when Kueue admits it, on the admitted flavor")
 	f.Int32Var(&ttl, "ttl-seconds-after-finished", 0, "delete the run this long after it ends")
 	f.BoolVarP(&watch, "watch", "w", false, "follow the run until it ends (exit 0 Succeeded, 1 Failed)")
 	f.BoolVar(&dryRun, "dry-run", false, "print the TrainingRun as YAML instead of creating it")

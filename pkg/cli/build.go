@@ -38,6 +38,9 @@ type RunSpec struct {
 	ExcludeFaultyNodes bool
 	Suspend            bool
 	TTLSeconds         *int32
+	// Queue is the Kueue LocalQueue that admits the run (its kueue.x-k8s.io/queue-name
+	// label): the run starts nothing until Kueue admits it.
+	Queue string
 }
 
 // RuleExcludeFaultyNodes names the rule that --exclude-faulty-nodes adds.
@@ -124,6 +127,15 @@ func (s RunSpec) TrainingRun() (*v1alpha1.TrainingRun, error) {
 	}
 	if len(opts) > 0 {
 		run.Spec.FrameworkOptions = opts
+	}
+	if s.Queue != "" {
+		if l, ok := labels[v1alpha1.LabelQueueName]; ok && l != s.Queue {
+			return nil, UsageError("--queue %s and --label %s=%s name two queues", s.Queue, v1alpha1.LabelQueueName, l)
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[v1alpha1.LabelQueueName] = s.Queue
 	}
 	if len(labels) > 0 {
 		run.Labels = labels

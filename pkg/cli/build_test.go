@@ -30,10 +30,11 @@ func TestRunSpecYAMLLeavesDefaultsToTheAPI(t *testing.T) {
 
 func TestRunSpecUsageErrors(t *testing.T) {
 	for name, s := range map[string]RunSpec{
-		"no name":  {Image: "i", Workers: 1},
-		"no image": {Name: "n", Workers: 1},
-		"bad env":  {Name: "n", Image: "i", Workers: 1, Env: []string{"NOVALUE"}},
-		"bad cpu":  {Name: "n", Image: "i", Workers: 1, CPU: "lots"},
+		"no name":    {Image: "i", Workers: 1},
+		"no image":   {Name: "n", Workers: 1},
+		"bad env":    {Name: "n", Image: "i", Workers: 1, Env: []string{"NOVALUE"}},
+		"bad cpu":    {Name: "n", Image: "i", Workers: 1, CPU: "lots"},
+		"two queues": {Name: "n", Image: "i", Workers: 1, Queue: "a", Labels: []string{"kueue.x-k8s.io/queue-name=b"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.TrainingRun()
@@ -41,5 +42,15 @@ func TestRunSpecUsageErrors(t *testing.T) {
 				t.Errorf("TrainingRun() = %v, want a usage error", err)
 			}
 		})
+	}
+}
+
+func TestRunSpecQueue(t *testing.T) {
+	run, err := RunSpec{Name: "n", Image: "i", Workers: 2, Queue: "team-a", Labels: []string{"team=a"}}.TrainingRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run.Labels; got["kueue.x-k8s.io/queue-name"] != "team-a" || got["team"] != "a" {
+		t.Errorf("labels %v, want the queue's and --label's", got)
 	}
 }

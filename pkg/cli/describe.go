@@ -27,6 +27,7 @@ func Describe(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event, now
 	p.kv(0, "Labels", labelsLine(run.Labels))
 	describeSpec(p, run)
 	describeStatus(p, run, now)
+	describeQueue(p, run, now)
 	describeAttempts(p, run, now)
 	describeConditions(p, run, now)
 	describeEvents(p, events, now)
@@ -125,6 +126,9 @@ func describeAttempts(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 		p.line(1, fmt.Sprintf("Attempt %d: %s", rec.Attempt, attemptSummary(run, rec, now)))
 		if len(rec.ExcludedNodes) > 0 {
 			p.kv(2, "Kept off", strings.Join(rec.ExcludedNodes, ", "))
+		}
+		if rec.Suspension != "" {
+			p.kv(2, "Suspended by", rec.Suspension)
 		}
 		v := rec.Verdict
 		if v == nil {

@@ -29,6 +29,9 @@ func ExplainRun(w io.Writer, run *v1alpha1.TrainingRun, attempt int32) error {
 	p.line(0, fmt.Sprintf("trainingrun %s in namespace %s: phase %s, attempt %d, %d/%d workers ready",
 		run.Name, run.Namespace, orNone(string(st.Phase)), st.Attempt, readyWorkers(run), run.Spec.Workers))
 	p.line(0, "restarts spent/allowed: "+budgets(run))
+	for _, l := range wrap(queueExplain(run), 100) {
+		p.line(0, l)
+	}
 	v, n := st.LastFailure, int32(0)
 	if attempt != 0 {
 		i := slices.IndexFunc(st.Attempts, func(r v1alpha1.AttemptRecord) bool { return r.Attempt == attempt })
@@ -40,6 +43,9 @@ func ExplainRun(w io.Writer, run *v1alpha1.TrainingRun, attempt int32) error {
 			outcome := st.Attempts[i].Outcome
 			if outcome == "" {
 				outcome = "not ended yet"
+			}
+			if by := st.Attempts[i].Suspension; by != "" {
+				outcome += " by " + by
 			}
 			p.line(0, "")
 			p.line(0, fmt.Sprintf("attempt %d did not fail (%s): nothing to explain.", attempt, outcome))

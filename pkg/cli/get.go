@@ -91,7 +91,7 @@ func PrintRuns(w io.Writer, runs []v1alpha1.TrainingRun, o PrintOptions) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if f == FormatWide {
-		header = append(header, "FRAMEWORK", "LAST-POD", "LAST-NODE", "EXCLUDED-NODES")
+		header = append(header, "FRAMEWORK", "LAST-POD", "LAST-NODE", "EXCLUDED-NODES", "QUEUE", "ADMISSION")
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for i := range runs {
@@ -118,7 +118,7 @@ func PrintRuns(w io.Writer, runs []v1alpha1.TrainingRun, o PrintOptions) error {
 			if len(st.ExcludedNodes) > 0 {
 				excluded = strings.Join(st.ExcludedNodes, ",")
 			}
-			row = append(row, orNone(r.Spec.Framework), pod, node, excluded)
+			row = append(row, orNone(r.Spec.Framework), pod, node, excluded, queueName(r), admissionShort(r))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}

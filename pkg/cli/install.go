@@ -32,12 +32,16 @@ import (
 
 // Components of an installation as `launcher install --components` names them, with the
 // directory of deploy/ that holds each.
-var installComponents = map[string]string{"crd": "crd", "admission": "admission", "controller": "controller", "agent": "daemonset"}
+var installComponents = map[string]string{"crd": "crd", "admission": "admission", "controller": "controller", "agent": "daemonset", "kueue": "kueue"}
 
 // InstallComponents lists the component names in the order they are applied.
 // The admission policies come right after the CRD, so that neither the controller nor the
 // agent ever runs unguarded.
 var InstallComponents = []string{"crd", "admission", "controller", "agent"}
+
+// OptionalComponents are installed only when named: kueue, the Kueue integration's RBAC (for a
+// cluster that runs Kueue; README.md "Queueing with Kueue").
+var OptionalComponents = []string{"kueue"}
 
 // FieldManager is the launcher's name in managedFields.
 const FieldManager = "faultline-launcher"
@@ -61,11 +65,11 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 	}
 	for _, c := range want {
 		if _, ok := installComponents[c]; !ok {
-			return nil, UsageError("unknown component %q: choose from %s", c, strings.Join(InstallComponents, ", "))
+			return nil, UsageError("unknown component %q: choose from %s", c, strings.Join(slices.Concat(InstallComponents, OptionalComponents), ", "))
 		}
 	}
 	var objs []*unstructured.Unstructured
-	for _, c := range InstallComponents {
+	for _, c := range slices.Concat(InstallComponents, OptionalComponents) {
 		if !slices.Contains(want, c) {
 			continue
 		}

@@ -28,7 +28,8 @@ func TestManifests(t *testing.T) {
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
 		}},
-		"crd only": {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ClusterRole", "ClusterRole", "ClusterRole"}},
+		"crd only":              {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ClusterRole", "ClusterRole", "ClusterRole"}},
+		"kueue only when named": {InstallOptions{Components: []string{"kueue"}}, []string{"ClusterRole", "ClusterRoleBinding"}},
 		// The agent without the controller still gets the namespace it runs in.
 		"agent adds its namespace": {InstallOptions{Components: []string{"agent", "crd"}}, []string{
 			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRole", "ClusterRole",

@@ -91,6 +91,8 @@ func buildTimeline(run *v1alpha1.TrainingRun, events []corev1.Event, now time.Ti
 			b.Note = verdictLine(rec.Verdict)
 		case rec.Outcome == policy.OutcomeSucceeded:
 			b.Note = "every worker completed"
+		case rec.Outcome == policy.OutcomeSuspended && rec.Suspension != "":
+			b.Note = "suspended by " + rec.Suspension + ": no restart counted"
 		case rec.Outcome == policy.OutcomeSuspended:
 			b.Note = "suspended: no restart counted"
 		case rec.Outcome == "":

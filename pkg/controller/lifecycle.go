@@ -114,22 +114,30 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 
 // suspend stops every worker without counting anything; the attempt ends as Suspended.
 func (r *Reconciler) suspend(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
+	return r.suspendFor(ctx, run, obs, v1alpha1.ReasonSuspended, "spec.suspend")
+}
+
+// suspendFor is suspend for a reason (the Suspended condition's and the event's) and by
+// whom (why: spec.suspend, or Kueue's eviction of the run's Workload), which the attempt's
+// record keeps for explain and timeline.
+func (r *Reconciler) suspendFor(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed, reason, why string) (ctrl.Result, error) {
 	st := &run.Status
 	if st.Phase != v1alpha1.PhaseSuspended {
 		now := r.now()
 		unfinished, unfinishedSpan, isUnfinished := unfinishedRestart(run, now.Time, fmt.Sprintf("attempt %d was suspended before all its workers were Running", st.Attempt))
 		endAttempt(run, now, nil, policy.OutcomeSuspended)
+		currentRecord(run).Suspension = why
 		st.Phase = v1alpha1.PhaseSuspended
 		st.ReadyWorkers = 0
 		st.NextAttemptAt = nil
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSuspended, Message: fmt.Sprintf("attempt %d suspended", st.Attempt)})
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSuspended, Message: "the run is suspended"})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: reason, Message: fmt.Sprintf("attempt %d suspended by %s", st.Attempt, why)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: "the run is suspended"})
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
 		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
-		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonSuspended, v1alpha1.ActionSuspend, "attempt %d suspended; no restart is counted", st.Attempt)
+		r.event(run, corev1.EventTypeNormal, reason, v1alpha1.ActionSuspend, "attempt %d suspended by %s; no restart is counted", st.Attempt, why)
 	}
 	// The Job is retired (and made again on resume); pods no Job counts go at once.
 	var rest []*corev1.Pod

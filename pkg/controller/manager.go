@@ -56,6 +56,9 @@ type Options struct {
 	// runs, so it must not report on a drain of the whole cluster unless told which
 	// NodeMaintenances are its own (launcher controller --node-maintenance-selector).
 	NodeMaintenances labels.Selector
+	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
+	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
+	Kueue bool
 }
 
 // The plugin host serves framework "none" itself, without a plugin, as NoPlugins does.
@@ -102,6 +105,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			&corev1.Node{}: {Transform: slimNode, UnsafeDisableDeepCopy: ptr.To(true)},
 		},
 	}
+	if opts.Kueue {
+		// Workloads are read at every reconcile of a queued run: from the cache, which holds
+		// only faultline's own (they carry the run label).
+		cacheOpts.ByObject[newWorkloadObject()] = cache.ByObject{Label: byRun}
+	}
 	if opts.Namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
 	}
@@ -119,6 +127,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:        opts.ProbeAddr,
 		PprofBindAddress:              opts.PprofAddr,
+		// Workloads are unstructured (Kueue's Go module is no dependency, see pkg/kueue);
+		// nothing else is read unstructured.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: opts.Kueue}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -145,6 +156,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Tracing:     opts.Tracing,
 		Crash:       opts.Crash,
 		Maintenance: opts.Maintenance,
+		Kueue:       opts.Kueue,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
@@ -203,7 +215,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		}
 		return runOf(ctx, o)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Kueue {
+		// An admission, an eviction, a lost admission check: the run follows its Workload.
+		b = b.Watches(newWorkloadObject(), handler.EnqueueRequestsFromMapFunc(runOf))
+	}
+	return b.
 		// Every change of a run wakes it, our own status writes included: each write is a
 		// step of the state machine and the next step follows from it.
 		For(&v1alpha1.TrainingRun{}).

@@ -26,6 +26,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -55,6 +56,9 @@ type Reconciler struct {
 	Crash func(point string)
 	// Maintenance says which platform signals of a planned maintenance the runs act on.
 	Maintenance maintenance.Config
+	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
+	// through its Workload. Off, such a run stalls rather than bypass the queue.
+	Kueue bool
 
 	seen      sightings
 	failures  failureClock
@@ -82,6 +86,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.retireGone(ctx, req.NamespacedName)
 	}
 	ctx = withPersistedTrace(ctx, run)
+	if kueue.QueueName(run) != "" {
+		if res, done, err := r.queueGate(ctx, run); done || err != nil {
+			return res, err
+		}
+	}
 	if run.Status.Attempt == 0 {
 		return ctrl.Result{}, r.start(ctx, run)
 	}
