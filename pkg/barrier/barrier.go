@@ -229,16 +229,22 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 			return 0, fmt.Errorf("accept: %w", err)
 		}
 		attempt, done, err := serve(conn, cfg, start)
-		conn.Close()
 		if err != nil {
 			log.Warn("go signal not taken", "error", err)
 		}
 		if done {
+			awaitPeerExit(conn, peerExitTimeout)
+			conn.Close()
 			log.Info("opened", "attempt", attempt)
 			return attempt, nil
 		}
+		conn.Close()
 	}
 }
+
+// peerExitTimeout bounds how long an opened barrier waits for its open to exit (it exits
+// as soon as it read the answer).
+const peerExitTimeout = 2 * time.Second
 
 // serve answers one Open; done says the barrier opened.
 func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, err error) {

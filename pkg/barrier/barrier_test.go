@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,5 +222,51 @@ func TestOpenWithNoBarrier(t *testing.T) {
 	err := Open(context.Background(), filepath.Join(t.TempDir(), "none.sock"), 1)
 	if !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("Open with no socket: %v, want ErrNotWaiting", err)
+	}
+}
+
+// helperOpenEnv makes the test binary an open that lingers after its answer (see
+// TestOpenedBarrierOutlivesItsOpen).
+const helperOpenEnv = "BARRIER_TEST_HELPER_OPEN"
+
+func TestMain(m *testing.M) {
+	if socket := os.Getenv(helperOpenEnv); socket != "" {
+		err := Open(context.Background(), socket, 2)
+		// Slow to exit after its answer, as a process may be: the barrier must wait.
+		time.Sleep(300 * time.Millisecond)
+		if err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The barrier is its container's first process: once it exits, the kernel kills the rest
+// of the container, an open still exiting included (exit 137: the agent would not learn
+// that it opened). It returns only after its open, another process, has exited.
+func TestOpenedBarrierOutlivesItsOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, done := barrierAt(t, ctx, t.TempDir(), 1)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperOpenEnv+"="+cfg.Socket)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.attempt != 2 {
+		t.Fatalf("Wait = %+v, want 2", r)
+	}
+	// The open must be gone already: a zombie to reap, not a process still running.
+	var ws syscall.WaitStatus
+	pid, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil)
+	if err != nil || pid != cmd.Process.Pid {
+		t.Errorf("the barrier returned while its open was still running (wait4: %d, %v)", pid, err)
+		cmd.Wait()
+		return
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Errorf("open exited %v, want 0", ws)
 	}
 }

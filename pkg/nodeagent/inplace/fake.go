@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -21,8 +23,12 @@ type FakeRuntime struct {
 	// ExecExit is the exit code ExecSync returns, per container ID (default 0).
 	ExecExit                  map[string]int32
 	ListErr, StopErr, ExecErr error
-	// ExitOnExec: an ExecSync that answers 0 exits the container, as an opened barrier does.
-	ExitOnExec bool
+	// ExitOnExec: an ExecSync that answers 0 exits the container (exit 0), as an opened
+	// barrier does; with ExecKilled the exec answers 137 instead, killed by that exit.
+	ExitOnExec, ExecKilled bool
+	// ExitCodes are the exit codes ContainerStatus reports for exited containers (default 0).
+	ExitCodes map[string]int32
+	StatusErr error
 }
 
 var _ Runtime = &FakeRuntime{}
@@ -81,8 +87,27 @@ func (f *FakeRuntime) ExecSync(_ context.Context, in *runtimeapi.ExecSyncRequest
 	code := f.ExecExit[in.ContainerId]
 	if code == 0 && f.ExitOnExec {
 		f.exit(in.ContainerId)
+		if f.ExecKilled {
+			code = 137
+		}
 	}
 	return &runtimeapi.ExecSyncResponse{ExitCode: code}, nil
+}
+
+func (f *FakeRuntime) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.StatusErr != nil {
+		return nil, f.StatusErr
+	}
+	for _, c := range f.Containers {
+		if c.Id == in.ContainerId {
+			return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
+				Id: c.Id, State: c.State, ExitCode: f.ExitCodes[c.Id], Labels: c.Labels,
+			}}, nil
+		}
+	}
+	return nil, status.Error(codes.NotFound, "no container "+in.ContainerId)
 }
 
 func (f *FakeRuntime) exit(id string) {

@@ -26,10 +26,11 @@ import (
 // DefaultEndpoint is containerd's CRI socket where the kubelet usually finds it.
 const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
 
-// Runtime is the part of the CRI runtime service the restarter uses: these three calls and
+// Runtime is the part of the CRI runtime service the restarter uses: these four calls and
 // nothing else (docs/in-place-restart.md, "Least privilege"). runtimeapi's client is one.
 type Runtime interface {
 	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
 	StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error)
 	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
 }
@@ -169,25 +170,44 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt in
 	for _, c := range running {
 		cmd := []string{barrier.Binary, "open", "--attempt", strconv.Itoa(attempt)}
 		resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
-		if err != nil {
-			if still, lerr := r.isRunning(ctx, pod, c.Id); lerr == nil && !still {
-				continue // it exited meanwhile: opened by an earlier call
-			}
-			return opened, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, c.Id, podRef(pod), err)
-		}
-		switch resp.ExitCode {
-		case 0:
+		switch {
+		case err == nil && resp.ExitCode == 0:
 			opened = true
 			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", attempt, "container", c.Id)
-		case openExitNotWaiting:
-			// Opened by an earlier call and on its way out.
-		case openExitStale:
+			continue
+		case err == nil && resp.ExitCode == openExitStale:
 			return opened, fmt.Errorf("barrier %s of pod %s: %w: %s", c.Id, podRef(pod), ErrStale, strings.TrimSpace(string(resp.Stderr)))
-		default:
-			return opened, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", c.Id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
 		}
+		// Any other outcome may be the barrier's own exit: it ends its container, and the
+		// kernel kills an exec still there with it (the barrier waits for its open to exit
+		// first, but cannot tell on every kernel). Its exit code says: only an opened
+		// barrier exits 0.
+		if exited, code, serr := r.exited(ctx, c.Id); serr == nil && exited {
+			if code == 0 && (err != nil || resp.ExitCode != openExitNotWaiting) {
+				opened = true
+				r.log.Info("opened the barrier (its exit ended the exec)", "pod", podRef(pod), "attempt", attempt, "container", c.Id)
+			}
+			continue
+		}
+		if err == nil && resp.ExitCode == openExitNotWaiting {
+			continue // opened by an earlier call and on its way out
+		}
+		if err != nil {
+			return opened, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, c.Id, podRef(pod), err)
+		}
+		return opened, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", c.Id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
 	}
 	return opened, nil
+}
+
+// exited says whether container id has exited, and its exit code.
+func (r *Restarter) exited(ctx context.Context, id string) (bool, int32, error) {
+	resp, err := r.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return false, 0, err
+	}
+	st := resp.GetStatus()
+	return st.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED, st.GetExitCode(), nil
 }
 
 // running lists pod's running containers (named name, or all if name is empty) by the
@@ -205,16 +225,6 @@ func (r *Restarter) running(ctx context.Context, pod *corev1.Pod, name string) (
 		return nil, fmt.Errorf("list the containers of pod %s: %w", podRef(pod), err)
 	}
 	return resp.Containers, nil
-}
-
-func (r *Restarter) isRunning(ctx context.Context, pod *corev1.Pod, id string) (bool, error) {
-	cs, err := r.running(ctx, pod, "")
-	for _, c := range cs {
-		if c.Id == id {
-			return true, nil
-		}
-	}
-	return false, err
 }
 
 func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -94,6 +94,7 @@ func TestOpenBarrier(t *testing.T) {
 		containers []*runtimeapi.Container
 		exit       int32
 		execErr    error
+		killed     bool // the barrier's exit killed the exec (137)
 		opened     bool
 		wantErr    error
 		execs      int
@@ -131,6 +132,13 @@ func TestOpenBarrier(t *testing.T) {
 			pod:        waitingPod,
 			containers: []*runtimeapi.Container{ctr("bar", "uid-2", v1alpha1.BarrierContainer, run)},
 		},
+		// The barrier's exit ends the container and kills the exec before it answers: its
+		// exit code 0 says it opened.
+		"the barrier's exit killed the exec": {
+			pod:        waitingPod,
+			containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)},
+			killed:     true, opened: true, execs: 1,
+		},
 		"exec fails on a running barrier": {
 			pod:        waitingPod,
 			containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)},
@@ -138,7 +146,7 @@ func TestOpenBarrier(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			rt := &FakeRuntime{Containers: tc.containers, ExecErr: tc.execErr, ExitOnExec: true}
+			rt := &FakeRuntime{Containers: tc.containers, ExecErr: tc.execErr, ExitOnExec: true, ExecKilled: tc.killed}
 			if tc.exit != 0 {
 				rt.ExecExit = map[string]int32{tc.containers[0].Id: tc.exit}
 			}
