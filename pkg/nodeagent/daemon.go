@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/pkg/gpu/gpusim"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
@@ -107,9 +108,14 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 
 	// Before readiness: whoever sees the agent ready can read whether it restarts in place.
-	if restarter := dialRestarter(ctx, cfg.CRIEndpoint, log); restarter != nil {
+	restarter, reason, message := dialRestarter(ctx, cfg.CRIEndpoint, log)
+	if restarter != nil {
 		// Held for the in-place restart's wiring to the TrainingRuns' decisions (issue 27).
 		defer restarter.Close()
+	}
+	if err := writer.MarkInPlaceReady(ctx, restarter != nil, reason, message, time.Now()); err != nil {
+		// Soft too: with no condition, the controller recreates this node's pods.
+		log.Warn("the node's in-place readiness is not written", "error", err)
 	}
 
 	gpuOpts := cfg.GPU
@@ -201,21 +207,22 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	return err
 }
 
-// dialRestarter connects to the node's container runtime for in-place restarts. It fails
-// soft, as a missing GPU library does: a node whose runtime the agent cannot reach restarts
-// its pods the recreate way, and the agent goes on with everything else.
-func dialRestarter(ctx context.Context, endpoint string, log *slog.Logger) *inplace.Restarter {
+// dialRestarter connects to the node's container runtime for in-place restarts, and says
+// why not (the reason and message of the node's InPlaceReady condition). It fails soft, as
+// a missing GPU library does: a node whose runtime the agent cannot reach restarts its pods
+// the recreate way, and the agent goes on with everything else.
+func dialRestarter(ctx context.Context, endpoint string, log *slog.Logger) (r *inplace.Restarter, reason, message string) {
 	if endpoint == "" {
 		log.Info("in-place restart off on this node: no CRI endpoint (--cri-endpoint)")
-		return nil
+		return nil, v1alpha1.InPlaceReasonNoRuntime, "the node agent has no CRI endpoint (--cri-endpoint)"
 	}
 	r, v, err := inplace.Dial(ctx, endpoint, log)
 	if err != nil {
 		log.Warn("in-place restart off on this node: the container runtime cannot be reached", "endpoint", endpoint, "error", err)
-		return nil
+		return nil, v1alpha1.InPlaceReasonNoRuntime, err.Error()
 	}
 	log.Info("in-place restart available", "endpoint", endpoint, "runtime", v.RuntimeName, "runtimeVersion", v.RuntimeVersion)
-	return r
+	return r, v1alpha1.InPlaceReasonRuntimeReady, fmt.Sprintf("%s %s at %s", v.RuntimeName, v.RuntimeVersion, endpoint)
 }
 
 // checkSimulation refuses simulation settings that do not go together, and a simulation

@@ -79,9 +79,14 @@ func evidenceRemoval() obj {
 // nodeGPUConditionPatch sets GPUHealthy to status (a strategic merge patch on nodes/status;
 // node conditions merge by type, so the kubelet's and other agents' stay).
 func nodeGPUConditionPatch(status corev1.ConditionStatus, reason, message string, at time.Time) ([]byte, error) {
+	return nodeConditionPatch(v1alpha1.NodeConditionGPUHealthy, status, reason, message, at)
+}
+
+// nodeConditionPatch sets the node condition of type typ (as nodeGPUConditionPatch).
+func nodeConditionPatch(typ string, status corev1.ConditionStatus, reason, message string, at time.Time) ([]byte, error) {
 	t := metav1.NewTime(at)
 	return json.Marshal(obj{"status": obj{"conditions": []obj{{
-		"type":               v1alpha1.NodeConditionGPUHealthy,
+		"type":               typ,
 		"status":             status,
 		"reason":             reason,
 		"message":            message,

@@ -58,11 +58,18 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	defer r.Close()
 	t.Logf("CRI runtime on %s: %s %s (CRI %s)", node.Name, v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
 	// The node's agent (--cri-endpoint, as test/cluster starts it) reached the same runtime
-	// before it was ready.
+	// before it was ready, and said so on its Node for the controller.
 	if a := agents[node.Name]; a == nil {
 		t.Errorf("no node agent on %s", node.Name)
 	} else if b, err := os.ReadFile(a.LogPath); err != nil || !strings.Contains(string(b), "in-place restart available") {
 		t.Errorf("the node agent of %s did not log that in-place restart is available (%v): %s", node.Name, err, a.Tail(10))
+	}
+	if n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if cond := nodeCondition(n, v1alpha1.NodeConditionInPlaceReady); cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != v1alpha1.InPlaceReasonRuntimeReady {
+		t.Errorf("node %s: %s %+v, want True %s", node.Name, v1alpha1.NodeConditionInPlaceReady, cond, v1alpha1.InPlaceReasonRuntimeReady)
+	} else {
+		t.Logf("node %s: %s=True %s: %s", node.Name, v1alpha1.NodeConditionInPlaceReady, cond.Reason, cond.Message)
 	}
 
 	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, agentInPlacePod("agent-inplace", node.Name), metav1.CreateOptions{})
@@ -191,6 +198,15 @@ func holds(ctx context.Context, t *testing.T, w *podWatch, when string) {
 	}); err == nil {
 		t.Errorf("%s: the barrier did not hold: %s %s", when, p.Status.Phase, stateLine(p))
 	}
+}
+
+func nodeCondition(n *corev1.Node, typ string) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if string(n.Status.Conditions[i].Type) == typ {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func stateLine(p *corev1.Pod) string {

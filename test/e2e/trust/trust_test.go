@@ -188,6 +188,11 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(gpu), metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("the agent's GPUHealthy condition on its node: %v", err)
 	}
+	inPlace := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":%q,"message":"test"}]}}`,
+		v1alpha1.NodeConditionInPlaceReady, v1alpha1.InPlaceReasonNoRuntime)
+	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(inPlace), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("the agent's InPlaceReady condition on its node: %v", err)
+	}
 	announce := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationShutdownDetectedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	if _, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(announce), metav1.PatchOptions{}); err != nil {
 		t.Errorf("the agent's shutdown annotation on its node: %v", err)
