@@ -104,6 +104,24 @@ func (r *Restarter) Close() error {
 	return r.closer.Close()
 }
 
+// Sync does for pod what Decide says for the gang's decision (attempt, and whether the
+// gang's barrier is open), and returns the action it took (ActionNone or ActionWait when
+// it did nothing). It is what the agent runs for each of its node's in-place pods whenever
+// the pod or its run's decision changes; being idempotent, it may run again for the same
+// state.
+func (r *Restarter) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (Action, error) {
+	d := Decide(pod, attempt, barrierOpen)
+	switch d.Action {
+	case ActionStopWorkers:
+		_, err := r.StopOldWorkers(ctx, pod, attempt)
+		return d.Action, err
+	case ActionOpenBarrier:
+		_, err := r.OpenBarrier(ctx, pod, attempt)
+		return d.Action, err
+	}
+	return d.Action, nil
+}
+
 // StopOldWorkers stops, with the pod's termination grace period, the running workers of
 // pod that belong to an attempt older than attempt (Decide), and returns the runtime IDs it
 // stopped. A worker already stopped, or gone, is left alone: none is stopped twice by a

@@ -168,3 +168,28 @@ func TestOpenBarrier(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
+
+// Sync follows the decision: stop the old workers, then (the gang released) open the
+// barrier of the restarted pod, then nothing.
+func TestSync(t *testing.T) {
+	ctx := context.Background()
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("w1", "uid-1", "worker", run)}}
+	r := New(rt, nil)
+	old := makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj()
+	if a, err := r.Sync(ctx, old, 2, false); a != ActionStopWorkers || err != nil || len(rt.Stops) != 1 {
+		t.Fatalf("old workers: %s, %v, stops %v", a, err, rt.Stops)
+	}
+	// The kubelet restarted the pod: its barrier waits.
+	rt.Containers = append(rt.Containers, ctr("bar2", "uid-1", v1alpha1.BarrierContainer, run))
+	atBarrier := makePod().barrier(running).worker("worker", "", restarting).obj()
+	if a, err := r.Sync(ctx, atBarrier, 2, false); a != ActionWait || err != nil || len(rt.Execs) != 0 {
+		t.Fatalf("gang not released: %s, %v, execs %v", a, err, rt.Execs)
+	}
+	if a, err := r.Sync(ctx, atBarrier, 2, true); a != ActionOpenBarrier || err != nil || len(rt.Execs) != 1 {
+		t.Fatalf("gang released: %s, %v, execs %v", a, err, rt.Execs)
+	}
+	done := makePod().opened("attempt=2").worker("worker", "containerd://w2", running).obj()
+	if a, err := r.Sync(ctx, done, 2, true); a != ActionNone || err != nil || len(rt.Stops) != 1 || len(rt.Execs) != 1 {
+		t.Fatalf("runs attempt 2: %s, %v, stops %v execs %v", a, err, rt.Stops, rt.Execs)
+	}
+}

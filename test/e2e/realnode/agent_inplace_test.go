@@ -178,6 +178,9 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	if d := inplace.Decide(second, 2, true); d.Action != inplace.ActionNone {
 		t.Errorf("Decide(pod, 2) after the restart: %+v, want None", d)
 	}
+	if a, err := r.Sync(ctx, second, 2, true); a != inplace.ActionNone || err != nil {
+		t.Errorf("Sync(pod, 2) after the restart: %s, %v; want None", a, err)
+	}
 	if stopped, err := r.StopOldWorkers(ctx, second, 2); err != nil || len(stopped) != 0 {
 		t.Errorf("StopOldWorkers(2) on the pod running 2: stopped %v, %v; want nothing", stopped, err)
 	}
