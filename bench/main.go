@@ -70,8 +70,8 @@ func main() {
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
 	for _, s := range cfg.systems {
-		if s != flagFaultline && s != flagJob && s != flagJobSet && s != flagJobSetDefault {
-			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s or %s)", s, flagFaultline, flagJob, flagJobSet, flagJobSetDefault))
+		if s != flagFaultline && s != flagFaultlineKueue && s != flagJob && s != flagJobSet && s != flagJobSetDefault {
+			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
 		}
 	}
 	for _, s := range cfg.scenarios {
@@ -136,10 +136,11 @@ func fail(code int, err error) {
 
 // systemDescriptions say how each system is configured, for the report's header.
 var systemDescriptions = map[string]string{
-	flagFaultline:     "faultline (TrainingRun, default failure policy, node agent with simulated hardware)",
-	flagJob:           "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
-	flagJobSet:        "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
-	flagJobSetDefault: "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
+	flagFaultline:      "faultline (TrainingRun, default failure policy, node agent with simulated hardware)",
+	flagFaultlineKueue: "the same TrainingRun in a Kueue v0.19.2 LocalQueue whose ClusterQueue holds every GPU of the cluster (Kueue a local process, default WaitForPodsReady)",
+	flagJob:            "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
+	flagJobSet:         "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
+	flagJobSetDefault:  "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
 }
 
 // render writes the plots next to the report and returns the report.

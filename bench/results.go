@@ -162,7 +162,7 @@ func (r *session) sizes() []int {
 
 func (r *session) systems(scenario string) []string {
 	var out []string
-	for _, name := range []string{sysFaultline, sysJob, sysJobSet, sysJobSetDefault} {
+	for _, name := range []string{sysFaultline, sysFaultlineKueue, sysJob, sysJobSet, sysJobSetDefault} {
 		if slices.ContainsFunc(r.samples, func(s sample) bool { return s.system == name && s.scenario == scenario }) {
 			out = append(out, name)
 		}

@@ -27,10 +27,11 @@ const namespace = "bench"
 
 // Systems by flag name.
 const (
-	flagFaultline     = "faultline"
-	flagJob           = "job"
-	flagJobSet        = "jobset"
-	flagJobSetDefault = "jobset-default"
+	flagFaultline      = "faultline"
+	flagFaultlineKueue = "faultline-kueue"
+	flagJob            = "job"
+	flagJobSet         = "jobset"
+	flagJobSetDefault  = "jobset-default"
 )
 
 type config struct {
@@ -186,6 +187,18 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 	if b.dyn, err = dynamic.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
+	if slices.Contains(cfg.systems, flagFaultlineKueue) {
+		// Before the controller, whose --kueue=auto turns the integration on when the
+		// cluster serves Workloads at its start.
+		kq, err := c.StartKueue(ctx, filepath.Join(b.bin.dir, "kueue"), cluster.KueueOptions{ExternalFrameworks: []string{v1alpha1.KueueExternalFramework}})
+		if err != nil {
+			return nil, err
+		}
+		defer kq.Stop()
+		if err := createBenchQueue(ctx, b.dyn, nodes*gpusPerNode); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.startController(ctx); err != nil {
 		return nil, err
 	}
@@ -229,6 +242,8 @@ func (b *bench) systems() []system {
 		switch s {
 		case flagFaultline:
 			out = append(out, faultline{runs: b.runs})
+		case flagFaultlineKueue:
+			out = append(out, faultlineKueue{faultline{runs: b.runs}})
 		case flagJob:
 			out = append(out, bareJob{c: b.c})
 		case flagJobSet:

@@ -243,7 +243,7 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		return err
 	}
 	node := pods[0].Spec.NodeName
-	if s.name() == sysFaultline {
+	if isFaultline(s) {
 		// Not part of the restart: the node's agent is up (it runs there all along), and
 		// the XID's GPU is the gang's (see onlyGangOn).
 		if _, err := b.agentOn(ctx, node); err != nil {
@@ -284,7 +284,7 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		return err
 	}
 	smp := sample{system: s.name(), workers: n, scenario: scenario, d: d, gaveUp: !restarted, writes: after.since(before)}
-	if restarted && s.name() == sysFaultline {
+	if restarted && isFaultline(s) {
 		// The run's own account of the restart, once it has recorded the Running attempt.
 		run, err := waitOwner(ctx, s, name, func(o runtime.Object) bool {
 			r, ok := o.(*v1alpha1.TrainingRun)
@@ -324,7 +324,7 @@ func (b *bench) shutdown(ctx context.Context, s system, node string, pods map[in
 			victims = append(victims, p)
 		}
 	}
-	if s.name() == sysFaultline {
+	if isFaultline(s) {
 		a, err := b.agentOn(ctx, node)
 		if err != nil {
 			return nil, err
@@ -362,7 +362,7 @@ func ignoreNotFound(err error) error {
 // the exit code.
 func (b *bench) xid(ctx context.Context, s system, node string, pods map[int]*corev1.Pod) ([]*corev1.Pod, error) {
 	victim := pods[0]
-	if s.name() == sysFaultline {
+	if isFaultline(s) {
 		a, err := b.agentOn(ctx, node)
 		if err != nil {
 			return nil, err

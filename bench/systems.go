@@ -44,10 +44,11 @@ type system interface {
 
 // Systems by report name.
 const (
-	sysFaultline     = "faultline"
-	sysJob           = "Indexed Job"
-	sysJobSet        = "JobSet (FailJobSet)"
-	sysJobSetDefault = "JobSet (default)"
+	sysFaultline      = "faultline"
+	sysFaultlineKueue = "faultline (Kueue)"
+	sysJob            = "Indexed Job"
+	sysJobSet         = "JobSet (FailJobSet)"
+	sysJobSetDefault  = "JobSet (default)"
 )
 
 // faultline: a TrainingRun with the default failure policy.
@@ -94,6 +95,22 @@ func (s faultline) remove(ctx context.Context, name string) error {
 	return client.IgnoreNotFound(s.runs.Delete(ctx, &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}},
 		client.PropagationPolicy(metav1.DeletePropagationBackground)))
 }
+
+// faultlineKueue: the same TrainingRun in a Kueue LocalQueue (docs/kueue.md): admitted by a
+// real Kueue through its Workload, its restarts inside that admission.
+type faultlineKueue struct{ faultline }
+
+func (faultlineKueue) name() string { return sysFaultlineKueue }
+
+func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
+	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{v1alpha1.LabelQueueName: benchQueue}},
+		Spec:       v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()}},
+	})
+}
+
+// isFaultline: both faultline systems run the node agent and report their restarts' phases.
+func isFaultline(s system) bool { return s.name() == sysFaultline || s.name() == sysFaultlineKueue }
 
 // bareJob: an Indexed Job as the Kubernetes documentation suggests for this workload: at
 // most one pod per index (podReplacementPolicy Failed), a disruption (the kubelet's
