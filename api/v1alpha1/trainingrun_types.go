@@ -469,9 +469,13 @@ type QueueStatus struct {
 type QueueEviction struct {
 	// Reason is Kueue's (Preempted, PodsReadyTimeout, AdmissionCheck, Deactivated ...).
 	Reason string `json:"reason"`
-	// Message is Kueue's; for a preemption it names the preempting workload.
+	// Message is Kueue's; for a preemption it gives the preempting workload's UID.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Preemptor, for a preemption, is the preempting Workload (namespace/name) and the job
+	// that owns it (e.g. TrainingRun team-b/llm), found by the UID Kueue's message gives.
+	// +optional
+	Preemptor string `json:"preemptor,omitempty"`
 	// Time is when Kueue evicted the Workload.
 	Time metav1.Time `json:"time"`
 }

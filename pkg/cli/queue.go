@@ -70,7 +70,11 @@ func describeQueue(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 	}
 	ev := fmt.Sprint(q.Evictions)
 	if e := q.LastEviction; e != nil {
-		ev += fmt.Sprintf(", last %s: %s: %s", stampAgo(&e.Time, now), e.Reason, e.Message)
+		ev += fmt.Sprintf(", last %s: %s", stampAgo(&e.Time, now), e.Reason)
+		if e.Preemptor != "" {
+			ev += " by workload " + e.Preemptor
+		}
+		ev += ": " + e.Message
 	}
 	p.kv(1, "Evictions", ev+" (none spends a restart)")
 }
@@ -90,7 +94,12 @@ func queueExplain(run *v1alpha1.TrainingRun) string {
 	case c.Status == "True" && q != nil:
 		s += ", admitted by ClusterQueue " + q.ClusterQueue
 	case (c.Reason == v1alpha1.ReasonPreempted || c.Reason == v1alpha1.ReasonEvictedByKueue) && q != nil && q.LastEviction != nil:
-		s += fmt.Sprintf(", suspended until Kueue admits it again: evicted (%s): %s", q.LastEviction.Reason, q.LastEviction.Message)
+		e := q.LastEviction
+		by := ""
+		if e.Preemptor != "" {
+			by = " by workload " + e.Preemptor
+		}
+		s += fmt.Sprintf(", suspended until Kueue admits it again: evicted (%s)%s: %s", e.Reason, by, e.Message)
 	default:
 		s += ", waiting: " + c.Message
 	}

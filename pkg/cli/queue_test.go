@@ -24,11 +24,11 @@ func queued(b *runBuilder, queue string) *runBuilder {
 func preemptedRun() *v1alpha1.TrainingRun {
 	b := queued(makeRun("llm", 16), "research").phase(v1alpha1.PhaseSuspended, 1, 0).
 		attempt(v1alpha1.AttemptRecord{Attempt: 1, StartTime: at(1), RunningTime: at(3), EndTime: at(40),
-			Outcome: policy.OutcomeSuspended, Suspension: "Kueue (Preempted): " + preemptionMessage}).
+			Outcome: policy.OutcomeSuspended, Suspension: "Kueue (Preempted) for workload research/trainingrun-gpt-11aa3 (TrainingRun research/gpt): " + preemptionMessage}).
 		condition(v1alpha1.ConditionSuspended, metav1.ConditionTrue, v1alpha1.ReasonPreempted, "attempt 1 suspended by Kueue (Preempted): "+preemptionMessage, 40).
 		condition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, v1alpha1.ReasonPreempted, "Kueue evicted workload trainingrun-llm-3f2a1 (Preempted): "+preemptionMessage, 40)
 	b.run.Status.Queue = &v1alpha1.QueueStatus{Name: "research", Workload: "trainingrun-llm-3f2a1", Evictions: 1,
-		LastEviction: &v1alpha1.QueueEviction{Reason: "Preempted", Message: preemptionMessage, Time: *at(40)}}
+		LastEviction: &v1alpha1.QueueEviction{Reason: "Preempted", Message: preemptionMessage, Time: *at(40), Preemptor: "research/trainingrun-gpt-11aa3 (TrainingRun research/gpt)"}}
 	return b.obj()
 }
 

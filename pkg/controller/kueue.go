@@ -106,6 +106,9 @@ func (r *Reconciler) queueGate(ctx context.Context, run *v1alpha1.TrainingRun) (
 		}
 	}
 	newlyAdmitted := reflectWorkload(run, wl, r.now())
+	if e := run.Status.Queue.LastEviction; e != nil && e.Reason == kueue.EvictedByPreemption && e.Preemptor == "" {
+		e.Preemptor = r.preemptor(ctx, e.Message)
+	}
 	if newlyAdmitted {
 		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, v1alpha1.ActionQueue, "%s", admittedMessage(run.Status.Queue))
 	}
@@ -146,6 +149,9 @@ func (r *Reconciler) holdQueued(ctx context.Context, run *v1alpha1.TrainingRun, 
 			reason, why = v1alpha1.ReasonEvictedByKueue, fmt.Sprintf("Kueue (%s): %s", ev.Reason, ev.Message)
 			if ev.Reason == kueue.EvictedByPreemption {
 				reason = v1alpha1.ReasonPreempted
+				if e := st.Queue.LastEviction; e != nil && e.Preemptor != "" {
+					why = fmt.Sprintf("Kueue (%s) for workload %s: %s", ev.Reason, e.Preemptor, ev.Message)
+				}
 			}
 		}
 		res, err = r.suspendFor(ctx, run, obs, reason, why)
@@ -217,6 +223,31 @@ func (r *Reconciler) priority(ctx context.Context, run *v1alpha1.TrainingRun) (k
 		return kueue.Priority{Value: pc.Value, Group: kueue.PriorityClassGroupPod, Kind: kueue.PriorityClassKindPod, Name: name}, nil
 	}
 	return kueue.Priority{}, nil
+}
+
+// preemptor names the workload whose UID Kueue's preemption message gives (it may be in
+// another namespace of the ClusterQueue's cohort), or "" when it is gone or unreadable: the
+// message still has the UID.
+func (r *Reconciler) preemptor(ctx context.Context, message string) string {
+	uid := kueue.PreemptorUID(message)
+	if uid == "" {
+		return ""
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(kueue.WorkloadGVK.GroupVersion().WithKind(kueue.WorkloadGVK.Kind + "List"))
+	// Read once per preemption, across namespaces: the cache holds only this controller's own.
+	if err := r.APIReader.List(ctx, list); err != nil {
+		return ""
+	}
+	for i := range list.Items {
+		if string(list.Items[i].GetUID()) != uid {
+			continue
+		}
+		if w, err := kueue.Parse(&list.Items[i]); err == nil {
+			return kueue.Describe(w)
+		}
+	}
+	return ""
 }
 
 // workloadConditions writes conditions into the Workload's status, if they change it.

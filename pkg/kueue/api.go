@@ -54,6 +54,10 @@ const (
 	ReasonPending = "Pending"
 )
 
+// LabelJobUID, on a Workload, is the UID of the job it stands for: Kueue names it in its
+// preemption messages ("JobUID: ..."), so faultline puts the run's UID there.
+const LabelJobUID = Group + "/job-uid"
+
 // Priority-class references (spec.priorityClassRef).
 const (
 	PriorityClassGroupPod      = "scheduling.k8s.io"

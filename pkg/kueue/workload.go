@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -87,6 +88,7 @@ func NewWorkload(run *v1alpha1.TrainingRun, prio Priority) (*unstructured.Unstru
 			"labels": map[string]any{
 				v1alpha1.LabelRun:    run.Name,
 				v1alpha1.LabelRunUID: string(run.UID),
+				LabelJobUID:          string(run.UID),
 			},
 		},
 		"spec": spec,
@@ -365,4 +367,27 @@ func ClearAdmission(u *unstructured.Unstructured, eviction *metav1.Condition, no
 		metav1.Condition{Type: ConditionRequeued, Status: requeued, Reason: eviction.Reason, Message: eviction.Message},
 	)
 	return true, err
+}
+
+// preemptorUID finds the preempting workload's UID in Kueue's preemption message
+// ("Preempted to accommodate a workload (UID: <uid>, JobUID: <uid>) due to ...").
+var preemptorUID = regexp.MustCompile(`\(UID: ([0-9a-fA-F-]+)`)
+
+// PreemptorUID is the UID of the workload that Kueue's eviction message says preempted this
+// one, or "".
+func PreemptorUID(message string) string {
+	if m := preemptorUID.FindStringSubmatch(message); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// Describe names a Workload for people: namespace/name and the job that owns it (Kind
+// namespace/name), as Kueue's preemption message does not.
+func Describe(w *Workload) string {
+	s := w.Namespace + "/" + w.Name
+	if o := metav1.GetControllerOf(w); o != nil {
+		s += fmt.Sprintf(" (%s %s/%s)", o.Kind, w.Namespace, o.Name)
+	}
+	return s
 }

@@ -285,3 +285,19 @@ func TestEnabled(t *testing.T) {
 		})
 	}
 }
+
+func TestPreemptorUID(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Preempted to accommodate a workload (UID: 2a9ccf73-40fa-4464-bbb1-08de076cb0fa, JobUID: 7b1e) due to prioritization in the ClusterQueue": "2a9ccf73-40fa-4464-bbb1-08de076cb0fa",
+		"Exceeded the PodsReady timeout ns/wl": "",
+	} {
+		if got := PreemptorUID(msg); got != want {
+			t.Errorf("PreemptorUID(%q) = %q, want %q", msg, got, want)
+		}
+	}
+	w := &Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "trainingrun-llm-3f2a1",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "TrainingRun", Name: "llm", Controller: ptr.To(true)}}}}
+	if got := Describe(w); got != "team-b/trainingrun-llm-3f2a1 (TrainingRun team-b/llm)" {
+		t.Errorf("Describe = %q", got)
+	}
+}

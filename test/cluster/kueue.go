@@ -268,7 +268,7 @@ func (c *Cluster) registerKueueWebhooks(ctx context.Context, moduleDir, url stri
 		registered++
 	}
 	if registered != 2 {
-		return fmt.Errorf("Kueue's webhook kustomization rendered %d webhook configurations, want 2 (mutating, validating)", registered)
+		return fmt.Errorf("the webhook kustomization of Kueue rendered %d webhook configurations, want 2 (mutating, validating)", registered)
 	}
 	return nil
 }

@@ -249,8 +249,8 @@ func TestKueuePreemptionSpendsNoBudget(t *testing.T) {
 	if q == nil || q.Evictions != 1 || q.LastEviction == nil || q.LastEviction.Reason != kueue.EvictedByPreemption {
 		t.Fatalf("status.queue %+v, want one eviction, Preempted", q)
 	}
-	if !strings.Contains(q.LastEviction.Message, "Preempted to accommodate") {
-		t.Errorf("eviction message %q does not say by what", q.LastEviction.Message)
+	if want := "TrainingRun " + e.ns + "/" + preemptor.Name; !strings.Contains(q.LastEviction.Preemptor, want) || !strings.Contains(rec.Suspension, want) {
+		t.Errorf("the preemptor is not named: lastEviction.preemptor %q, attempt 1 suspended by %q, want both to name %s", q.LastEviction.Preemptor, rec.Suspension, want)
 	}
 	pre := e.waitRun(preemptor.Name, "preemptor Running", runningAttempt(1))
 	// The preemptor's workers run only on the victim's freed quota: none of the victim's may
