@@ -109,12 +109,15 @@ func TestNodePodInformerWatchesOnlyItsNode(t *testing.T) {
 
 // TestSlimPodKeepsWhatTheAgentReads: the informer's transform drops a worker's environment
 // (its rendezvous lists the whole gang), volumes and managed fields, and keeps every field
-// the agent reads: metadata, node, containers' GPU limits, phase, conditions, statuses.
+// the agent reads: metadata, node, containers' GPU limits, init containers' names (the
+// barrier), the termination grace period, phase, conditions, statuses.
 func TestSlimPodKeepsWhatTheAgentReads(t *testing.T) {
 	full := makePod("r-0").run("r").obj()
 	full.Annotations = map[string]string{v1alpha1.AnnotationFaultEvidence: "{}"}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	full.Spec.Volumes = []corev1.Volume{{Name: "data"}}
+	full.Spec.TerminationGracePeriodSeconds = ptrTo[int64](45)
+	full.Spec.InitContainers = []corev1.Container{{Name: v1alpha1.BarrierContainer, Image: "barrier", Args: []string{"wait"}}}
 	full.Spec.Containers = []corev1.Container{{
 		Name: "worker", Image: "trainer",
 		Env:       []corev1.EnvVar{{Name: "TF_CONFIG", Value: strings.Repeat("x", 4096)}},
@@ -133,7 +136,10 @@ func TestSlimPodKeepsWhatTheAgentReads(t *testing.T) {
 	slim := got.(*corev1.Pod)
 	want := full.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: full.Spec.NodeName, Containers: []corev1.Container{{Name: "worker", Resources: full.Spec.Containers[0].Resources}}}
+	want.Spec = corev1.PodSpec{
+		NodeName: full.Spec.NodeName, Containers: []corev1.Container{{Name: "worker", Resources: full.Spec.Containers[0].Resources}},
+		InitContainers: []corev1.Container{{Name: v1alpha1.BarrierContainer}}, TerminationGracePeriodSeconds: ptrTo[int64](45),
+	}
 	want.Status.PodIP = ""
 	if diff := cmp.Diff(want, slim); diff != "" {
 		t.Errorf("slim pod (-want +got):\n%s", diff)

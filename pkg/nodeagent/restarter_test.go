@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 )
 
 // A node whose runtime the agent cannot reach has no in-place restart, and says so; the
@@ -108,6 +110,43 @@ func TestMarkInPlaceReady(t *testing.T) {
 		}
 		if ps := patches(client); len(ps) != s.patches || ps[len(ps)-1].GetSubresource() != "status" {
 			t.Errorf("step %d: %d patches, want %d (of nodes/status)", i, len(ps), s.patches)
+		}
+	}
+}
+
+// The in-place restarter decides from the agent's informer's slim pods: they must decide as
+// the full pods do.
+func TestSlimPodDecidesAsTheFullPod(t *testing.T) {
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "r-0", UID: "u"},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptrTo[int64](45),
+			InitContainers:                []corev1.Container{{Name: v1alpha1.BarrierContainer, Image: "barrier"}},
+			Containers:                    []corev1.Container{{Name: "worker", Image: "trainer", Env: []corev1.EnvVar{{Name: "X", Value: "y"}}}},
+		},
+	}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	opened := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: "attempt=1"}}
+	for name, st := range map[string]corev1.PodStatus{
+		"old workers": {Phase: corev1.PodRunning,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer, State: opened}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://w1", State: running}}},
+		"at the barrier": {Phase: corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer, State: running}}},
+	} {
+		p := full.DeepCopy()
+		p.Status = st
+		got, err := slimPod(p.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		slim := got.(*corev1.Pod)
+		if want, got := inplace.Decide(p, 2, true), inplace.Decide(slim, 2, true); !reflect.DeepEqual(want, got) || got.Action == inplace.ActionNone {
+			t.Errorf("%s: slim pod decides %+v, the full one %+v", name, got, want)
+		}
+		if *slim.Spec.TerminationGracePeriodSeconds != 45 {
+			t.Errorf("%s: slim pod's grace period %v, want 45 (the old workers' time to stop)", name, slim.Spec.TerminationGracePeriodSeconds)
 		}
 	}
 }
