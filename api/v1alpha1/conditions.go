@@ -51,7 +51,10 @@ const (
 	ReasonNameTaken       = "NameTaken"       // a Job or Service of the run's name is not the run's
 	ReasonJobRejected     = "JobRejected"     // the API server refused the attempt's Job
 	ReasonPodsNotCreated  = "PodsNotCreated"  // the Job creates no pods (a quota, an admission policy)
-	ReasonProgressing     = "Progressing"     // Stalled=False
+	// ReasonInPlaceUnsupported: restartMode InPlace on nodes that cannot restart a pod in
+	// place (the kubelet does not declare the feature, or the node agent is not ready for it).
+	ReasonInPlaceUnsupported = "InPlaceUnsupported"
+	ReasonProgressing        = "Progressing" // Stalled=False
 	// ReasonRolesPolicyMissing: the run's framework lays its pods out in roles, and the
 	// admission policy that labels them (RolesPolicyName) is not installed.
 	ReasonRolesPolicyMissing = "RolesPolicyMissing"

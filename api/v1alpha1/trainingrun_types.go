@@ -19,6 +19,23 @@ const (
 	RestartScopeIndex RestartScope = "Index"
 )
 
+// RestartMode says how a gang restart treats the workers on healthy nodes.
+// +kubebuilder:validation:Enum=Auto;InPlace;Recreate
+type RestartMode string
+
+const (
+	// RestartModeAuto restarts in place where the cluster can (every node the gang may run
+	// on declares RestartAllContainersOnContainerExits and its node agent reports
+	// faultline.dev/InPlaceReady), and recreates otherwise.
+	RestartModeAuto RestartMode = "Auto"
+	// RestartModeInPlace restarts the workers on healthy nodes in place (same pod, node,
+	// IP, GPUs) and gives only the faulty nodes' indexes new pods; a run on a cluster that
+	// cannot is Stalled with reason InPlaceUnsupported.
+	RestartModeInPlace RestartMode = "InPlace"
+	// RestartModeRecreate deletes every pod of the attempt and creates the next attempt's.
+	RestartModeRecreate RestartMode = "Recreate"
+)
+
 // SuccessPolicy says when a run has succeeded.
 // +kubebuilder:validation:Enum=AllWorkers;Leader
 type SuccessPolicy string
@@ -69,6 +86,7 @@ const FrameworkNone = "none"
 // Go clients send their zero values, which cannot be told from a choice).
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'InPlace'",message="spec.failurePolicy.restartMode InPlace applies to restartScope Gang (with Index the Job controller replaces each failed index): remove it or use restartScope Gang",fieldPath=".failurePolicy.restartMode"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.restartScope) || has(self.restartScope)",message="spec.restartScope cannot be removed once set (the run started under it): create a new TrainingRun to change it",fieldPath=".restartScope"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
@@ -156,6 +174,13 @@ type FailurePolicy struct {
 	// +kubebuilder:default={}
 	// +optional
 	MaxRestarts RestartBudgets `json:"maxRestarts,omitempty"`
+
+	// RestartMode is how a gang restart treats the workers on healthy nodes: InPlace,
+	// Recreate, or Auto (in place where the cluster can, docs/in-place-restart.md). Each
+	// attempt's status.attempts[].restartMode says which was used.
+	// +kubebuilder:default=Auto
+	// +optional
+	RestartMode RestartMode `json:"restartMode,omitempty"`
 
 	// Backoff paces restarts that come in a row.
 	// +kubebuilder:default={}
@@ -434,6 +459,23 @@ type AttemptRecord struct {
 	// ExcludedNodes are the nodes this attempt kept off.
 	// +optional
 	ExcludedNodes []string `json:"excludedNodes,omitempty"`
+	// RestartMode is how this attempt started: InPlace (the workers on healthy nodes
+	// restarted where they stood) or Recreate (every pod new). Unset for the first attempt.
+	// +optional
+	RestartMode RestartMode `json:"restartMode,omitempty"`
+	// JobAttempt is the attempt whose Job this attempt's pods belong to: an attempt that
+	// restarts in place keeps the Job (and the pods) of the one before. Unset: its own.
+	// +optional
+	JobAttempt int32 `json:"jobAttempt,omitempty"`
+	// MovedIndexes are the indexes that got new pods in an in-place restart (their pods
+	// were on a faulty node, or had ended); the others restarted in place.
+	// +listType=set
+	// +optional
+	MovedIndexes []int32 `json:"movedIndexes,omitempty"`
+	// BarrierOpenedAt is when every old worker of the gang had stopped and the workers of
+	// this attempt were let start (an in-place restart's barrier).
+	// +optional
+	BarrierOpenedAt *metav1.Time `json:"barrierOpenedAt,omitempty"`
 	// Suspension says who suspended a Suspended attempt: spec.suspend, or Kueue's eviction of
 	// the run's Workload with its reason and message (e.g. the preemptor).
 	// +optional

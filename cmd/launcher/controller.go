@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -23,6 +24,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/memlimit"
 	"github.com/faultline-dev/faultline/pkg/tracing"
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 const flagNodeMaintenanceSelector = "node-maintenance-selector"
@@ -143,6 +145,10 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.IntVar(&opts.Workers, "workers", controller.DefaultWorkers, "runs reconciled concurrently")
 	f.StringVar(&opts.Plugins.PluginDir, "plugin-dir", "", "directory searched for framework plugins (faultline-plugin-<framework>) before PATH (default: this binary's directory)")
 	f.DurationVar(&opts.Plugins.CallTimeout, "plugin-call-timeout", framework.DefaultCallTimeout, "deadline of every call to a framework plugin; a plugin that misses it is killed")
+	// Off by default until the node agent acts on the runs' decisions (it stops the old
+	// workers and opens the barriers: docs/in-place-restart.md); then the default becomes
+	// barrier.Image(version.Version), the release's image.
+	f.StringVar(&opts.BarrierImage, "barrier-image", "", `faultline-barrier's image (e.g. `+barrier.Image(version.Version)+`), the init container of workers that restart in place; "" (the default, while the node agent's half is not wired): every gang restart recreates its pods`)
 	opts.Maintenance = maintenance.DefaultConfig()
 	f.StringVar(&nmSelector, flagNodeMaintenanceSelector, "", "act on the NodeMaintenances this label selector matches (default: every one when watching all namespaces, none with --namespace, which sees only that namespace's runs)")
 	f.BoolVar(&opts.Maintenance.Cordon, "maintenance-cordon", opts.Maintenance.Cordon, "move runs off a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) as a planned maintenance, before its drain evicts them")

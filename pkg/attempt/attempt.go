@@ -14,6 +14,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -44,6 +45,10 @@ type Options struct {
 	// ServiceAccountName, when set, is the workers' service account, unless the template
 	// names its own.
 	ServiceAccountName string
+	// BarrierImage, when set, gives the pods the shape of a pod that restarts in place
+	// (InPlaceShape): a RestartAllContainers rule on every worker container, and the
+	// faultline-barrier init container of this image.
+	BarrierImage string
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -138,6 +143,9 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	}
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
+	if opts.BarrierImage != "" {
+		inPlaceShape(&tmpl.Spec, opts.BarrierImage)
+	}
 
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -185,6 +193,57 @@ func Managed(job *batchv1.Job) bool {
 	return job != nil && ptr.Deref(job.Spec.ManagedBy, "") == v1alpha1.JobManagedBy
 }
 
+// inPlaceShape makes a worker pod one that restarts in place (docs/in-place-restart.md):
+//
+//   - every worker container restarts all the pod's containers on any non-zero exit
+//     (KEP-5532's RestartAllContainers): a worker that dies, or that the node agent stops,
+//     brings its pod back to the barrier instead of failing it;
+//   - the barrier, the last init container (after the user's, which run again at each
+//     restart), holds the workers until the node agent gives it the go signal of the
+//     attempt the gang runs, then writes that attempt to the run volume's attempt file;
+//   - every container reads the attempt from that file (FAULTLINE_ATTEMPT_FILE):
+//     FAULTLINE_ATTEMPT is the pod's first attempt and cannot change in a running pod.
+func inPlaceShape(spec *corev1.PodSpec, image string) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+	}})
+	fileEnv := corev1.EnvVar{Name: v1alpha1.EnvAttemptFile, Value: v1alpha1.AttemptFile}
+	for i := range spec.InitContainers {
+		spec.InitContainers[i].Env = append(spec.InitContainers[i].Env, fileEnv)
+	}
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.Env = append(c.Env, fileEnv)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir, ReadOnly: true})
+		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
+		c.RestartPolicyRules = append([]corev1.ContainerRestartRule{{
+			Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
+		}}, c.RestartPolicyRules...)
+	}
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{
+		Name:  v1alpha1.BarrierContainer,
+		Image: image,
+		// Tiny and idle: it waits on a socket for the agent's exec.
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi")},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir}},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	})
+}
+
+// InPlaceShape reports whether a Job's pods restart in place (their template has the barrier).
+func InPlaceShape(job *batchv1.Job) bool {
+	return job != nil && slices.ContainsFunc(job.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer })
+}
+
 // Pod is the pod of index i of a Job that faultline manages, as the Job controller would make
 // it (its pkg/controller/job, v1.36): the template with the completion index as annotation
 // and label, JOB_COMPLETION_INDEX in every container, the hostname <job>-<i> (the stable
@@ -194,12 +253,32 @@ func Managed(job *batchv1.Job) bool {
 // The name is fixed by the Job and the index (PodName): a second creation of the same pod
 // (the cache not showing the first yet, a crash between the creation and the status write)
 // is refused by the API server, so a Job never gets two pods of one index from faultline.
-func Pod(job *batchv1.Job, i int) *corev1.Pod {
+//
+// A pod made for a later attempt than the Job's (a moved index of an in-place restart) says
+// so: its attempt label and FAULTLINE_ATTEMPT are that attempt's, and it keeps off the nodes
+// the attempt excludes (the Job's template holds only its own attempt's).
+func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
 	tmpl := job.Spec.Template.DeepCopy()
 	index := strconv.Itoa(i)
+	if o.Attempt > 0 {
+		n := strconv.Itoa(int(o.Attempt))
+		tmpl.Labels = merge(tmpl.Labels, map[string]string{v1alpha1.LabelAttempt: n})
+		for _, cs := range [][]corev1.Container{tmpl.Spec.InitContainers, tmpl.Spec.Containers} {
+			for j := range cs {
+				for k := range cs[j].Env {
+					if cs[j].Env[k].Name == v1alpha1.EnvAttempt {
+						cs[j].Env[k].Value = n
+					}
+				}
+			}
+		}
+	}
+	if extra := slices.DeleteFunc(slices.Clone(o.ExcludedNodes), func(n string) bool { return excluded(&tmpl.Spec, n) }); len(extra) > 0 {
+		excludeNodes(&tmpl.Spec, extra)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            PodName(job, i),
+			Name:            PodName(job, i, o.Attempt),
 			Namespace:       job.Namespace,
 			Labels:          merge(tmpl.Labels, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
 			Annotations:     merge(tmpl.Annotations, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
@@ -221,16 +300,45 @@ func Pod(job *batchv1.Job, i int) *corev1.Pod {
 	return pod
 }
 
+// PodOptions are what a pod of a later attempt than its Job's differs in.
+type PodOptions struct {
+	// Attempt, when set, is the attempt the pod is made for.
+	Attempt int32
+	// ExcludedNodes are kept off, beside those of the Job's template.
+	ExcludedNodes []string
+}
+
+// excluded reports whether spec keeps off node already: every term of its required node
+// affinity (they are ORed) excludes it by name.
+func excluded(spec *corev1.PodSpec, node string) bool {
+	a := spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	return len(terms) > 0 && !slices.ContainsFunc(terms, func(term corev1.NodeSelectorTerm) bool {
+		return !slices.ContainsFunc(term.MatchFields, func(f corev1.NodeSelectorRequirement) bool {
+			return f.Key == NodeNameField && f.Operator == corev1.NodeSelectorOpNotIn && slices.Contains(f.Values, node)
+		})
+	})
+}
+
 // completionIndexEnv is the variable the Job controller gives every container of an Indexed
 // Job's pod; programs written for Indexed Jobs read it.
 const completionIndexEnv = "JOB_COMPLETION_INDEX"
 
-// PodName is the name of index i's pod of job: the Job's name and the index, as the Job
-// controller's generated names start, then the first characters of the Job's UID, so that
-// the pods of two attempts' Jobs (same name) never share a name.
-func PodName(job *batchv1.Job, i int) string {
+// PodName is the name of index i's pod of job made for attempt (0: the Job's own): the Job's
+// name and the index, as the Job controller's generated names start, then the first
+// characters of the Job's UID, so that the pods of two attempts' Jobs (same name) never
+// share a name; a pod made for a later attempt than the Job's (an index moved by an in-place
+// restart) ends with that attempt, so that it never waits for its predecessor's name.
+func PodName(job *batchv1.Job, i int, attempt int32) string {
 	uid := strings.ReplaceAll(string(job.UID), "-", "")
-	return job.Name + "-" + strconv.Itoa(i) + "-" + uid[:min(len(uid), podNameUIDChars)]
+	name := job.Name + "-" + strconv.Itoa(i) + "-" + uid[:min(len(uid), podNameUIDChars)]
+	if own, ok := Number(job); attempt > 0 && (!ok || attempt != own) {
+		name += "-" + strconv.Itoa(int(attempt))
+	}
+	return name
 }
 
 // podNameUIDChars is how much of the Job's UID a pod name carries: 8 hex digits, one chance

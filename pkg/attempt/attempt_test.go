@@ -326,7 +326,7 @@ func TestPod(t *testing.T) {
 	job.Spec.Template.Labels[batchv1.JobNameLabel] = job.Name
 	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
 
-	p := Pod(job, 3)
+	p := Pod(job, 3, PodOptions{})
 	if p.Name != "llm-3-0f1e2d3c" || p.Namespace != "ml" {
 		t.Errorf("pod %s/%s, want ml/llm-3-0f1e2d3c", p.Namespace, p.Name)
 	}
@@ -357,7 +357,83 @@ func TestPod(t *testing.T) {
 	// Another attempt's Job of the same name: other pod names.
 	next := job.DeepCopy()
 	next.UID = "9a8b7c6d-0000-0000-0000-000000000000"
-	if a, b := PodName(job, 3), PodName(next, 3); a == b {
+	if a, b := PodName(job, 3, 0), PodName(next, 3, 0); a == b {
 		t.Errorf("two Jobs' pods of index 3 are both named %s", a)
+	}
+}
+
+// TestInPlaceShape: with a barrier image, every worker container restarts the whole pod on a
+// non-zero exit, the barrier is the last init container and shares the run volume, and every
+// container is told where the attempt file is.
+func TestInPlaceShape(t *testing.T) {
+	run := makeRun(func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "fetch", Image: "data"}}
+	})
+	if InPlaceShape(Job(run, Options{Attempt: 1})) {
+		t.Fatal("a Job without a barrier image restarts in place")
+	}
+	job := Job(run, Options{Attempt: 1, BarrierImage: "ghcr.io/faultline-dev/faultline-barrier:v1.0.0"})
+	if !InPlaceShape(job) {
+		t.Fatal("InPlaceShape = false with a barrier image")
+	}
+	spec := job.Spec.Template.Spec
+	if n := len(spec.InitContainers); n != 2 || spec.InitContainers[0].Name != "fetch" || spec.InitContainers[1].Name != v1alpha1.BarrierContainer {
+		t.Fatalf("init containers %v: want the user's, then the barrier", spec.InitContainers)
+	}
+	b := spec.InitContainers[1]
+	if b.Image != "ghcr.io/faultline-dev/faultline-barrier:v1.0.0" || len(b.VolumeMounts) != 1 || b.VolumeMounts[0].MountPath != v1alpha1.RunDir || b.VolumeMounts[0].ReadOnly {
+		t.Errorf("barrier %+v: want the image, the run volume writable at %s", b, v1alpha1.RunDir)
+	}
+	if b.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("barrier terminationMessagePolicy %q: its message (attempt=N) must be the file's", b.TerminationMessagePolicy)
+	}
+	w := spec.Containers[0]
+	want := []corev1.ContainerRestartRule{{
+		Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
+	}}
+	if diff := cmp.Diff(want, w.RestartPolicyRules); diff != "" || ptr.Deref(w.RestartPolicy, "") != corev1.ContainerRestartPolicyNever {
+		t.Errorf("worker restartPolicy %v rules (-want +got):\n%s", w.RestartPolicy, diff)
+	}
+	if len(w.VolumeMounts) != 1 || !w.VolumeMounts[0].ReadOnly || w.VolumeMounts[0].Name != v1alpha1.RunVolume {
+		t.Errorf("worker mounts %v: want the run volume read-only", w.VolumeMounts)
+	}
+	for _, c := range append(spec.InitContainers[:1], w) {
+		if c.Env[len(c.Env)-1] != (corev1.EnvVar{Name: v1alpha1.EnvAttemptFile, Value: v1alpha1.AttemptFile}) {
+			t.Errorf("container %s: last env %v, want %s", c.Name, c.Env[len(c.Env)-1], v1alpha1.EnvAttemptFile)
+		}
+	}
+	if len(spec.Volumes) != 1 || spec.Volumes[0].EmptyDir == nil || spec.Volumes[0].EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("volumes %v: want the in-memory run volume", spec.Volumes)
+	}
+	if len(run.Spec.Template.Spec.InitContainers) != 1 || run.Spec.Template.Spec.Containers[0].RestartPolicyRules != nil {
+		t.Error("Job() modified the run's template")
+	}
+}
+
+// TestPodOfALaterAttempt: a moved index's pod says its attempt and keeps off the attempt's
+// excluded nodes, and its name never meets its predecessor's.
+func TestPodOfALaterAttempt(t *testing.T) {
+	job := Job(makeRun(), Options{Attempt: 2, ExcludedNodes: []string{"old"}})
+	job.UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	p := Pod(job, 1, PodOptions{Attempt: 4, ExcludedNodes: []string{"old", "faulty"}})
+	if p.Name != "llm-1-0f1e2d3c-4" || p.Labels[v1alpha1.LabelAttempt] != "4" || p.Spec.Hostname != "llm-1" {
+		t.Errorf("pod %s attempt label %s hostname %s: want llm-1-0f1e2d3c-4, 4, llm-1", p.Name, p.Labels[v1alpha1.LabelAttempt], p.Spec.Hostname)
+	}
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == v1alpha1.EnvAttempt && e.Value != "4" {
+			t.Errorf("%s = %s, want 4", e.Name, e.Value)
+		}
+	}
+	fields := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields
+	var off []string
+	for _, f := range fields {
+		off = append(off, f.Values...)
+	}
+	if diff := cmp.Diff([]string{"old", "faulty"}, off); diff != "" {
+		t.Errorf("nodes kept off (-want +got), each once:\n%s", diff)
+	}
+	if own := Pod(job, 1, PodOptions{Attempt: 2}); own.Name != "llm-1-0f1e2d3c" {
+		t.Errorf("the Job's own attempt: pod %s, want llm-1-0f1e2d3c", own.Name)
 	}
 }

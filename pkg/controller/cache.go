@@ -98,7 +98,8 @@ func slimContainerStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus
 	return out
 }
 
-// slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions): a Node's status
+// slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions) and the
+// features its kubelet declares (whether it restarts pods in place): a Node's status
 // (images, addresses, capacity, system info) is most of it, in every Node of the cluster.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -106,7 +107,7 @@ func slimNode(obj any) (any, error) {
 		return stripManagedFields(obj)
 	}
 	n.ManagedFields = nil
-	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions, DeclaredFeatures: n.Status.DeclaredFeatures}
 	return n, nil
 }
 

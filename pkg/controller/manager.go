@@ -56,6 +56,9 @@ type Options struct {
 	// runs, so it must not report on a drain of the whole cluster unless told which
 	// NodeMaintenances are its own (launcher controller --node-maintenance-selector).
 	NodeMaintenances labels.Selector
+	// BarrierImage is faultline-barrier's image (barrier.Image of the controller's version by
+	// default), the init container of pods that restart in place; "": no restart in place.
+	BarrierImage string
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
 	Kueue bool
@@ -157,6 +160,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Crash:       opts.Crash,
 		Maintenance: opts.Maintenance,
 		Kueue:       opts.Kueue,
+
+		BarrierImage: opts.BarrierImage,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -55,7 +55,9 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 		case !ok || n > run.Status.Attempt:
 			// Not ours to judge (a label someone else wrote, or from a future we have not
 			// persisted: impossible unless status was rolled back).
-		case n == run.Status.Attempt:
+		case n >= jobAttemptOf(run):
+			// The current attempt's, or, if it restarted in place, made for an earlier
+			// attempt of the same Job and restarted in place since.
 			o.current = append(o.current, p)
 		default:
 			o.older = append(o.older, p)

@@ -29,7 +29,10 @@ import (
 // that double (measured at 256 workers on a loaded API server: 9 rounds took 4-12 s). A
 // refusal is reported as the Job controller reports it, a FailedCreate event on the Job,
 // which creationStall turns into the run's Stalled condition.
-func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod) error {
+//
+// o says what the pods of an attempt later than the Job's (an in-place restart's moved
+// indexes) differ in; for the Job's own attempt it changes nothing.
+func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod, o attempt.PodOptions) error {
 	missing := r.creations.missing(job, workers, int(run.Spec.Workers), r.Clock.Now())
 	for round, batch := 0, 1; len(missing) > 0; round++ {
 		if round == 1 {
@@ -41,7 +44,7 @@ func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, 
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for k, i := range missing[:n] {
-			wg.Go(func() { errs[k] = r.createPod(ctx, job, i) })
+			wg.Go(func() { errs[k] = r.createPod(ctx, job, i, o) })
 		}
 		wg.Wait()
 		missing = missing[n:]
@@ -53,12 +56,16 @@ func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, 
 }
 
 // createPod creates index i's pod of job.
-func (r *Reconciler) createPod(ctx context.Context, job *batchv1.Job, i int) error {
-	pod := attempt.Pod(job, i)
+func (r *Reconciler) createPod(ctx context.Context, job *batchv1.Job, i int, o attempt.PodOptions) error {
+	pod := attempt.Pod(job, i, o)
 	err := r.Create(ctx, pod)
 	switch {
-	case err == nil, apierrors.IsAlreadyExists(err):
+	case err == nil:
 		r.creations.created(job.UID, i, r.Clock.Now())
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// The cache does not show it yet (this process made it before a restart, or
+		// made it a moment ago and forgot nothing): it comes.
 		return nil
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return nil // nothing will run here any more; the run goes with its namespace

@@ -56,6 +56,9 @@ type Reconciler struct {
 	Crash func(point string)
 	// Maintenance says which platform signals of a planned maintenance the runs act on.
 	Maintenance maintenance.Config
+	// BarrierImage is faultline-barrier's image, the init container of the pods that
+	// restart in place; "" restarts none in place (every restart recreates).
+	BarrierImage string
 	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
 	// through its Workload. Off, such a run stalls rather than bypass the queue.
 	Kueue bool
@@ -115,12 +118,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.resume(ctx, run)
 	case obs.other != nil || slices.ContainsFunc(obs.leftovers, live):
 		return r.clearLeftovers(ctx, run, obs)
-	case slices.ContainsFunc(obs.older, live) || (obs.job != nil && (obs.jobAttempt() < run.Status.Attempt || obs.job.DeletionTimestamp != nil)):
+	case slices.ContainsFunc(obs.older, live) || (obs.job != nil && (obs.jobAttempt() < jobAttemptOf(run) || obs.job.DeletionTimestamp != nil)):
 		return r.teardown(ctx, run, obs)
 	case obs.job == nil && len(obs.current) > 0:
 		return r.jobLost(ctx, run, obs)
 	case obs.job == nil:
 		return r.createAttempt(ctx, run, obs)
+	case inPlaceStarting(run):
+		return r.inPlace(ctx, run, obs)
 	}
 	return r.track(ctx, run, obs)
 }
@@ -163,7 +168,7 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if attempt.Managed(obs.job) && obs.job.DeletionTimestamp == nil {
 		// Indexes without a pod: a creation a crash cut short, or a pod gone before the
 		// cache showed it.
-		if err := r.createPods(ctx, run, obs.job, workers); err != nil && !errors.Is(err, errPodRefused) {
+		if err := r.createPods(ctx, run, obs.job, workers, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excludedNodes(run)}); err != nil && !errors.Is(err, errPodRefused) {
 			return ctrl.Result{}, err
 		}
 	}
@@ -231,8 +236,8 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		}
 	}
 	st.ReadyWorkers = ready
-	if obs.job != nil {
-		attemptCreated(run, obs.job)
+	if obs.job != nil && jobAttemptOf(run) == run.Status.Attempt {
+		attemptCreated(run, obs.job) // an attempt restarted in place started when its barrier opened
 	}
 	rec := currentRecord(run)
 	episode := st.Trace != nil && st.Trace.Traceparent != ""

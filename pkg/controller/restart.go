@@ -45,8 +45,15 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:])
 		}
 	}
+	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: excludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
+	if canRestartInPlace(run, obs) {
+		moved := movedIndexes(obs.workers(), run.Spec.Workers, next.ExcludedNodes, obs.nodes, r.cannotRestartInPlace(ctx))
+		if len(moved) < int(run.Spec.Workers) {
+			next.RestartMode, next.JobAttempt, next.MovedIndexes = v1alpha1.RestartModeInPlace, jobAttemptOf(run), moved
+		}
+	}
 	st.Attempt++
-	appendRecord(run, v1alpha1.AttemptRecord{Attempt: st.Attempt, ExcludedNodes: excludedNodes(run)})
+	appendRecord(run, next)
 	st.Phase = v1alpha1.PhaseRestarting
 	st.ReadyWorkers = 0
 	st.NextAttemptAt = ptr.To(metav1.NewTime(now.Add(d.Backoff)))
@@ -66,6 +73,10 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		r.event(run, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
 	}
 	restartsTotal.WithLabelValues(string(v.Class), string(v.Cause)).Inc()
+	if next.RestartMode == v1alpha1.RestartModeInPlace {
+		// The Job and the pods seen so far stay the current attempt's.
+		return r.inPlace(ctx, run, obs)
+	}
 	// Every pod seen so far now belongs to an older attempt.
 	return r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...)})
 }
@@ -200,8 +211,16 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if res, ok, err := r.ensureService(ctx, run); !ok || err != nil {
 		return res, err
 	}
+	image, why, err := r.barrierImage(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if why != "" {
+		return r.stallFor(ctx, run, v1alpha1.ReasonInPlaceUnsupported, stalledRecheck, why)
+	}
 	job := attempt.Job(run, attempt.Options{
 		Attempt:       run.Status.Attempt,
+		BarrierImage:  image,
 		ExcludedNodes: excludedNodes(run),
 		Env:           fw.Env,
 		Ports:         fw.Ports,
@@ -228,7 +247,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if attempt.Managed(job) {
 		// job is as the API server stored it: its template has the selector's labels. A
 		// refusal is reported by creationStall, as for pods the Job controller creates.
-		if err := r.createPods(ctx, run, job, nil); err != nil && !errors.Is(err, errPodRefused) {
+		if err := r.createPods(ctx, run, job, nil, attempt.PodOptions{}); err != nil && !errors.Is(err, errPodRefused) {
 			return ctrl.Result{}, err
 		}
 	}
@@ -242,6 +261,11 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 			tr.CreatingAt = micro(creating.Time)
 		}
 		tr.CreatedAt = micro(r.now().Time)
+	}
+	if rec := currentRecord(run); rec.JobAttempt != 0 {
+		// An attempt that was to restart in place whose Job went (someone deleted it): it
+		// starts in a Job of its own.
+		rec.JobAttempt, rec.RestartMode, rec.MovedIndexes = 0, v1alpha1.RestartModeRecreate, nil
 	}
 	attemptCreated(run, job)
 	unstall(run)

@@ -102,6 +102,12 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 		{"negative-infrastructure-budget", func(s map[string]any) {
 			failurePolicy(s)["maxRestarts"] = map[string]any{"infrastructure": int64(-1)}
 		}, "spec.failurePolicy.maxRestarts.infrastructure", "greater than or equal to 0"},
+		{"unknown-restart-mode", func(s map[string]any) { failurePolicy(s)["restartMode"] = "Rolling" },
+			"spec.failurePolicy.restartMode", `supported values: "Auto", "InPlace", "Recreate"`},
+		{"in-place-with-index-scope", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			failurePolicy(s)["restartMode"] = "InPlace"
+		}, "spec.failurePolicy.restartMode", "InPlace applies to restartScope Gang"},
 		{"negative-settle-seconds", func(s map[string]any) { failurePolicy(s)["settleSeconds"] = int64(-1) },
 			"spec.failurePolicy.settleSeconds", "greater than or equal to 0"},
 		{"settle-seconds-over-300", func(s map[string]any) { failurePolicy(s)["settleSeconds"] = int64(301) },
@@ -234,6 +240,7 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			"maxRestarts":   map[string]any{"infrastructure": int64(10), "application": int64(0), "unknown": int64(1)},
 			"backoff":       map[string]any{"initialSeconds": int64(5), "maxSeconds": int64(300), "resetAfterSeconds": int64(600)},
 			"settleSeconds": int64(1),
+			"restartMode":   "Auto",
 		}
 		if diff := cmp.Diff(wantPolicy, spec["failurePolicy"]); diff != "" {
 			t.Errorf("defaulted spec.failurePolicy (-want +got):\n%s", diff)

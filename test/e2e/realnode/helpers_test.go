@@ -269,13 +269,26 @@ func workerLog(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run st
 	return out.String()
 }
 
-// waitEnded watches pods until each has ended (phase Failed or Succeeded) or is gone, and
-// returns each as it was last seen. A pod can go before another has ended: a restart deletes
-// an attempt's pods as soon as its verdict is in, and the kubelet removes each once it has
-// written how it ended.
+// waitEnded watches pods until each has ended (phase Failed or Succeeded, and every
+// container's termination written) or is gone, and returns each as it was last seen. A pod
+// can go before another has ended: a restart deletes an attempt's pods as soon as its verdict
+// is in, and the kubelet removes each once it has written how it ended. The phase can come
+// first: in a node shutdown the kubelet's shutdown manager writes Failed with its
+// DisruptionTarget before the status of the container it is still stopping (seen on a loaded
+// machine: Failed with the worker still running, its exit 143 written a moment later).
 func waitEnded(ctx context.Context, c *cluster.Cluster, ns string, pods []*corev1.Pod) ([]*corev1.Pod, error) {
 	last := map[types.UID]*corev1.Pod{}
-	ended := func(p *corev1.Pod) bool { return !cluster.PodLive(p) }
+	ended := func(p *corev1.Pod) bool {
+		if cluster.PodLive(p) {
+			return false
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated == nil {
+				return false
+			}
+		}
+		return true
+	}
 	_, err := c.WaitPods(ctx, ns, labels.Everything(), func(live []*corev1.Pod) (bool, error) {
 		present := map[types.UID]bool{}
 		for _, p := range live {
@@ -466,4 +479,34 @@ func eachOnce(world int) string {
 	}
 	sort.Strings(want)
 	return strings.Join(want, ",")
+}
+
+// keepStatus is the finalizer by which a test keeps a pod in the API until it has read how
+// the pod ended (holdPod).
+const keepStatus = "test.faultline.dev/keep-status"
+
+// holdPod adds keepStatus to pod and removes it when the test ends: a deleted pod stays,
+// terminating, with the status the kubelet last wrote, until then.
+func holdPod(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"finalizers":["` + keepStatus + `"]}}`)
+	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("hold pod %s: %v", pod.Name, err)
+	}
+	t.Cleanup(func() {
+		p, err := c.Client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		var keep []string
+		for _, f := range p.Finalizers {
+			if f != keepStatus {
+				keep = append(keep, f)
+			}
+		}
+		p.Finalizers = keep
+		if _, err := c.Client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("release pod %s: %v", p.Name, err)
+		}
+	})
 }

@@ -78,19 +78,23 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 			close(released[who])
 		}()
 	}
+	// Attempt 1's pods on the node that goes down, held in the API by a finalizer of the
+	// test's until it has read how they ended: the restart deletes them as soon as its
+	// verdict is in (the controller creates and deletes a gang's pods itself, with no
+	// finalizer of the Job controller's to keep them), and on a loaded machine the kubelet,
+	// shutting down, had not written a worker's exit before its pod was gone.
+	var onDown []*corev1.Pod
+	for _, p := range workers {
+		if p.Spec.NodeName == down.Name {
+			onDown = append(onDown, p)
+			holdPod(ctx, t, c, p)
+		}
+	}
 	announced := time.Now()
 	watchRelease("kubelet", down.KubeletLock, 30*time.Second)
 	watchRelease("agent", agents[down.Name].Lock, 30*time.Second)
 	if err := down.Logind.PrepareForShutdown(true); err != nil {
 		t.Fatal(err)
-	}
-	// Attempt 1's pods on the node that goes down, as the kubelet leaves them (the restart
-	// may delete one before another has ended: each is seen as it last was).
-	var onDown []*corev1.Pod
-	for _, p := range workers {
-		if p.Spec.NodeName == down.Name {
-			onDown = append(onDown, p)
-		}
 	}
 	stopped, err := waitEnded(ctx, c, ns, onDown)
 	if err != nil {
