@@ -1,0 +1,126 @@
+package inplace
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// Decisions says what the controller decided for the gang a pod belongs to. The agent's
+// implementation reads it from the pod's TrainingRun (its status, through a read-only
+// watch); the loop needs nothing else of the run.
+type Decisions interface {
+	// For returns the attempt pod's gang is to run and whether the gang's barrier is open
+	// for it; ok is false when the run decided nothing in place (the pod is left alone).
+	For(pod *corev1.Pod) (attempt int, barrierOpen, ok bool)
+}
+
+// Syncer carries a decision out on one pod: Restarter.Sync.
+type Syncer interface {
+	Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (Action, error)
+}
+
+var _ Syncer = &Restarter{}
+
+// Loop runs Sync for the node's in-place pods whenever a pod or its run's decision changes:
+// the agent's pod informer calls PodChanged, its run watch RunChanged. A queue keyed by pod
+// keeps one Sync per pod at a time and retries failures with backoff; Sync being
+// idempotent, a pod queued twice costs a list call, not a second stop.
+type Loop struct {
+	syncer    Syncer
+	pods      corelisters.PodLister
+	decisions Decisions
+	queue     workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	log       *slog.Logger
+}
+
+// NewLoop is a Loop over the node's pods (the agent's informer's lister).
+func NewLoop(s Syncer, pods corelisters.PodLister, d Decisions, log *slog.Logger) *Loop {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Loop{
+		syncer: s, pods: pods, decisions: d, log: log,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "inplace"}),
+	}
+}
+
+// PodChanged queues pod if it restarts in place (it has the barrier init container).
+func (l *Loop) PodChanged(pod *corev1.Pod) {
+	if hasBarrier(pod) {
+		l.queue.Add(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
+	}
+}
+
+// RunChanged queues every in-place pod of the run on this node: its decision changed.
+func (l *Loop) RunChanged(namespace, run string) {
+	pods, err := l.pods.Pods(namespace).List(labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}))
+	if err != nil {
+		l.log.Warn("list a run's pods", "run", namespace+"/"+run, "error", err)
+		return
+	}
+	for _, p := range pods {
+		l.PodChanged(p)
+	}
+}
+
+// Run syncs queued pods with workers goroutines until ctx is done. Several: a stop waits
+// for the old worker to exit (up to its grace period), and the node's other pods must not
+// wait behind it for their barriers.
+func (l *Loop) Run(ctx context.Context, workers int) {
+	go func() {
+		<-ctx.Done()
+		l.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for l.processNext(ctx) {
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// processNext syncs one queued pod; false once the queue is shut down.
+func (l *Loop) processNext(ctx context.Context) bool {
+	key, quit := l.queue.Get()
+	if quit {
+		return false
+	}
+	defer l.queue.Done(key)
+	pod, err := l.pods.Pods(key.Namespace).Get(key.Name)
+	if err != nil {
+		l.queue.Forget(key) // gone: nothing to restart
+		return true
+	}
+	attempt, open, ok := l.decisions.For(pod)
+	if !ok {
+		l.queue.Forget(key)
+		return true
+	}
+	action, err := l.syncer.Sync(ctx, pod, attempt, open)
+	switch {
+	case err == nil:
+		l.queue.Forget(key)
+	case errors.Is(err, ErrStale):
+		// The decision is older than the pod: retrying it cannot help; the next decision
+		// queues the pod again.
+		l.queue.Forget(key)
+		l.log.Info("barrier refused a stale attempt", "pod", key.String(), "attempt", attempt, "error", err)
+	default:
+		l.queue.AddRateLimited(key)
+		l.log.Warn("in-place restart step failed; retrying", "pod", key.String(), "attempt", attempt, "action", action, "error", err)
+	}
+	return true
+}

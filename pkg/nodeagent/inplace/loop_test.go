@@ -1,0 +1,127 @@
+package inplace
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// decisionsFunc adapts a function to Decisions.
+type decisionsFunc func(*corev1.Pod) (int, bool, bool)
+
+func (f decisionsFunc) For(p *corev1.Pod) (int, bool, bool) { return f(p) }
+
+// loopWith is a Loop over pods (in a real indexer) and a fake runtime; the tests drive it
+// with processNext, one queued pod at a time, instead of its goroutines.
+func loopWith(t *testing.T, rt *FakeRuntime, d Decisions, pods ...*corev1.Pod) *Loop {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := NewLoop(New(rt, nil), corelisters.NewPodLister(idx), d, nil)
+	t.Cleanup(l.queue.ShutDown)
+	return l
+}
+
+func inRun(p *corev1.Pod, run string) *corev1.Pod {
+	p.Labels = map[string]string{v1alpha1.LabelRun: run}
+	return p
+}
+
+func TestLoopStopsOnADecision(t *testing.T) {
+	old := inRun(makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj(), "llm")
+	other := inRun(makePod().opened("attempt=1").worker("worker", "containerd://x1", running).obj(), "other")
+	other.Name, other.UID = "other-0", "uid-2"
+	plain := inRun(makePod().obj(), "llm")
+	plain.Name, plain.Spec.InitContainers = "plain", nil
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{ctr("w1", "uid-1", "worker", run), ctr("x1", "uid-2", "worker", run)}}
+	decided := map[string]int{"llm": 2}
+	l := loopWith(t, rt, decisionsFunc(func(p *corev1.Pod) (int, bool, bool) {
+		n, ok := decided[p.Labels[v1alpha1.LabelRun]]
+		return n, false, ok
+	}), old, other, plain)
+
+	// The run's decision changed: its in-place pods are queued, not the pod without a
+	// barrier, not another run's.
+	l.RunChanged("ml", "llm")
+	if n := l.queue.Len(); n != 1 {
+		t.Fatalf("queued %d pods, want llm-0 only", n)
+	}
+	l.processNext(context.Background())
+	if len(rt.Stops) != 1 || rt.Stops[0].ID != "w1" {
+		t.Errorf("stops %v, want w1", rt.Stops)
+	}
+	// A pod whose run decided nothing is left alone.
+	l.PodChanged(other)
+	l.processNext(context.Background())
+	if len(rt.Stops) != 1 {
+		t.Errorf("stops %v: the other run's pod was stopped", rt.Stops)
+	}
+}
+
+func TestLoopRetriesFailuresButNotStaleAttempts(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ml", Name: "llm-0"}
+	old := inRun(makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj(), "llm")
+	rt := &FakeRuntime{StopErr: status.Error(codes.Unavailable, "runtime down"),
+		Containers: []*runtimeapi.Container{ctr("w1", "uid-1", "worker", run)}}
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, false, true }), old)
+	l.PodChanged(old)
+	l.processNext(context.Background())
+	if n := l.queue.NumRequeues(key); n != 1 {
+		t.Errorf("a failed stop: %d requeues, want 1", n)
+	}
+
+	// A barrier that refuses the attempt as stale: the decision is older than the pod.
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	rt = &FakeRuntime{ExecExit: map[string]int32{"bar": openExitStale},
+		Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+	l = loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 1, true, true }), atBarrier)
+	l.PodChanged(atBarrier)
+	l.processNext(context.Background())
+	if len(rt.Execs) != 1 || l.queue.NumRequeues(key) != 0 || l.queue.Len() != 0 {
+		t.Errorf("a stale attempt: execs %v, requeues %d, queued %d; want one exec and no retry", rt.Execs, l.queue.NumRequeues(key), l.queue.Len())
+	}
+}
+
+// Run works the queue until its context ends.
+func TestLoopRunOpensAndStops(t *testing.T) {
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+	opened := make(chan struct{})
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), atBarrier)
+	l.syncer = syncerFunc(func(ctx context.Context, p *corev1.Pod, n int, open bool) (Action, error) {
+		a, err := New(rt, nil).Sync(ctx, p, n, open)
+		if a == ActionOpenBarrier {
+			close(opened)
+		}
+		return a, err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx, 2); close(done) }()
+	l.PodChanged(atBarrier)
+	<-opened
+	cancel()
+	<-done
+	if len(rt.Execs) != 1 {
+		t.Errorf("execs %v, want one open", rt.Execs)
+	}
+}
+
+type syncerFunc func(context.Context, *corev1.Pod, int, bool) (Action, error)
+
+func (f syncerFunc) Sync(ctx context.Context, p *corev1.Pod, n int, open bool) (Action, error) {
+	return f(ctx, p, n, open)
+}
