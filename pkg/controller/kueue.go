@@ -327,7 +327,7 @@ func queuedMessage(run *v1alpha1.TrainingRun, wl *kueue.Workload) string {
 		msg += ": " + c.Message
 	}
 	for _, ac := range wl.Status.AdmissionChecks {
-		if ac.State != "Ready" {
+		if ac.State != kueue.CheckStateReady {
 			msg += fmt.Sprintf("; admission check %s is %s", ac.Name, ac.State)
 		}
 	}

@@ -20,6 +20,7 @@ var (
 	WorkloadPriorityClassGVK = schema.GroupVersionKind{Group: Group, Version: Version, Kind: "WorkloadPriorityClass"}
 	ClusterQueueGVK          = schema.GroupVersionKind{Group: Group, Version: Version, Kind: "ClusterQueue"}
 	LocalQueueGVK            = schema.GroupVersionKind{Group: Group, Version: Version, Kind: "LocalQueue"}
+	AdmissionCheckGVK        = schema.GroupVersionKind{Group: Group, Version: Version, Kind: "AdmissionCheck"}
 
 	WorkloadGVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "workloads"}
 )
@@ -130,6 +131,14 @@ type PodSetUpdate struct {
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
 }
+
+// Admission check states (status.admissionChecks[].state).
+const (
+	CheckStatePending  = "Pending"
+	CheckStateReady    = "Ready"
+	CheckStateRetry    = "Retry"
+	CheckStateRejected = "Rejected"
+)
 
 // RequeueState is Kueue's count of requeues after a PodsReady timeout.
 type RequeueState struct {

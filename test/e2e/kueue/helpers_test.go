@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	apischeme "github.com/faultline-dev/faultline/api/scheme"
@@ -60,7 +61,14 @@ type queueSpec struct {
 	// nodeLabels and tolerations are the flavor's.
 	nodeLabels  map[string]string
 	tolerations []corev1.Toleration
+	// admissionCheck, when set, names an AdmissionCheck the ClusterQueue requires, whose
+	// controller the scenario plays (setCheck).
+	admissionCheck string
 }
+
+// checkController is the controllerName of the scenarios' admission checks: no controller
+// of Kueue's serves it, the scenario itself does.
+const checkController = "kueue-test.faultline.dev/check"
 
 var testScheme = apischeme.New()
 
@@ -107,6 +115,11 @@ func scenario(t *testing.T, q queueSpec) *env {
 	}
 	if q.preemptLowerPriority {
 		cq["preemption"] = map[string]any{"withinClusterQueue": "LowerPriority"}
+	}
+	if q.admissionCheck != "" {
+		e.create(kueue.AdmissionCheckGVK, "", q.admissionCheck, map[string]any{"controllerName": checkController})
+		e.activateCheck(q.admissionCheck)
+		cq["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": q.admissionCheck}}}
 	}
 	e.create(kueue.ClusterQueueGVK, "", e.cq, cq)
 	e.create(kueue.LocalQueueGVK, ns, e.queue, map[string]any{"clusterQueue": e.cq})
@@ -604,4 +617,65 @@ func (e *env) clusterQueueWatch() *cache.ListWatch {
 func (r *reservationRecorder) stop() {
 	r.cancel()
 	<-r.done
+}
+
+// activateCheck says, as the check's controller would, that the AdmissionCheck is Active:
+// Kueue keeps a ClusterQueue whose checks are not active from admitting anything.
+func (e *env) activateCheck(name string) {
+	e.t.Helper()
+	r := e.dyn.Resource(gvr(kueue.AdmissionCheckGVK))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := r.Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{
+			"type": "Active", "status": "True", "reason": "Active", "message": "the scenario plays the controller",
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}, "status", "conditions")
+		_, err = r.UpdateStatus(e.ctx, u, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("activate AdmissionCheck %s: %v", name, err)
+	}
+}
+
+// setCheck writes, as the check's controller would, the state of check on the Workload and
+// what it asks of the workers' pods (labels, nodeSelector: podSetUpdates of the workers).
+func (e *env) setCheck(workload, check, state string, labels map[string]string) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := e.workloads().Get(e.ctx, workload, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+		found := false
+		for i, c := range checks {
+			m, _ := c.(map[string]any)
+			if m["name"] != check {
+				continue
+			}
+			found = true
+			m["state"] = state
+			m["message"] = "set by the scenario"
+			m["lastTransitionTime"] = time.Now().UTC().Format(time.RFC3339)
+			if len(labels) > 0 {
+				m["podSetUpdates"] = []any{map[string]any{"name": v1alpha1.PodSetWorkers, "labels": toAny(labels)}}
+			}
+			checks[i] = m
+		}
+		if !found {
+			return fmt.Errorf("workload %s has no admission check %s yet", workload, check)
+		}
+		if err := unstructured.SetNestedSlice(u.Object, checks, "status", "admissionChecks"); err != nil {
+			return err
+		}
+		_, err = e.workloads().UpdateStatus(e.ctx, u, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("set admission check %s of %s to %s: %v", check, workload, state, err)
+	}
 }

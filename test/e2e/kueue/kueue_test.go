@@ -336,3 +336,62 @@ func TestKueueFlavorLandsOnEveryAttempt(t *testing.T) {
 		t.Errorf("after the restart: %s", describeRun(r))
 	}
 }
+
+// TestKueueAdmissionCheckGatesTheRun: with quota reserved but an admission check Pending, the
+// run waits (no attempt, no Job); once the check's controller says Ready, with labels for the
+// workers' pods (podSetUpdates), it runs with them; when the check turns to Retry, Kueue
+// evicts the Workload and the run is suspended without spending a restart; Ready again, it
+// resumes with a fresh attempt that carries the labels too.
+func TestKueueAdmissionCheckGatesTheRun(t *testing.T) {
+	t.Parallel()
+	// AdmissionChecks are cluster-scoped: one of its own per scenario.
+	checkName := fmt.Sprintf("provisioned-%d", time.Now().UnixNano()%1e6)
+	e := scenario(t, queueSpec{gpus: 4, admissionCheck: checkName})
+	run := e.createRun(e.newRun("checked", 2))
+	name := kueue.WorkloadName(run)
+	e.waitWorkload(name, "quota reserved, the check Pending", func(w *kueue.Workload) bool {
+		return condIs(w, kueue.ConditionQuotaReserved, metav1.ConditionTrue, "") && len(w.Status.AdmissionChecks) == 1
+	})
+	e.requireRunStays(run.Name, 2*time.Second, "held by the Pending check: no attempt", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Attempt != 0
+	})
+	waiting := e.getRun(run.Name)
+	if c := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionAdmitted); c == nil || !strings.Contains(c.Message, "admission check "+checkName+" is Pending") {
+		t.Errorf("Admitted condition %+v does not name the Pending check", c)
+	}
+
+	labels := map[string]string{"kueue-test.faultline.dev/provisioned-by": "check"}
+	e.setCheck(name, checkName, kueue.CheckStateReady, labels)
+	e.waitRun(run.Name, "attempt 1 Running once the check is Ready", runningAttempt(1))
+	for i, p := range e.waitWorkers(run.Name, 1, 2) {
+		if p.Labels["kueue-test.faultline.dev/provisioned-by"] != "check" {
+			t.Errorf("attempt 1 index %d has labels %v, without the check's podSetUpdates", i, p.Labels)
+		}
+	}
+
+	e.setCheck(name, checkName, kueue.CheckStateRetry, nil)
+	evicted := e.waitRun(run.Name, "suspended by Kueue's eviction", func(r *v1alpha1.TrainingRun) bool {
+		c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionSuspended)
+		return r.Status.Phase == v1alpha1.PhaseSuspended && c != nil && c.Reason == v1alpha1.ReasonEvictedByKueue
+	})
+	if evicted.Status.Restarts != (v1alpha1.RestartCounts{}) || evicted.Status.Queue.LastEviction == nil {
+		t.Fatalf("after the check's Retry: %s", describeRun(evicted))
+	}
+	t.Logf("check Retry: the run was suspended with: %s", evicted.Status.Queue.LastEviction.Message)
+
+	// Kueue requeues the Workload, reserves quota again and asks the check afresh.
+	e.waitWorkload(name, "quota reserved again, the check Pending", func(w *kueue.Workload) bool {
+		return condIs(w, kueue.ConditionQuotaReserved, metav1.ConditionTrue, "") && w.Eviction() == nil &&
+			len(w.Status.AdmissionChecks) == 1 && w.Status.AdmissionChecks[0].State == kueue.CheckStatePending
+	})
+	e.setCheck(name, checkName, kueue.CheckStateReady, labels)
+	resumed := e.waitRun(run.Name, "resumed as attempt 2", runningAttempt(2))
+	if resumed.Status.Restarts != (v1alpha1.RestartCounts{}) {
+		t.Errorf("the resumed run spent restarts: %+v", resumed.Status.Restarts)
+	}
+	for i, p := range e.waitWorkers(run.Name, 2, 2) {
+		if p.Labels["kueue-test.faultline.dev/provisioned-by"] != "check" {
+			t.Errorf("attempt 2 index %d has labels %v, without the check's podSetUpdates", i, p.Labels)
+		}
+	}
+}
