@@ -11,7 +11,9 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/kueue"
@@ -393,5 +395,46 @@ func TestKueueAdmissionCheckGatesTheRun(t *testing.T) {
 		if p.Labels["kueue-test.faultline.dev/provisioned-by"] != "check" {
 			t.Errorf("attempt 2 index %d has labels %v, without the check's podSetUpdates", i, p.Labels)
 		}
+	}
+}
+
+// TestKueueSuspendGivesTheQuotaBack: a user's suspend of an admitted run deactivates its
+// Workload, and Kueue has the quota back once the run's workers are gone, so that a run
+// waiting in the queue is admitted; resumed, the run queues again and runs a fresh attempt
+// when the quota is free.
+func TestKueueSuspendGivesTheQuotaBack(t *testing.T) {
+	t.Parallel()
+	e := scenario(t, queueSpec{gpus: 2})
+	first := e.createRun(e.newRun("suspended", 2))
+	e.waitRun(first.Name, "first Running", runningAttempt(1))
+	second := e.createRun(e.newRun("waiting", 2))
+	e.waitRun(second.Name, "second queued", func(r *v1alpha1.TrainingRun) bool {
+		c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionSuspended)
+		return c != nil && c.Reason == v1alpha1.ReasonQueued
+	})
+
+	patch := func(name string, suspend bool) {
+		t.Helper()
+		body := fmt.Sprintf(`{"spec":{"suspend":%t}}`, suspend)
+		if err := e.cl.Patch(e.ctx, &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch(first.Name, true)
+	e.waitWorkload(kueue.WorkloadName(first), "deactivated", func(w *kueue.Workload) bool { return !w.Active() })
+	e.waitRun(second.Name, "second Running on the quota the suspend gave back", runningAttempt(1))
+	suspended := e.getRun(first.Name)
+	if suspended.Status.Phase != v1alpha1.PhaseSuspended || suspended.Status.Restarts != (v1alpha1.RestartCounts{}) {
+		t.Errorf("the suspended run: %s", describeRun(suspended))
+	}
+
+	patch(first.Name, false)
+	e.waitWorkload(kueue.WorkloadName(first), "active again, waiting for quota", func(w *kueue.Workload) bool { return w.Active() && !w.HoldsQuota() })
+	if err := e.cl.Delete(e.ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	resumed := e.waitRun(first.Name, "resumed as attempt 2 once the quota is free", runningAttempt(2))
+	if resumed.Status.Restarts != (v1alpha1.RestartCounts{}) {
+		t.Errorf("the resumed run spent restarts: %+v", resumed.Status.Restarts)
 	}
 }
