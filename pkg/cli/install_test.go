@@ -17,6 +17,7 @@ func TestManifests(t *testing.T) {
 			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace",
 			"ClusterRole", "ClusterRole", // the users' roles, aggregated into edit and view
 			"ClusterRole",                                                   // the SREs' NodeMaintenances
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' identity
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // evidence
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node

@@ -118,10 +118,11 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 	if o.InhibitDelayMax == 0 {
 		o.InhibitDelayMax = 30 * time.Second
 	}
-	a = &Agent{Node: o.Node, done: make(chan struct{})}
+	agent := &Agent{Node: o.Node, done: make(chan struct{})}
+	a = agent
 	defer func() {
 		if err != nil {
-			a.Stop()
+			agent.Stop() // a is nil on the error returns
 		}
 	}()
 	if a.Bus, err = login1sim.StartBus(); err != nil {

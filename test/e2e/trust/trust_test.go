@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -389,4 +391,71 @@ func TestE2EControllerPodWritesAreConfined(t *testing.T) {
 	release := `{"spec":{"schedulingGates":[{"$patch":"delete","name":"example.com/quota"}]}}`
 	_, err = pods.Patch(ctx, gated.Name, types.StrategicMergePatchType, []byte(release), dry)
 	requireForbidden(t, "controller releasing a scheduling gate", err, "faultline-controller may not change the containers, tolerations, scheduling gates")
+}
+
+// TestE2ETenantCannotRelabelAWorker: what a worker is (its run, attempt, role and index
+// labels, its completion index) is set when it is made and changed by no one after
+// (deploy/admission/identity.yaml): a tenant with the edit role that relabels its worker is
+// refused with a message naming the key, so is the cluster admin, and a label of the
+// tenant's own still changes.
+func TestE2ETenantCannotRelabelAWorker(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	startController(ctx, t, c, ns, "--leader-elect=false")
+	asTenant, tenantUser := tenant(ctx, t, c, ns)
+
+	run := newRun("relabel", 2)
+	run.Namespace = ns
+	run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(0)}
+	if err := asTenant.Create(ctx, run); err != nil {
+		t.Fatalf("tenant with the edit role creating a TrainingRun: %v", err)
+	}
+	asAdmin := clientFor(t, c.Config)
+	waitRun(ctx, t, asAdmin, ns, run.Name, "Running", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseRunning })
+	victim := runningWorkers(ctx, t, c, ns, run.Name, 2)[0]
+
+	labelPatch := func(key, value string) []byte {
+		return []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value))
+	}
+	// A policy takes effect a moment after it is made: wait for the admin's dry run to be
+	// refused, then try for real.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, labelPatch(v1alpha1.LabelAttempt, "7"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	}); err != nil {
+		t.Fatalf("the identity policy is not enforced: %v", err)
+	}
+	for key, value := range map[string]string{
+		v1alpha1.LabelAttempt:                "7",           // a pod of a later attempt
+		v1alpha1.LabelRunUID:                 "another-run", // another run's gang
+		v1alpha1.LabelRole:                   "chief",       // added: the coordinator
+		batchv1.JobCompletionIndexAnnotation: "1",           // another index
+	} {
+		err := asTenant.Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, labelPatch(key, value)))
+		requireForbidden(t, "tenant setting label "+key, err, "label "+key, tenantUser, "may not add, change or remove it")
+	}
+	_, err := c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, labelPatch(v1alpha1.LabelAttempt, "7"), metav1.PatchOptions{})
+	requireForbidden(t, "the admin changing the attempt label", err, "label "+v1alpha1.LabelAttempt)
+	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+batchv1.JobCompletionIndexAnnotation+`":"1"}}}`), metav1.PatchOptions{})
+	requireForbidden(t, "the admin changing the completion index annotation", err, "annotation "+batchv1.JobCompletionIndexAnnotation)
+
+	if err := asTenant.Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, labelPatch("team", "b"))); err != nil {
+		t.Errorf("tenant setting a label of its own: %v", err)
+	}
+	got, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{v1alpha1.LabelAttempt, v1alpha1.LabelRunUID, v1alpha1.LabelRun, batchv1.JobCompletionIndexAnnotation} {
+		if got.Labels[key] != victim.Labels[key] {
+			t.Errorf("label %s of the worker is %q, was %q", key, got.Labels[key], victim.Labels[key])
+		}
+	}
+	if _, ok := got.Labels[v1alpha1.LabelRole]; ok || got.Labels["team"] != "b" {
+		t.Errorf("labels %v: want no role and the tenant's team=b", got.Labels)
+	}
 }
