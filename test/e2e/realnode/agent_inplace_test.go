@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -187,6 +190,118 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	t.Logf("first start: OpenBarrier(1) → worker running %s", firstUp.Round(time.Millisecond))
 	t.Logf("in place: StopOldWorkers(2) → barrier waiting %s; OpenBarrier(2) → worker running %s (the call itself, list and exec: %s); updates:%s",
 		stopToWaiting.Round(time.Millisecond), secondUp.Round(time.Millisecond), execTook.Round(time.Millisecond), describeSeen(history, stopAt))
+}
+
+// TestRealAgentLoopRestartsAPodInPlace drives the same restart through the agent's loop
+// (inplace.Loop) as the agent is to run it: an informer on the pods, and decisions that the
+// test changes as the controller would change a run's status (attempt 1 released; attempt
+// 2 decided, barrier closed; attempt 2 released), each followed by RunChanged. Nothing
+// calls the restarter directly: the loop stops the old worker on the decision, leaves the
+// restarted pod at its barrier while the gang is not released, and opens it on the release.
+// It measures decision → barrier waiting and release → worker running through the agent's
+// own watch of the pod.
+func TestRealAgentLoopRestartsAPodInPlace(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dumpOnFailure(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	node := c.Real.Nodes[0]
+	log := slog.New(slog.NewTextHandler(tWriter{t}, nil))
+	r, _, err := inplace.Dial(ctx, "unix://"+node.ContainerdSocket, log)
+	if err != nil {
+		t.Fatalf("the restarter cannot reach %s's containerd: %v", node.Name, err)
+	}
+	defer r.Close()
+	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(ns))
+	pods := factory.Core().V1().Pods()
+	decisions := &testDecisions{}
+	loop := inplace.NewLoop(r, pods.Lister(), decisions, log)
+	changed := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			loop.PodChanged(p)
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }}); err != nil {
+		t.Fatal(err)
+	}
+	// The informers and the loop end with the test, and are waited for: the loop logs to
+	// the test's log.
+	lctx, stop := context.WithCancel(ctx)
+	loopDone := make(chan struct{})
+	defer func() { stop(); factory.Shutdown(); <-loopDone }()
+	factory.Start(lctx.Done())
+	factory.WaitForCacheSync(lctx.Done())
+	go func() { loop.Run(lctx, 2); close(loopDone) }()
+
+	pod := agentInPlacePod("agent-loop", node.Name)
+	pod.Labels[v1alpha1.LabelRun] = "llm"
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create an in-place pod: %v", err)
+	}
+	w := &podWatch{t: t, c: c, ns: ns, sel: labels.SelectorFromSet(pod.Labels)}
+	barrierIs := func(p *corev1.Pod) *corev1.ContainerStatus { return initStatus(p, v1alpha1.BarrierContainer) }
+	decide := func(attempt int, open bool) time.Time {
+		decisions.set(attempt, open)
+		loop.RunChanged(ns, "llm")
+		return time.Now()
+	}
+
+	// Attempt 1, released from the start (a first attempt has no old worker to wait for).
+	decide(1, true)
+	first := w.until(ctx, "the worker running", func(p *corev1.Pod) bool { return running(containerStatus(p, "worker")) })
+	followWorker(ctx, t, c, ns, first.Name).until(ctx, t, "attempt=1 ")
+	worker1, barrier1 := containerStatus(first, "worker"), barrierIs(first)
+
+	// Attempt 2 decided, the gang's barrier not open yet: the loop stops the old worker and
+	// leaves the restarted pod at its barrier.
+	w.record()
+	decidedAt := decide(2, false)
+	w.untilOrFail(ctx, "the barrier waiting again", func(p *corev1.Pod) (bool, error) {
+		if ws := containerStatus(p, "worker"); running(ws) && ws.ContainerID != worker1.ContainerID {
+			return false, fmt.Errorf("a new worker runs before the barrier ran again: %s", stateLine(p))
+		}
+		b := barrierIs(p)
+		return running(b) && b.ContainerID != barrier1.ContainerID, nil
+	})
+	decidedToWaiting := time.Since(decidedAt)
+	holds(ctx, t, w, "attempt 2 decided, not released")
+
+	// Released: the loop opens the barrier.
+	releasedAt := decide(2, true)
+	second := w.until(ctx, "the worker running again", func(p *corev1.Pod) bool {
+		ws := containerStatus(p, "worker")
+		return running(ws) && ws.ContainerID != worker1.ContainerID
+	})
+	releasedToRunning := time.Since(releasedAt)
+	history := w.recorded()
+	followWorker(ctx, t, c, ns, second.Name).until(ctx, t, "attempt=2 ")
+	if second.UID != first.UID || containerStatus(second, "worker").RestartCount != worker1.RestartCount+1 {
+		t.Errorf("after the restart: pod %s worker %+v; want pod %s restarted once in place", second.UID, containerStatus(second, "worker"), first.UID)
+	}
+	t.Logf("through the loop: decision → barrier waiting %s; release → worker running %s; updates:%s",
+		decidedToWaiting.Round(time.Millisecond), releasedToRunning.Round(time.Millisecond), describeSeen(history, decidedAt))
+}
+
+// testDecisions stands for the controller's decision in a run's status.
+type testDecisions struct {
+	mu      sync.Mutex
+	attempt int
+	open    bool
+}
+
+func (d *testDecisions) set(attempt int, open bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.attempt, d.open = attempt, open
+}
+
+func (d *testDecisions) For(*corev1.Pod) (int, bool, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.attempt, d.open, d.attempt > 0
 }
 
 // holds checks that the worker does not start while the barrier waits. 2 s is well above
