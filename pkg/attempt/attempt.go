@@ -286,6 +286,13 @@ func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
 		},
 		Spec: tmpl.Spec,
 	}
+	if role, roleIndex, ok := roleOf(tmpl.Annotations[v1alpha1.AnnotationRoles], i); ok {
+		// What the faultline-roles admission policy writes on the pods the Job controller
+		// creates (an Index-scope run's), written here for the pods faultline creates: the
+		// containers read them through the downward API (rendezvous.RoleEnv).
+		pod.Labels[v1alpha1.LabelRole] = role
+		pod.Labels[v1alpha1.LabelRoleIndex] = strconv.Itoa(roleIndex)
+	}
 	pod.Spec.Hostname = job.Name + "-" + index
 	env := corev1.EnvVar{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 		FieldPath: "metadata.labels['" + batchv1.JobCompletionIndexAnnotation + "']",
@@ -298,6 +305,28 @@ func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
 		}
 	}
 	return pod
+}
+
+// roleOf reads a layout (the value of v1alpha1.AnnotationRoles: "name:first-last" per role,
+// comma-separated, as framework.RoleRanges writes it) for index i: its role and its index
+// within the role; ok is false for no layout, or an index outside every range.
+func roleOf(layout string, i int) (role string, roleIndex int, ok bool) {
+	if layout == "" {
+		return "", 0, false
+	}
+	for _, r := range strings.Split(layout, ",") {
+		name, span, found := strings.Cut(r, ":")
+		lo, hi, dash := strings.Cut(span, "-")
+		first, err1 := strconv.Atoi(lo)
+		last, err2 := strconv.Atoi(hi)
+		if !found || !dash || err1 != nil || err2 != nil {
+			return "", 0, false
+		}
+		if first <= i && i <= last {
+			return name, i - first, true
+		}
+	}
+	return "", 0, false
 }
 
 // PodOptions are what a pod of a later attempt than its Job's differs in.

@@ -437,3 +437,27 @@ func TestPodOfALaterAttempt(t *testing.T) {
 		t.Errorf("the Job's own attempt: pod %s, want llm-1-0f1e2d3c", own.Name)
 	}
 }
+
+// TestPodRoles: the pods faultline creates carry their role and index within it, as the
+// faultline-roles admission policy labels the Job controller's.
+func TestPodRoles(t *testing.T) {
+	job := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Workers = 5 }), Options{Attempt: 1, RoleRanges: "chief:0-0,ps:1-2,worker:3-4"})
+	job.UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	for i, want := range []struct {
+		role  string
+		index string
+	}{{"chief", "0"}, {"ps", "0"}, {"ps", "1"}, {"worker", "0"}, {"worker", "1"}} {
+		p := Pod(job, i, PodOptions{})
+		if p.Labels[v1alpha1.LabelRole] != want.role || p.Labels[v1alpha1.LabelRoleIndex] != want.index {
+			t.Errorf("index %d: role %q role-index %q, want %s %s", i, p.Labels[v1alpha1.LabelRole], p.Labels[v1alpha1.LabelRoleIndex], want.role, want.index)
+		}
+	}
+	if _, ok := Pod(Job(makeRun(), Options{Attempt: 1}), 0, PodOptions{}).Labels[v1alpha1.LabelRole]; ok {
+		t.Error("a run without roles got a role label")
+	}
+	for _, bad := range []string{"chief", "chief:0", "chief:a-b", "ps:1-2"} {
+		if _, _, ok := roleOf(bad, 0); ok {
+			t.Errorf("roleOf(%q, 0) found a role", bad)
+		}
+	}
+}

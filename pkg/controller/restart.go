@@ -195,7 +195,10 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return ctrl.Result{}, err
 	}
 	layout := framework.RoleRanges(fw.Roles)
-	if layout != "" {
+	// A gang's pods are the controller's to create, with their role labels (attempt.Pod);
+	// the Job controller creates an Index-scope run's, and only the admission policy labels
+	// those.
+	if layout != "" && run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
 		msg, err := r.rolesPolicyMissing(ctx, layout)
 		if err != nil {
 			return ctrl.Result{}, err

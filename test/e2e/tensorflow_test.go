@@ -24,29 +24,36 @@ import (
 )
 
 // TestE2ETensorFlowPSRoles: a ParameterServerStrategy run (one chief, two parameter servers,
-// a worker and an evaluator) on the real control plane. While the faultline-roles admission
-// policy is missing the run waits, Stalled (RolesPolicyMissing) with the fix, and no Job is
-// created; then the policy is installed as `launcher install` installs it
-// (deploy/admission/roles.yaml) and the run starts. The real API server's admission labels
-// every pod the Job controller creates with its role and role index; each pod's TF_CONFIG,
-// expanded from the stored pod as the kubelet would, has the pod's own task
+// a worker and an evaluator) on the real control plane. Its pods are the controller's to
+// create (a gang's), each labelled with its role and role index as it is made, so the run
+// needs no admission policy: it starts while the faultline-roles policy is missing. Each
+// pod's TF_CONFIG, expanded from the stored pod as the kubelet would, has the pod's own task
 // (tfconfig_cluster_resolver.py reads "task"), whose address in "cluster" is the pod's own
 // (the evaluator has a task and no place in "cluster"), "rpc_layer" grpc, and
 // GRPC_FAIL_FAST=use_caller. The plugin's default success policy, Leader, is written into
 // the run; when the chief's pod succeeds the run Succeeds, spending nothing, and the parameter
-// servers, the worker and the evaluator (which never exit by themselves) are stopped.
+// servers, the worker and the evaluator (which never exit by themselves) are stopped. The
+// same layout with restartScope Index, whose pods the Job controller creates and only the
+// policy can label, waits while the policy is missing, Stalled (RolesPolicyMissing) with
+// the fix, with no Job created; once the policy is installed as `launcher install` installs
+// it (deploy/admission/roles.yaml), it starts, its pods labelled by the API server's admission.
 func TestE2ETensorFlowPSRoles(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
-	// Without the policy the run waits, Stalled with the fix, and starts no pod: pods
-	// without their role could not form the cluster. (This is the only scenario that uses
-	// the cluster-wide policy, so it may take it away.)
+	// (This is the only scenario that uses the cluster-wide policy, so it may take it away.)
 	removeRolesPolicy(ctx, t, c)
-	run := createRun(ctx, t, c, ns, newRun("ctr", 5, withoutGPUs(), func(r *v1alpha1.TrainingRun) {
+	psLayout := func(r *v1alpha1.TrainingRun) {
 		r.Spec.Framework = "tensorflow"
 		r.Spec.FrameworkOptions = map[string]string{"strategy": "parameter-server", "ps": "2", "evaluator": "1"}
+	}
+	// Index scope: the Job controller's pods would start without their role, so the run
+	// waits, Stalled with the fix, and starts no pod.
+	indexRun := createRun(ctx, t, c, ns, newRun("ctr-index", 5, withoutGPUs(), psLayout, func(r *v1alpha1.TrainingRun) {
+		r.Spec.RestartScope = v1alpha1.RestartScopeIndex
 	}))
-	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled, RolesPolicyMissing", func(r *v1alpha1.TrainingRun) bool {
+	// A gang: the controller labels its pods itself, no policy needed.
+	run := createRun(ctx, t, c, ns, newRun("ctr", 5, withoutGPUs(), psLayout))
+	stalled := waitRun(ctx, t, c, ns, indexRun.Name, "Stalled, RolesPolicyMissing", func(r *v1alpha1.TrainingRun) bool {
 		cond := runCondition(r, v1alpha1.ConditionStalled)
 		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonRolesPolicyMissing
 	})
@@ -56,12 +63,11 @@ func TestE2ETensorFlowPSRoles(t *testing.T) {
 			t.Errorf("Stalled message %q does not name %q", msg, want)
 		}
 	}
-	if _, err := c.Client.BatchV1().Jobs(ns).Get(ctx, run.Name, metav1.GetOptions{}); err == nil {
-		t.Errorf("a Job was created while the roles policy was missing")
+	if _, err := c.Client.BatchV1().Jobs(ns).Get(ctx, indexRun.Name, metav1.GetOptions{}); err == nil {
+		t.Errorf("an Index-scope Job was created while the roles policy was missing")
 	}
 
-	installRolesPolicy(ctx, t, c, ns)
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running once the policy is installed", runningAttempt(1))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 of the gang Running without the policy", runningAttempt(1))
 	pods := waitWorkers(ctx, t, c, ns, run.Name, 1, 5)
 	if got := getRun(ctx, t, c, ns, run.Name).Spec.SuccessPolicy; got != v1alpha1.SuccessPolicyLeader {
 		t.Errorf("spec.successPolicy %q, want the plugin's Leader written into the run", got)
@@ -75,7 +81,7 @@ func TestE2ETensorFlowPSRoles(t *testing.T) {
 	for i, want := range wantTasks {
 		pod := pods[i]
 		if pod.Labels[v1alpha1.LabelRole] != want.typ || pod.Labels[v1alpha1.LabelRoleIndex] != strconv.Itoa(want.index) {
-			t.Errorf("pod %s (index %d): labels %s=%q %s=%q, want %s and %d from the roles policy", pod.Name, i,
+			t.Errorf("pod %s (index %d): labels %s=%q %s=%q, want %s and %d from the controller", pod.Name, i,
 				v1alpha1.LabelRole, pod.Labels[v1alpha1.LabelRole], v1alpha1.LabelRoleIndex, pod.Labels[v1alpha1.LabelRoleIndex], want.typ, want.index)
 		}
 		env, err := expansion.Pod(pod.Spec.Containers[0].Env, pod)
@@ -134,6 +140,16 @@ func TestE2ETensorFlowPSRoles(t *testing.T) {
 		return true, nil
 	}); err != nil {
 		t.Fatalf("the parameter servers, the worker and the evaluator were not stopped after the chief succeeded: %v; pods: %s", err, describePods(left))
+	}
+
+	// The Index-scope run starts once the policy is there, its pods labelled by admission.
+	installRolesPolicy(ctx, t, c, ns)
+	waitRun(ctx, t, c, ns, indexRun.Name, "the Index-scope run Running once the policy is installed", runningAttempt(1))
+	for i, pod := range waitWorkers(ctx, t, c, ns, indexRun.Name, 1, 5) {
+		if pod.Labels[v1alpha1.LabelRole] != wantTasks[i].typ || pod.Labels[v1alpha1.LabelRoleIndex] != strconv.Itoa(wantTasks[i].index) {
+			t.Errorf("Index-scope pod %s (index %d): labels %s=%q %s=%q, want %s and %d from the roles policy", pod.Name, i,
+				v1alpha1.LabelRole, pod.Labels[v1alpha1.LabelRole], v1alpha1.LabelRoleIndex, pod.Labels[v1alpha1.LabelRoleIndex], wantTasks[i].typ, wantTasks[i].index)
+		}
 	}
 }
 
