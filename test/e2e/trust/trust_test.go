@@ -69,20 +69,8 @@ func TestE2ETenantCannotForgeEvidence(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
-	startController(ctx, t, c, ns, "--leader-elect=false")
-	asTenant, tenantUser := tenant(ctx, t, c, ns)
-
-	run := newRun("forged", 2)
-	run.Namespace = ns
-	run.Spec.FailurePolicy.SettleSeconds = ptr.To[int32](1)
-	// Away from the node whose agent token another test uses.
-	run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(0)}
-	if err := asTenant.Create(ctx, run); err != nil {
-		t.Fatalf("tenant with the edit role creating a TrainingRun: %v", err)
-	}
-	asAdmin := clientFor(t, c.Config)
-	waitRun(ctx, t, asAdmin, ns, run.Name, "Running", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseRunning })
-	victim := runningWorkers(ctx, t, c, ns, run.Name, 2)[0]
+	tr := runAsTenant(ctx, t, c, ns, "forged")
+	asTenant, tenantUser, asAdmin, run, victim := tr.client, tr.user, tr.admin, tr.run, tr.victim
 
 	forged := evidencePatch(t, v1alpha1.FaultEvidence{
 		Source: v1alpha1.EvidenceSourceNVMLEvent, Node: victim.Spec.NodeName, Cause: v1alpha1.CauseGPUFault,
@@ -404,18 +392,8 @@ func TestE2ETenantCannotRelabelAWorker(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
-	startController(ctx, t, c, ns, "--leader-elect=false")
-	asTenant, tenantUser := tenant(ctx, t, c, ns)
-
-	run := newRun("relabel", 2)
-	run.Namespace = ns
-	run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(0)}
-	if err := asTenant.Create(ctx, run); err != nil {
-		t.Fatalf("tenant with the edit role creating a TrainingRun: %v", err)
-	}
-	asAdmin := clientFor(t, c.Config)
-	waitRun(ctx, t, asAdmin, ns, run.Name, "Running", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseRunning })
-	victim := runningWorkers(ctx, t, c, ns, run.Name, 2)[0]
+	tr := runAsTenant(ctx, t, c, ns, "relabel")
+	asTenant, tenantUser, victim := tr.client, tr.user, tr.victim
 
 	labelPatch := func(key, value string) []byte {
 		return []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value))
@@ -458,4 +436,31 @@ func TestE2ETenantCannotRelabelAWorker(t *testing.T) {
 	if _, ok := got.Labels[v1alpha1.LabelRole]; ok || got.Labels["team"] != "b" {
 		t.Errorf("labels %v: want no role and the tenant's team=b", got.Labels)
 	}
+}
+
+// tenantRun is a two-worker run that a tenant (a ServiceAccount with the built-in edit role)
+// created in ns, Running, with the controller for ns started.
+type tenantRun struct {
+	client, admin client.WithWatch
+	user          string
+	run           *v1alpha1.TrainingRun
+	victim        *corev1.Pod // one of its workers
+}
+
+func runAsTenant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string) tenantRun {
+	t.Helper()
+	startController(ctx, t, c, ns, "--leader-elect=false")
+	tr := tenantRun{run: newRun(name, 2)}
+	tr.client, tr.user = tenant(ctx, t, c, ns)
+	tr.run.Namespace = ns
+	tr.run.Spec.FailurePolicy.SettleSeconds = ptr.To[int32](1)
+	// Away from the node whose agent token another test uses.
+	tr.run.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName(0)}
+	if err := tr.client.Create(ctx, tr.run); err != nil {
+		t.Fatalf("tenant with the edit role creating a TrainingRun: %v", err)
+	}
+	tr.admin = clientFor(t, c.Config)
+	waitRun(ctx, t, tr.admin, ns, name, "Running", func(r *v1alpha1.TrainingRun) bool { return r.Status.Phase == v1alpha1.PhaseRunning })
+	tr.victim = runningWorkers(ctx, t, c, ns, name, 2)[0]
+	return tr
 }
