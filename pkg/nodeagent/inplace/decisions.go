@@ -1,0 +1,72 @@
+package inplace
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+)
+
+// RunDecision reads the controller's decision for pod out of its TrainingRun's status (the
+// agent's Decisions, once it watches the runs): the attempt the gang is to run, and whether
+// the gang's barrier is open for it. Pure.
+//
+//   - The attempt is status.attempt. A run that ended, or has not started, decides nothing.
+//   - The barrier is open unless the attempt restarts in place and the controller has not
+//     written barrierOpenedAt yet: a first attempt's pods, and a recreated attempt's, are all
+//     new, with no old worker anywhere to wait for.
+//   - Only pods of the attempt's Job are the agent's to act on: those made for the Job's
+//     attempt (status.attempts[].jobAttempt, else the attempt itself) or later. A pod of an
+//     older Job is on its way out (a recreate deletes it); stopping its worker would restart
+//     it in place and, the barrier being open, run it beside its index's new pod.
+func RunDecision(run *v1alpha1.TrainingRun, pod *corev1.Pod) (attemptNumber int, barrierOpen, ok bool) {
+	if run == nil || pod.Labels[v1alpha1.LabelRun] != run.Name || pod.Namespace != run.Namespace {
+		return 0, false, false
+	}
+	if uid, set := pod.Labels[v1alpha1.LabelRunUID]; set && uid != string(run.UID) {
+		return 0, false, false // a pod of an earlier run of the same name
+	}
+	st := run.Status
+	switch st.Phase {
+	case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseSuspended:
+		return 0, false, false
+	}
+	n := st.Attempt
+	if n < 1 {
+		return 0, false, false
+	}
+	var rec *v1alpha1.AttemptRecord
+	if h := st.Attempts; len(h) > 0 && h[len(h)-1].Attempt == n {
+		rec = &h[len(h)-1]
+	}
+	jobAttempt := n
+	if rec != nil && rec.JobAttempt > 0 {
+		jobAttempt = rec.JobAttempt
+	}
+	if k, labelled := attempt.Number(pod); !labelled || k < jobAttempt {
+		return 0, false, false
+	}
+	open := rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace || rec.BarrierOpenedAt != nil
+	return int(n), open, true
+}
+
+// StoreDecisions is the agent's Decisions over its informer's store of TrainingRuns (keyed
+// namespace/name, as cache.MetaNamespaceKeyFunc keys them).
+type StoreDecisions struct{ Runs cache.Store }
+
+var _ Decisions = StoreDecisions{}
+
+// For reads pod's run from the store and its decision (RunDecision).
+func (d StoreDecisions) For(pod *corev1.Pod) (int, bool, bool) {
+	name := pod.Labels[v1alpha1.LabelRun]
+	if name == "" {
+		return 0, false, false
+	}
+	obj, exists, err := d.Runs.GetByKey(pod.Namespace + "/" + name)
+	if err != nil || !exists {
+		return 0, false, false
+	}
+	run, _ := obj.(*v1alpha1.TrainingRun)
+	return RunDecision(run, pod)
+}
