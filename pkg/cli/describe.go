@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -127,6 +128,9 @@ func describeAttempts(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 		if len(rec.ExcludedNodes) > 0 {
 			p.kv(2, "Kept off", strings.Join(rec.ExcludedNodes, ", "))
 		}
+		if rec.RestartMode == v1alpha1.RestartModeInPlace {
+			p.kv(2, "Restarted", inPlaceSummary(run, rec))
+		}
 		if rec.Suspension != "" {
 			p.kv(2, "Suspended by", rec.Suspension)
 		}
@@ -165,6 +169,25 @@ func describeAttempts(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 }
 
 // attemptSummary is "Restarted after 12s (all workers Running 2s after creation)".
+// inPlaceSummary says how an attempt restarted in place: where its workers restarted, which
+// indexes moved, and when its barrier opened.
+func inPlaceSummary(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord) string {
+	s := fmt.Sprintf("in place, in attempt %d's Job: %d workers where they stood", rec.JobAttempt, int(run.Spec.Workers)-len(rec.MovedIndexes))
+	if len(rec.MovedIndexes) > 0 {
+		moved := make([]string, len(rec.MovedIndexes))
+		for i, m := range rec.MovedIndexes {
+			moved[i] = strconv.Itoa(int(m))
+		}
+		s += ", indexes " + strings.Join(moved, ",") + " on new pods"
+	}
+	if rec.BarrierOpenedAt != nil {
+		s += "; barrier opened " + stamp(rec.BarrierOpenedAt.Time)
+	} else {
+		s += "; waiting for every old worker to stop"
+	}
+	return s
+}
+
 func attemptSummary(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord, now time.Time) string {
 	var s string
 	current := rec.Attempt == run.Status.Attempt

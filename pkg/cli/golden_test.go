@@ -68,6 +68,7 @@ func TestGoldenDescribe(t *testing.T) {
 	}{
 		"describe-failed":    {failedRun(), runEvents()},
 		"describe-running":   {runningRun(), runEvents()[:3]},
+		"describe-in-place":  {inPlaceRun(), nil},
 		"describe-succeeded": {succeededRun(), nil},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -47,11 +48,17 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 	if attempt == 0 {
 		attempt = run.Status.Attempt
 	}
-	set := labels.Set{v1alpha1.LabelRun: name, v1alpha1.LabelAttempt: strconv.Itoa(int(attempt))}
+	set := labels.Set{v1alpha1.LabelRun: name}
 	if o.Index >= 0 {
 		set[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(o.Index)
 	}
-	list, err := kube.CoreV1().Pods(runs.Namespace).List(ctx, metav1.ListOptions{LabelSelector: set.AsSelector().String()})
+	sel := set.AsSelector()
+	made, err := labels.NewRequirement(v1alpha1.LabelAttempt, selection.In, madeFor(run, attempt))
+	if err != nil {
+		return err
+	}
+	sel = sel.Add(*made)
+	list, err := kube.CoreV1().Pods(runs.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return fmt.Errorf("list pods of trainingrun %s: %w", name, err)
 	}
@@ -100,6 +107,23 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 		return errors.New("no logs could be read")
 	}
 	return nil
+}
+
+// madeFor are the values of the attempt label of the pods that ran attempt n: n itself, and,
+// for an attempt that restarted in place, the attempts since its Job's whose pods restarted
+// where they stood (a pod keeps the attempt it was made for).
+func madeFor(run *v1alpha1.TrainingRun, n int32) []string {
+	first := n
+	for _, rec := range run.Status.Attempts {
+		if rec.Attempt == n && rec.JobAttempt > 0 && rec.JobAttempt < n {
+			first = rec.JobAttempt
+		}
+	}
+	var out []string
+	for k := first; k <= n; k++ {
+		out = append(out, strconv.Itoa(int(k)))
+	}
+	return out
 }
 
 func podLabel(p *corev1.Pod) string {
