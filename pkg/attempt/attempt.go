@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
 
@@ -58,6 +59,26 @@ func Number(obj metav1.Object) (n int32, ok bool) {
 		return 0, false
 	}
 	return int32(v), true
+}
+
+// Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
+// or, for a pod that restarts in place, the later one its barrier last opened for (the
+// barrier's termination message, which the kubelet keeps in the status while those workers
+// run and until the pod restarts). ok is false when the pod has no attempt label.
+func Running(pod *corev1.Pod) (n int32, ok bool) {
+	n, ok = Number(pod)
+	if !ok {
+		return 0, false
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name != v1alpha1.BarrierContainer || cs.State.Terminated == nil {
+			continue
+		}
+		if m, opened := barrier.ParseOpenedMessage(cs.State.Terminated.Message); opened && int32(m) > n {
+			n = int32(m)
+		}
+	}
+	return n, true
 }
 
 // Index reads a pod's completion index from the annotation the Job controller writes,

@@ -461,3 +461,30 @@ func TestPodRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestRunning: a pod restarted in place runs the attempt its barrier last opened for.
+func TestRunning(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelAttempt: "2"}}}
+	if n, ok := Running(pod); !ok || n != 2 {
+		t.Errorf("no barrier: %d %v, want 2", n, ok)
+	}
+	barrierSays := func(msg string, code int32) {
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}}}}
+	}
+	barrierSays("attempt=4", 0)
+	if n, _ := Running(pod); n != 4 {
+		t.Errorf("barrier opened for 4: %d", n)
+	}
+	barrierSays("attempt=1", 0) // opened before a later attempt's Job: the label wins
+	if n, _ := Running(pod); n != 2 {
+		t.Errorf("barrier message older than the label: %d, want 2", n)
+	}
+	pod.Status.InitContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	if n, _ := Running(pod); n != 2 {
+		t.Errorf("barrier waiting: %d, want the label's 2", n)
+	}
+	if _, ok := Running(&corev1.Pod{}); ok {
+		t.Error("a pod without an attempt label has an attempt")
+	}
+}

@@ -107,7 +107,9 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 	if !ok || !podFailed(p) {
 		return
 	}
-	n, ok := attempt.Number(p)
+	// The attempt of the worker that failed: a pod restarted in place keeps the label of
+	// the attempt it was made for.
+	n, ok := attempt.Running(p)
 	name := p.Labels[v1alpha1.LabelRun]
 	if !ok || name == "" {
 		return
