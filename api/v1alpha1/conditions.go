@@ -77,6 +77,9 @@ const (
 	ReasonKueueOff = "KueueIntegrationOff"
 	// ReasonWorkloadTaken: Stalled, a Workload of the run's Workload name is not the run's.
 	ReasonWorkloadTaken = "WorkloadNameTaken"
+	// ReasonWorkloadRefused: Stalled, the run's Workload cannot be made: its priority class
+	// is missing, or the API server (Kueue's webhook) refuses it; the message says which.
+	ReasonWorkloadRefused = "WorkloadRefused"
 	// ReasonGangRestarting is the Workload's PodsReady=False reason while faultline restarts
 	// the gang inside one admission. Kueue's WaitForPodsReady times only its own reasons
 	// (WaitForStart, WaitForRecovery): a restart, bounded by the run's own budgets and

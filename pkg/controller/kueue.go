@@ -179,7 +179,7 @@ func (r *Reconciler) holdQueued(ctx context.Context, run *v1alpha1.TrainingRun, 
 func (r *Reconciler) createWorkload(ctx context.Context, run *v1alpha1.TrainingRun) error {
 	prio, err := r.priority(ctx, run)
 	if err != nil {
-		_, err = r.stall(ctx, run, v1alpha1.ReasonQueued, err.Error())
+		_, err = r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
 		return err
 	}
 	u, err := kueue.NewWorkload(run, prio)
@@ -188,7 +188,7 @@ func (r *Reconciler) createWorkload(ctx context.Context, run *v1alpha1.TrainingR
 	}
 	if err := r.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			_, serr := r.stall(ctx, run, v1alpha1.ReasonQueued, fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
+			_, serr := r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
 			return serr
 		}
 		return fmt.Errorf("create workload %s: %w", u.GetName(), err)
