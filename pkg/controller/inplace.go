@@ -168,9 +168,20 @@ func stoppedForBarrier(p *corev1.Pod, n int32) bool {
 func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	n := run.Status.Attempt
 	rec := record(run)
-	workers := obs.workers()
-	excluded := excludedNodes(run)
+	workers := obs.jobPods()
+	excluded := rec.ExcludedNodes // the run's, and this restart's fault's node
+	// The indexes the decision moved, and any whose pod cannot restart where it is since
+	// (ended, deleted, its node excluded now).
 	moved := movedIndexes(workers, run.Spec.Workers, excluded, obs.nodes, func(string) bool { return false })
+	moved = append(moved, rec.MovedIndexes...)
+	for _, p := range workers {
+		if i, ok := attempt.Index(p); ok {
+			if k, _ := attempt.Number(p); k == n && n > jobAttemptOf(run) {
+				moved = append(moved, int32(i)) // a new pod made for this attempt
+			}
+		}
+	}
+	moved = slices.Compact(slices.Sorted(slices.Values(moved)))
 	var old, present []*corev1.Pod
 	for _, p := range workers {
 		i, _ := attempt.Index(p)

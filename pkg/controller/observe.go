@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -27,6 +29,10 @@ type observed struct {
 	// attempt starts; leftovers are the pods of an earlier run of the same name, which hold
 	// the run's next Job as older ones do (see attempt.OfRun).
 	all, current, older, leftovers []*corev1.Pod
+	// superseded are pods of the current Job that an in-place restart moved: made for an
+	// earlier attempt, their index has (or is to get) a new pod. They stay the Job's until
+	// they are gone, and are no worker of the current attempt.
+	superseded map[types.UID]bool
 	// nodes are the facts of the nodes of every pod above that the cache knows.
 	nodes map[string]exitclass.NodeFacts
 }
@@ -63,8 +69,36 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 			o.older = append(o.older, p)
 		}
 	}
+	o.superseded = superseded(run, o.current)
 	o.nodes = r.nodeFacts(ctx, pods)
 	return o, nil
+}
+
+// superseded are the pods of current (the current attempt's, see observe) that an in-place
+// restart moved: made for an attempt before the current one, of an index the attempt's
+// record moved or that has a pod made for the current attempt. Pure.
+func superseded(run *v1alpha1.TrainingRun, current []*corev1.Pod) map[types.UID]bool {
+	rec := record(run)
+	if rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace {
+		return nil
+	}
+	n := run.Status.Attempt
+	moved := map[int]bool{}
+	for _, i := range rec.MovedIndexes {
+		moved[int(i)] = true
+	}
+	for _, p := range current {
+		if k, _ := attempt.Number(p); k == n {
+			moved[attempt.IndexOrNone(p)] = true
+		}
+	}
+	out := map[types.UID]bool{}
+	for _, p := range current {
+		if k, _ := attempt.Number(p); k < n && moved[attempt.IndexOrNone(p)] {
+			out[p.UID] = true
+		}
+	}
+	return out
 }
 
 // podsOf lists the pods under a run's name, of every attempt and of every run of that name,
@@ -97,6 +131,12 @@ func (o *observed) jobAttempt() int32 {
 // the attempt that another Job made (one someone deleted, whose Job was made again) is not:
 // its end says nothing of the Job that runs now.
 func (o *observed) workers() []*corev1.Pod {
+	return slices.DeleteFunc(o.jobPods(), func(p *corev1.Pod) bool { return o.superseded[p.UID] })
+}
+
+// jobPods are the current attempt's pods of its Job, with those an in-place restart
+// superseded (they go, and their index gets a new pod).
+func (o *observed) jobPods() []*corev1.Pod {
 	if o.job == nil {
 		return nil
 	}

@@ -168,7 +168,11 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if attempt.Managed(obs.job) && obs.job.DeletionTimestamp == nil {
 		// Indexes without a pod: a creation a crash cut short, or a pod gone before the
 		// cache showed it.
-		if err := r.createPods(ctx, run, obs.job, workers, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excludedNodes(run)}); err != nil && !errors.Is(err, errPodRefused) {
+		excluded := excludedNodes(run)
+		if rec := record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
+			excluded = rec.ExcludedNodes
+		}
+		if err := r.createPods(ctx, run, obs.job, workers, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}); err != nil && !errors.Is(err, errPodRefused) {
 			return ctrl.Result{}, err
 		}
 	}

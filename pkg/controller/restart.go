@@ -47,9 +47,16 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	}
 	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: excludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
 	if canRestartInPlace(run, obs) {
-		moved := movedIndexes(obs.workers(), run.Spec.Workers, next.ExcludedNodes, obs.nodes, r.cannotRestartInPlace(ctx))
+		// The node of an infrastructure fault is left, excluded or not (a node shutting down
+		// comes back later, but its pods end now).
+		faulty := next.ExcludedNodes
+		if v.Class == v1alpha1.ClassInfrastructure && v.Node != "" {
+			faulty = append(slices.Clone(faulty), v.Node)
+		}
+		moved := movedIndexes(obs.workers(), run.Spec.Workers, faulty, obs.nodes, r.cannotRestartInPlace(ctx))
 		if len(moved) < int(run.Spec.Workers) {
-			next.RestartMode, next.JobAttempt, next.MovedIndexes = v1alpha1.RestartModeInPlace, jobAttemptOf(run), moved
+			// The moved indexes' new pods keep off the fault's node too, for this attempt.
+			next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, jobAttemptOf(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
 		}
 	}
 	st.Attempt++

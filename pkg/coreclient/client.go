@@ -1,4 +1,5 @@
-// Package coreclient is a client of the pods and nodes of the core/v1 API, and nothing else.
+// Package coreclient is a client of the pods and nodes of the core/v1 API, and of the
+// TrainingRuns (read-only), and nothing else.
 //
 // client-go's clientset links every API group of Kubernetes (their types, their typed
 // clients, their apply configurations) and registers them all in its scheme at start. The
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 var (
@@ -33,11 +36,17 @@ func init() {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 }
 
-// Client reads and patches pods and nodes.
+// Client reads and patches pods and nodes, and reads TrainingRuns.
 type Client struct {
 	rest rest.Interface
+	// runs is faultline.dev/v1alpha1's: the node agent reads the runs' decisions of an
+	// in-place restart there.
+	runs rest.Interface
 }
 
 // New returns a client of cfg's API server. cfg's rate limits apply.
@@ -53,7 +62,27 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core/v1 client: %w", err)
 	}
-	return &Client{rest: rc}, nil
+	fc := rest.CopyConfig(c)
+	fc.GroupVersion = &v1alpha1.GroupVersion
+	fc.APIPath = "/apis"
+	runs, err := rest.RESTClientFor(fc)
+	if err != nil {
+		return nil, fmt.Errorf("%s client: %w", v1alpha1.GroupVersion, err)
+	}
+	return &Client{rest: rc, runs: runs}, nil
+}
+
+// ListTrainingRuns lists TrainingRuns of every namespace.
+func (c *Client) ListTrainingRuns(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.TrainingRunList, error) {
+	out := &v1alpha1.TrainingRunList{}
+	err := withTimeout(c.runs.Get().Resource(v1alpha1.ResourceTrainingRun).VersionedParams(&opts, params), opts).Do(ctx).Into(out)
+	return out, err
+}
+
+// WatchTrainingRuns watches TrainingRuns of every namespace.
+func (c *Client) WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return withTimeout(c.runs.Get().Resource(v1alpha1.ResourceTrainingRun).VersionedParams(&opts, params), opts).Watch(ctx)
 }
 
 // ListPods lists pods of every namespace.

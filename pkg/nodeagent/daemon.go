@@ -110,8 +110,16 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	// Before readiness: whoever sees the agent ready can read whether it restarts in place.
 	restarter, reason, message := dialRestarter(ctx, cfg.CRIEndpoint, log)
 	if restarter != nil {
-		// Held for the in-place restart's wiring to the TrainingRuns' decisions (issue 27).
 		defer restarter.Close()
+		runs, ok := cfg.Client.(Runs)
+		if !ok {
+			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
+		} else if err := runInPlace(ctx, runs, restarter, podInformer, log); err != nil {
+			// Soft, as a missing runtime: this node's pods are then recreated, never
+			// held at a barrier nobody opens.
+			log.Warn("no in-place restarts on this node", "error", err)
+			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, err.Error()
+		}
 	}
 	if err := writer.MarkInPlaceReady(ctx, restarter != nil, reason, message, time.Now()); err != nil {
 		// Soft too: with no condition, the controller recreates this node's pods.

@@ -34,11 +34,11 @@ import (
 )
 
 // startController starts `launcher controller` for namespace ns.
-func startController(t *testing.T, c *cluster.Cluster, ns string) *cluster.Process {
+func startController(t *testing.T, c *cluster.Cluster, ns string, args ...string) *cluster.Process {
 	t.Helper()
-	return cluster.StartProcess(t, launcherBin, "controller",
+	return cluster.StartProcess(t, launcherBin, append([]string{"controller",
 		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, args...)...)
 }
 
 // ---------------------------------------------------------------------------------------

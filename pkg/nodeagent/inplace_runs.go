@@ -1,0 +1,97 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
+)
+
+// Runs lists and watches the TrainingRuns, read-only: the node agent reads there what the
+// controller decided for an in-place restart (the attempt, whether the gang's barrier is
+// open). coreclient.Client is one.
+type Runs interface {
+	ListTrainingRuns(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.TrainingRunList, error)
+	WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// inPlaceWorkers is how many of the node's pods the agent syncs at once: a stop waits for the
+// old worker to exit, and the node's other pods must not wait behind it.
+const inPlaceWorkers = 4
+
+// runInPlace carries the runs' in-place decisions out on the node's pods until ctx is done:
+// a read-only informer of the TrainingRuns, the loop of package inplace over the node's pod
+// informer, and the pod and run events that queue pods into it. It returns once the runs'
+// cache has synced (so that no decision is read from an empty cache), with the loop running.
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, log *slog.Logger) error {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return runs.ListTrainingRuns(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return runs.WatchTrainingRuns(ctx, o)
+		},
+	}
+	runInformer := cache.NewSharedIndexInformer(lw, &v1alpha1.TrainingRun{}, 0, cache.Indexers{})
+	_ = runInformer.SetTransform(slimRun) // fails only once the informer runs
+	loop := inplace.NewLoop(restarter, corelisters.NewPodLister(podInformer.GetIndexer()), inplace.StoreDecisions{Runs: runInformer.GetStore()}, log.With("component", "inplace"))
+	runChanged := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if r, ok := obj.(*v1alpha1.TrainingRun); ok {
+			loop.RunChanged(r.Namespace, r.Name)
+		}
+	}
+	if _, err := runInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    runChanged,
+		UpdateFunc: func(_, obj any) { runChanged(obj) },
+		DeleteFunc: runChanged,
+	}); err != nil {
+		return fmt.Errorf("watch the runs' decisions: %w", err)
+	}
+	podChanged := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			loop.PodChanged(p)
+		}
+	}
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    podChanged,
+		UpdateFunc: func(_, obj any) { podChanged(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch the node's pods for in-place restarts: %w", err)
+	}
+	go runInformer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), runInformer.HasSynced) {
+		return fmt.Errorf("sync the cache of the TrainingRuns: %w", context.Cause(ctx))
+	}
+	go loop.Run(ctx, inPlaceWorkers)
+	return nil
+}
+
+// slimRun keeps of a cached TrainingRun what a decision reads (inplace.RunDecision): its
+// name, namespace and UID, its phase, attempt and current attempt's record. The agent of
+// every node caches every run of the cluster; their pod templates are most of them.
+func slimRun(obj any) (any, error) {
+	r, ok := obj.(*v1alpha1.TrainingRun)
+	if !ok {
+		return obj, nil
+	}
+	out := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, UID: r.UID, ResourceVersion: r.ResourceVersion},
+		Status:     v1alpha1.TrainingRunStatus{Phase: r.Status.Phase, Attempt: r.Status.Attempt},
+	}
+	if h := r.Status.Attempts; len(h) > 0 {
+		out.Status.Attempts = []v1alpha1.AttemptRecord{h[len(h)-1]}
+	}
+	return out, nil
+}
