@@ -4,11 +4,13 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -26,61 +28,12 @@ import (
 //
 // It runs alone: the node it shuts down is every scenario's. It brings the node back.
 func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
-
-	// The workers notice a lost task by its heartbeats only, after 10 s: the controller's
-	// decision and the agents' stops come first, so that each healthy pod restarts once.
-	run := createRun(ctx, t, c, ns, realRun("inplace", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, func(r *v1alpha1.TrainingRun) {
-		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
-	}))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
-	up := c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
-	var down *cluster.RealNode
-	for _, n := range c.Real.Nodes {
-		if n != up {
-			down = n
-		}
-	}
-	before := map[int]*corev1.Pod{}
-	var moving []int32
-	for _, p := range first {
-		if !slices.ContainsFunc(p.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == v1alpha1.BarrierContainer }) {
-			t.Fatalf("pod %s has no %s init container: the run's pods do not restart in place", p.Name, v1alpha1.BarrierContainer)
-		}
-		i := attempt.IndexOrNone(p)
-		before[i] = p
-		if p.Spec.NodeName == down.Name {
-			moving = append(moving, int32(i))
-		}
-	}
-	if len(moving) == 0 || len(moving) == 4 {
-		t.Fatalf("attempt 1 has %d of 4 workers on %s: the gang must span both real nodes", len(moving), down.Name)
-	}
-	slices.Sort(moving)
-	t.Cleanup(func() { bringBack(t, c, down) })
-
-	announced := time.Now()
-	if err := down.Logind.PrepareForShutdown(true); err != nil {
-		t.Fatal(err)
-	}
-	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
-	requireRunning(t, got, 2)
-	t.Logf("PrepareForShutdown(true) -> attempt 2 Running in %s", time.Since(announced).Round(time.Millisecond))
-	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseNodeShutdown || f.Node != down.Name {
-		t.Errorf("verdict: %s; want NodeShutdown on %s", describeRun(got), down.Name)
-	}
+	sc := inPlaceShutdown(t, "inplace")
+	ctx, c, ns, run, got, moving, up := sc.ctx, sc.c, sc.ns, sc.run, sc.got, sc.moving, sc.up
 	rec := got.Status.Attempts[len(got.Status.Attempts)-1]
 	if rec.RestartMode != v1alpha1.RestartModeInPlace || rec.JobAttempt != 1 || !slices.Equal(rec.MovedIndexes, moving) || rec.BarrierOpenedAt == nil {
 		t.Errorf("attempt 2's record: restartMode %q jobAttempt %d movedIndexes %v barrierOpenedAt %v; want InPlace, 1, %v, set",
 			rec.RestartMode, rec.JobAttempt, rec.MovedIndexes, rec.BarrierOpenedAt, moving)
-	} else {
-		t.Logf("decision -> barrier open: %s", rec.BarrierOpenedAt.Sub(got.Status.Attempts[len(got.Status.Attempts)-2].EndTime.Time).Round(time.Millisecond))
 	}
 
 	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
@@ -95,7 +48,7 @@ func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
 		}
 	}
 	for i := range 4 {
-		p, old := now[i], before[i]
+		p, old := now[i], sc.before[i]
 		switch {
 		case p == nil:
 			t.Errorf("index %d has no live pod", i)
@@ -106,8 +59,8 @@ func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
 		default:
 			w, w0 := workerStatus(p), workerStatus(old)
 			if p.UID != old.UID || p.Spec.NodeName != old.Spec.NodeName || w == nil || w0 == nil || w.RestartCount != w0.RestartCount+1 {
-				t.Errorf("index %d on the healthy node: pod %s uid %s node %s worker %+v; before: uid %s node %s restartCount %d; want the same pod, its worker restarted once",
-					i, p.Name, p.UID, p.Spec.NodeName, w, old.UID, old.Spec.NodeName, w0.RestartCount)
+				t.Errorf("index %d on the healthy node: pod %s uid %s node %s worker %+v; before: uid %s node %s worker %+v; want the same pod, its worker restarted once",
+					i, p.Name, p.UID, p.Spec.NodeName, w, old.UID, old.Spec.NodeName, w0)
 			}
 		}
 	}
@@ -119,6 +72,160 @@ func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
 	if !strings.Contains(log, "attempt=2") {
 		t.Errorf("attempt 2's coordinator does not say attempt 2 (its attempt file):\n%s", log)
 	}
+}
+
+// TestRealInPlaceBarrier (issue 27): in the same in-place restart, no worker of attempt 2
+// starts before the last worker of attempt 1 has stopped, on either node. The order is the
+// API server's: one watch of the run's pods delivers every status the kubelets wrote in the
+// order they were stored, so "stopped" events that all come before the first "running" of
+// the new attempt prove it, whatever the clocks. It logs how long the barrier held: from the
+// first old worker seen stopped to the first new one seen running. The coordinator lingers 5 s
+// after its stop, so that a barrier that opened early would be seen.
+func TestRealInPlaceBarrier(t *testing.T) {
+	// The coordinator (index 0, restarted in place) outlives the SIGTERM of its stop by 5 s:
+	// a barrier that did not wait for the last old worker would let the other pods' new
+	// workers run meanwhile.
+	sc := inPlaceShutdown(t, "barrier", "--sigterm-delay", "5s", "--sigterm-delay-index", "0")
+	// Every old worker has stopped by the time attempt 2 is Running, unless the barrier
+	// opened early: then the last stops a moment later (the coordinator's 5 s), and the
+	// watch is read once it has.
+	var lastStop, firstStart int
+	var tFirstStop, tLastStop, tFirstStart time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lastStop, firstStart = -1, -1
+		sc.stopped = map[int]bool{}
+		for seq, e := range sc.events() {
+			i := attempt.IndexOrNone(e.pod)
+			old := sc.before[i]
+			w := workerStatus(e.pod)
+			samePod := old != nil && e.pod.UID == old.UID
+			restarted := samePod && w != nil && w.RestartCount > workerStatus(old).RestartCount
+			// Attempt 1's worker of index i is not running (any more).
+			if samePod && (e.deleted || w == nil || w.State.Running == nil || restarted) && !sc.stopped[i] {
+				sc.stopped[i] = true
+				lastStop, tLastStop = seq, e.at
+				if len(sc.stopped) == 1 {
+					tFirstStop = e.at
+				}
+			}
+			// A worker of attempt 2 runs.
+			if !e.deleted && w != nil && w.State.Running != nil && (!samePod || restarted) && firstStart < 0 {
+				firstStart, tFirstStart = seq, e.at
+			}
+		}
+		if len(sc.stopped) == 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // re-read what the watch has recorded meanwhile
+	}
+	if len(sc.stopped) != 4 || firstStart < 0 {
+		t.Fatalf("the watch saw %d of 4 old workers stop and a new one start: %v", len(sc.stopped), firstStart >= 0)
+	}
+	if firstStart < lastStop {
+		t.Errorf("a worker of attempt 2 ran (event %d) before the last worker of attempt 1 stopped (event %d)", firstStart, lastStop)
+	}
+	t.Logf("barrier held %s: first old worker stopped -> last stopped %s -> first new running %s",
+		tFirstStart.Sub(tFirstStop).Round(time.Millisecond), tLastStop.Sub(tFirstStop).Round(time.Millisecond), tFirstStart.Sub(tLastStop).Round(time.Millisecond))
+}
+
+// inPlaceScenario is one in-place restart on the real nodes (inPlaceShutdown), as the tests
+// read it.
+type inPlaceScenario struct {
+	ctx      context.Context
+	c        *cluster.Cluster
+	ns       string
+	run      *v1alpha1.TrainingRun
+	got      *v1alpha1.TrainingRun // the run with attempt 2 Running
+	before   map[int]*corev1.Pod   // attempt 1's pods by index
+	moving   []int32               // the indexes on the node that went down
+	up, down *cluster.RealNode
+	stopped  map[int]bool
+
+	mu   sync.Mutex
+	seen []podEvent
+}
+
+type podEvent struct {
+	at      time.Time
+	pod     *corev1.Pod
+	deleted bool
+}
+
+func (sc *inPlaceScenario) events() []podEvent {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return slices.Clone(sc.seen)
+}
+
+// inPlaceShutdown: a 4-worker run with restartMode InPlace across both real nodes; logind
+// announces a shutdown of the node without the coordinator, and the test waits for attempt 2
+// Running and checks the verdict. A watch of the run's pods records every change from the
+// announcement on. It brings the node back when the test ends.
+func inPlaceShutdown(t *testing.T, name string, workerArgs ...string) *inPlaceScenario {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dumpOnFailure(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
+
+	// The workers notice a lost task by its heartbeats only, after 10 s: the controller's
+	// decision and the agents' stops come first, so that each healthy pod restarts once.
+	run := createRun(ctx, t, c, ns, realRun(name, 4, append([]string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, workerArgs...), func(r *v1alpha1.TrainingRun) {
+		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
+	}))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	sc := &inPlaceScenario{ctx: ctx, c: c, ns: ns, run: run, before: map[int]*corev1.Pod{}, stopped: map[int]bool{}}
+	sc.up = c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
+	for _, n := range c.Real.Nodes {
+		if n != sc.up {
+			sc.down = n
+		}
+	}
+	for _, p := range first {
+		if !slices.ContainsFunc(p.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == v1alpha1.BarrierContainer }) {
+			t.Fatalf("pod %s has no %s init container: the run's pods do not restart in place", p.Name, v1alpha1.BarrierContainer)
+		}
+		i := attempt.IndexOrNone(p)
+		sc.before[i] = p
+		if p.Spec.NodeName == sc.down.Name {
+			sc.moving = append(sc.moving, int32(i))
+		}
+	}
+	if len(sc.moving) == 0 || len(sc.moving) == 4 {
+		t.Fatalf("attempt 1 has %d of 4 workers on %s: the gang must span both real nodes", len(sc.moving), sc.down.Name)
+	}
+	slices.Sort(sc.moving)
+	t.Cleanup(func() { bringBack(t, c, sc.down) })
+
+	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for e := range w.ResultChan() {
+			if p, ok := e.Object.(*corev1.Pod); ok {
+				sc.mu.Lock()
+				sc.seen = append(sc.seen, podEvent{at: time.Now(), pod: p, deleted: e.Type == watch.Deleted})
+				sc.mu.Unlock()
+			}
+		}
+	}()
+
+	announced := time.Now()
+	if err := sc.down.Logind.PrepareForShutdown(true); err != nil {
+		t.Fatal(err)
+	}
+	sc.got = waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, sc.got, 2)
+	t.Logf("PrepareForShutdown(true) -> attempt 2 Running in %s", time.Since(announced).Round(time.Millisecond))
+	if f := sc.got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseNodeShutdown || f.Node != sc.down.Name {
+		t.Errorf("verdict: %s; want NodeShutdown on %s", describeRun(sc.got), sc.down.Name)
+	}
+	return sc
 }
 
 func workerStatus(p *corev1.Pod) *corev1.ContainerStatus {
