@@ -28,25 +28,15 @@ import (
 //
 // It runs alone: the node it shuts down is every scenario's. It brings the node back.
 func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
-	sc := inPlaceShutdown(t, "inplace")
-	ctx, c, ns, run, got, moving, up := sc.ctx, sc.c, sc.ns, sc.run, sc.got, sc.moving, sc.up
+	sc := sharedInPlaceShutdown(t)
+	got, moving, up := sc.got, sc.moving, sc.up
 	rec := got.Status.Attempts[len(got.Status.Attempts)-1]
 	if rec.RestartMode != v1alpha1.RestartModeInPlace || rec.JobAttempt != 1 || !slices.Equal(rec.MovedIndexes, moving) || rec.BarrierOpenedAt == nil {
 		t.Errorf("attempt 2's record: restartMode %q jobAttempt %d movedIndexes %v barrierOpenedAt %v; want InPlace, 1, %v, set",
 			rec.RestartMode, rec.JobAttempt, rec.MovedIndexes, rec.BarrierOpenedAt, moving)
 	}
 
-	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := map[int]*corev1.Pod{}
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.DeletionTimestamp == nil && cluster.PodLive(p) {
-			now[attempt.IndexOrNone(p)] = p
-		}
-	}
+	now := sc.after
 	for i := range 4 {
 		p, old := now[i], sc.before[i]
 		switch {
@@ -65,7 +55,7 @@ func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
 		}
 	}
 	// The gang rendezvoused once: attempt 2's coordinator registered each index once.
-	log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
+	log, tasks := sc.coordinatorLog, sc.tasks
 	if strings.Join(tasks, ",") != eachOnce(4) || strings.Contains(log, "REFUSED") {
 		t.Errorf("attempt 2's coordinator registered tasks %v, want each of 0-3 once:\n%s", tasks, log)
 	}
@@ -79,45 +69,25 @@ func TestRealInPlaceRestartKeepsHealthyPods(t *testing.T) {
 // API server's: one watch of the run's pods delivers every status the kubelets wrote in the
 // order they were stored, so "stopped" events that all come before the first "running" of
 // the new attempt prove it, whatever the clocks. It logs how long the barrier held: from the
-// first old worker seen stopped to the first new one seen running. The coordinator lingers 5 s
-// after its stop, so that a barrier that opened early would be seen.
+// first old worker seen stopped to the first new one seen running. It reads the restart
+// TestRealInPlaceRestartKeepsHealthyPods reads (sharedInPlaceShutdown), whose coordinator
+// lingers 5 s after its stop, so that a barrier that opened early would be seen.
 func TestRealInPlaceBarrier(t *testing.T) {
-	// The coordinator (index 0, restarted in place) outlives the SIGTERM of its stop by 5 s:
-	// a barrier that did not wait for the last old worker would let the other pods' new
-	// workers run meanwhile.
-	sc := inPlaceShutdown(t, "barrier", "--sigterm-delay", "5s", "--sigterm-delay-index", "0")
-	// Every old worker has stopped by the time attempt 2 is Running, unless the barrier
-	// opened early: then the last stops a moment later (the coordinator's 5 s), and the
-	// watch is read once it has.
-	var lastStop, firstStart int
+	sc := sharedInPlaceShutdown(t)
+	lastStop, firstStart := -1, -1
 	var tFirstStop, tLastStop, tFirstStart time.Time
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		lastStop, firstStart = -1, -1
-		sc.stopped = map[int]bool{}
-		for seq, e := range sc.events() {
-			i := attempt.IndexOrNone(e.pod)
-			old := sc.before[i]
-			w := workerStatus(e.pod)
-			samePod := old != nil && e.pod.UID == old.UID
-			restarted := samePod && w != nil && w.RestartCount > workerStatus(old).RestartCount
-			// Attempt 1's worker of index i is not running (any more).
-			if samePod && (e.deleted || w == nil || w.State.Running == nil || restarted) && !sc.stopped[i] {
-				sc.stopped[i] = true
-				lastStop, tLastStop = seq, e.at
-				if len(sc.stopped) == 1 {
-					tFirstStop = e.at
-				}
-			}
-			// A worker of attempt 2 runs.
-			if !e.deleted && w != nil && w.State.Running != nil && (!samePod || restarted) && firstStart < 0 {
-				firstStart, tFirstStart = seq, e.at
+	sc.stopped = map[int]bool{}
+	for seq, e := range sc.events() {
+		if i, ok := sc.oldWorkerStopped(e); ok && !sc.stopped[i] {
+			sc.stopped[i] = true
+			lastStop, tLastStop = seq, e.at
+			if len(sc.stopped) == 1 {
+				tFirstStop = e.at
 			}
 		}
-		if len(sc.stopped) == 4 || time.Now().After(deadline) {
-			break
+		if sc.newWorkerRunning(e) && firstStart < 0 {
+			firstStart, tFirstStart = seq, e.at
 		}
-		time.Sleep(100 * time.Millisecond) // re-read what the watch has recorded meanwhile
 	}
 	if len(sc.stopped) != 4 || firstStart < 0 {
 		t.Fatalf("the watch saw %d of 4 old workers stop and a new one start: %v", len(sc.stopped), firstStart >= 0)
@@ -127,6 +97,33 @@ func TestRealInPlaceBarrier(t *testing.T) {
 	}
 	t.Logf("barrier held %s: first old worker stopped -> last stopped %s -> first new running %s",
 		tFirstStart.Sub(tFirstStop).Round(time.Millisecond), tLastStop.Sub(tFirstStop).Round(time.Millisecond), tFirstStart.Sub(tLastStop).Round(time.Millisecond))
+}
+
+// The two named tests read one in-place restart: every node shutdown of the package costs a
+// shutdown and a return of a real node (its agent's DaemonSet pod replaced, with the
+// DaemonSet controller's backoff growing at each), and one restart shows both.
+var inPlaceOnce struct {
+	sync.Once
+	sc   *inPlaceScenario
+	by   string
+	done bool
+}
+
+// sharedInPlaceShutdown runs inPlaceShutdown once for the package, in the first test that
+// asks, and gives every test what it recorded. The coordinator (index 0, restarted in place)
+// outlives the SIGTERM of its stop by 5 s: a barrier that did not wait for the last old
+// worker would let the other pods' new workers run meanwhile.
+func sharedInPlaceShutdown(t *testing.T) *inPlaceScenario {
+	t.Helper()
+	inPlaceOnce.Do(func() {
+		inPlaceOnce.by = t.Name()
+		inPlaceOnce.sc = inPlaceShutdown(t, "inplace", "--sigterm-delay", "5s", "--sigterm-delay-index", "0")
+		inPlaceOnce.done = true
+	})
+	if !inPlaceOnce.done {
+		t.Fatalf("the in-place restart scenario failed in %s", inPlaceOnce.by)
+	}
+	return inPlaceOnce.sc
 }
 
 // inPlaceScenario is one in-place restart on the real nodes (inPlaceShutdown), as the tests
@@ -141,6 +138,11 @@ type inPlaceScenario struct {
 	moving   []int32               // the indexes on the node that went down
 	up, down *cluster.RealNode
 	stopped  map[int]bool
+	// after are the live pods by index once attempt 2 is Running; coordinatorLog and tasks
+	// what attempt 2's coordinator logged and the tasks it registered.
+	after          map[int]*corev1.Pod
+	coordinatorLog string
+	tasks          []string
 
 	mu   sync.Mutex
 	seen []podEvent
@@ -225,7 +227,58 @@ func inPlaceShutdown(t *testing.T, name string, workerArgs ...string) *inPlaceSc
 	if f := sc.got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseNodeShutdown || f.Node != sc.down.Name {
 		t.Errorf("verdict: %s; want NodeShutdown on %s", describeRun(sc.got), sc.down.Name)
 	}
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.after = map[int]*corev1.Pod{}
+	for i := range list.Items {
+		if p := &list.Items[i]; p.DeletionTimestamp == nil && cluster.PodLive(p) {
+			sc.after[attempt.IndexOrNone(p)] = p
+		}
+	}
+	sc.coordinatorLog, sc.tasks = registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
+	// Every old worker has stopped by now, unless the barrier opened early: then the
+	// coordinator's ends a moment later (its 5 s); the watch records it meanwhile.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(stoppedWorkers(sc)) < len(sc.before) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // re-read what the watch has recorded meanwhile
+	}
 	return sc
+}
+
+// stoppedWorkers are the indexes whose attempt-1 worker the watch has seen stopped.
+func stoppedWorkers(sc *inPlaceScenario) map[int]bool {
+	stopped := map[int]bool{}
+	for _, e := range sc.events() {
+		if i, ok := sc.oldWorkerStopped(e); ok {
+			stopped[i] = true
+		}
+	}
+	return stopped
+}
+
+// oldWorkerStopped says whether e shows the attempt-1 worker of its pod's index not running
+// (any more): its pod gone, the worker not running, or restarted since.
+func (sc *inPlaceScenario) oldWorkerStopped(e podEvent) (int, bool) {
+	i := attempt.IndexOrNone(e.pod)
+	old := sc.before[i]
+	if old == nil || e.pod.UID != old.UID {
+		return i, false
+	}
+	w := workerStatus(e.pod)
+	return i, e.deleted || w == nil || w.State.Running == nil || w.RestartCount > workerStatus(old).RestartCount
+}
+
+// newWorkerRunning says whether e shows a worker of attempt 2 running: in a new pod, or in a
+// pod of attempt 1 restarted since.
+func (sc *inPlaceScenario) newWorkerRunning(e podEvent) bool {
+	w := workerStatus(e.pod)
+	if e.deleted || w == nil || w.State.Running == nil {
+		return false
+	}
+	old := sc.before[attempt.IndexOrNone(e.pod)]
+	return old == nil || e.pod.UID != old.UID || w.RestartCount > workerStatus(old).RestartCount
 }
 
 func workerStatus(p *corev1.Pod) *corev1.ContainerStatus {
