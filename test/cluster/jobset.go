@@ -22,7 +22,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,7 +151,8 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	started := time.Now()
-	if err := j.waitReady(ctx); err != nil {
+	// JobSet's readyz check passes once its webhook server serves TLS.
+	if err := waitReadyz(ctx, j.Process, j.ProbeAddr); err != nil {
 		return nil, fmt.Errorf("JobSet %s pid %d not ready: %w\njobset.log (last 30 lines of %s):\n%s",
 			j.Version, j.Pid(), err, j.LogPath, j.Tail(30))
 	}
@@ -169,11 +169,17 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 
 // findJobSet builds JobSet if it is not built yet and returns its binary and module directory.
 func findJobSet(root string) (bin, moduleDir string, err error) {
+	return findBuiltTool(root, "JobSet", "jobset", "JOBSET_BIN", "jobset-dir")
+}
+
+// findBuiltTool builds a tool of hack/build-tools.sh (its group) if it is not built yet, and
+// returns its binary (the paths line binVar=) and its module directory (the script's dirCmd).
+func findBuiltTool(root, name, group, binVar, dirCmd string) (bin, moduleDir string, err error) {
 	script := filepath.Join(root, "hack", "build-tools.sh")
-	build := exec.Command(script, "jobset")
+	build := exec.Command(script, group)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return "", "", fmt.Errorf("build JobSet with %s jobset: %w", script, err)
+		return "", "", fmt.Errorf("build %s with %s %s: %w", name, script, group, err)
 	}
 	out, err := exec.Command(script, "paths").Output()
 	if err != nil {
@@ -181,16 +187,16 @@ func findJobSet(root string) (bin, moduleDir string, err error) {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "JOBSET_BIN="); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), binVar+"="); ok {
 			bin = v
 		}
 	}
 	if bin == "" {
-		return "", "", fmt.Errorf("%s paths names no JOBSET_BIN", script)
+		return "", "", fmt.Errorf("%s paths names no %s", script, binVar)
 	}
-	out, err = exec.Command(script, "jobset-dir").Output()
+	out, err = exec.Command(script, dirCmd).Output()
 	if err != nil {
-		return "", "", fmt.Errorf("%s jobset-dir: %w", script, err)
+		return "", "", fmt.Errorf("%s %s: %w", script, dirCmd, err)
 	}
 	return bin, strings.TrimSpace(string(out)), nil
 }
@@ -358,36 +364,6 @@ func (c *Cluster) registerJobSetWebhooks(ctx context.Context, moduleDir, url str
 		return fmt.Errorf("kubectl kustomize %s rendered %d webhook configurations, want 2 (mutating, validating)", kdir, registered)
 	}
 	return nil
-}
-
-// waitReady polls the health probe's /readyz until it answers 200. JobSet's readyz check
-// passes once its webhook server serves TLS. An HTTP endpoint has nothing to watch.
-func (j *JobSet) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
-	url := "http://" + j.ProbeAddr + "/readyz"
-	var last string
-	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if j.Exited() {
-			return false, fmt.Errorf("exited: %s", j.cmd.ProcessState)
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		resp.Body.Close()
-		last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil && last != "" {
-		return fmt.Errorf("%s: %w (last answer: %s)", url, err, last)
-	}
-	return err
 }
 
 // waitWebhooks waits until the API server calls both webhooks. A dry-run create that merely

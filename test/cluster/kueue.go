@@ -7,7 +7,6 @@ package cluster
 // module: tests drive it with unstructured objects (pkg/kueue names its API).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -143,30 +142,7 @@ func (c *Cluster) StartKueue(ctx context.Context, dir string, opts KueueOptions)
 
 // findKueue builds Kueue if it is not built yet and returns its binary and module directory.
 func findKueue(root string) (bin, moduleDir string, err error) {
-	script := filepath.Join(root, "hack", "build-tools.sh")
-	build := exec.Command(script, "kueue")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return "", "", fmt.Errorf("build Kueue with %s kueue: %w", script, err)
-	}
-	out, err := exec.Command(script, "paths").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("%s paths: %w", script, err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "KUEUE_BIN="); ok {
-			bin = v
-		}
-	}
-	if bin == "" {
-		return "", "", fmt.Errorf("%s paths names no KUEUE_BIN", script)
-	}
-	out, err = exec.Command(script, "kueue-dir").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("%s kueue-dir: %w", script, err)
-	}
-	return bin, strings.TrimSpace(string(out)), nil
+	return findBuiltTool(root, "Kueue", "kueue", "KUEUE_BIN", "kueue-dir")
 }
 
 // kustomize renders a kustomization directory of Kueue's module into its documents.
