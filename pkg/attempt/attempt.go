@@ -61,6 +61,26 @@ func Number(obj metav1.Object) (n int32, ok bool) {
 	return int32(v), true
 }
 
+// Record is the history entry of run's current attempt, nil if there is none.
+func Record(run *v1alpha1.TrainingRun) *v1alpha1.AttemptRecord {
+	h := run.Status.Attempts
+	if len(h) == 0 || h[len(h)-1].Attempt != run.Status.Attempt {
+		return nil
+	}
+	return &h[len(h)-1]
+}
+
+// JobAttempt is the attempt whose Job run's current attempt runs in: its own, unless it
+// restarted in place (then the Job, and the pods made since it, are the attempt's before).
+// The controller and the node agent both select the current attempt's pods by it: those
+// made for JobAttempt or later.
+func JobAttempt(run *v1alpha1.TrainingRun) int32 {
+	if rec := Record(run); rec != nil && rec.JobAttempt > 0 {
+		return rec.JobAttempt
+	}
+	return run.Status.Attempt
+}
+
 // Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
 // or, for a pod that restarts in place, the later one its barrier last opened for (the
 // barrier's termination message, which the kubelet keeps in the status while those workers

@@ -488,3 +488,21 @@ func TestRunning(t *testing.T) {
 		t.Error("a pod without an attempt label has an attempt")
 	}
 }
+
+// TestJobAttempt: an attempt runs in its own Job unless its record says it restarted in
+// place in an earlier attempt's.
+func TestJobAttempt(t *testing.T) {
+	run := makeRun()
+	run.Status.Attempt = 3
+	if Record(run) != nil || JobAttempt(run) != 3 {
+		t.Errorf("no record: Record %v JobAttempt %d, want nil and 3", Record(run), JobAttempt(run))
+	}
+	run.Status.Attempts = []v1alpha1.AttemptRecord{{Attempt: 2}, {Attempt: 3, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1}}
+	if r := Record(run); r == nil || r.Attempt != 3 || JobAttempt(run) != 1 {
+		t.Errorf("in place in attempt 1's Job: Record %v JobAttempt %d, want attempt 3's and 1", r, JobAttempt(run))
+	}
+	run.Status.Attempts[1].JobAttempt = 0
+	if JobAttempt(run) != 3 {
+		t.Errorf("recreated: JobAttempt %d, want 3", JobAttempt(run))
+	}
+}

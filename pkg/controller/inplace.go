@@ -26,28 +26,10 @@ import (
 // Once no old worker of the gang runs, the controller writes barrierOpenedAt, and the agents
 // let every pod's workers start with the new attempt.
 
-// record is the history entry of the current attempt, nil if there is none.
-func record(run *v1alpha1.TrainingRun) *v1alpha1.AttemptRecord {
-	h := run.Status.Attempts
-	if len(h) == 0 || h[len(h)-1].Attempt != run.Status.Attempt {
-		return nil
-	}
-	return &h[len(h)-1]
-}
-
-// jobAttemptOf is the attempt whose Job the current attempt runs in: its own, unless it
-// restarted in place.
-func jobAttemptOf(run *v1alpha1.TrainingRun) int32 {
-	if rec := record(run); rec != nil && rec.JobAttempt > 0 {
-		return rec.JobAttempt
-	}
-	return run.Status.Attempt
-}
-
 // inPlaceStarting reports whether the current attempt restarts in place and its barrier is
 // not open yet.
 func inPlaceStarting(run *v1alpha1.TrainingRun) bool {
-	rec := record(run)
+	rec := attempt.Record(run)
 	return rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace && rec.BarrierOpenedAt == nil
 }
 
@@ -167,7 +149,7 @@ func stoppedForBarrier(p *corev1.Pod, n int32) bool {
 // gang and the backoff is over, the barrier opens (one status write for the gang).
 func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	n := run.Status.Attempt
-	rec := record(run)
+	rec := attempt.Record(run)
 	workers := obs.jobPods()
 	excluded := rec.ExcludedNodes // the run's, and this restart's fault's node
 	// The indexes the decision moved, and any whose pod cannot restart where it is since
@@ -176,7 +158,7 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	moved = append(moved, rec.MovedIndexes...)
 	for _, p := range workers {
 		if i, ok := attempt.Index(p); ok {
-			if k, _ := attempt.Number(p); k == n && n > jobAttemptOf(run) {
+			if k, _ := attempt.Number(p); k == n && n > attempt.JobAttempt(run) {
 				moved = append(moved, int32(i)) // a new pod made for this attempt
 			}
 		}

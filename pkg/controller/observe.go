@@ -61,7 +61,7 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 		case !ok || n > run.Status.Attempt:
 			// Not ours to judge (a label someone else wrote, or from a future we have not
 			// persisted: impossible unless status was rolled back).
-		case n >= jobAttemptOf(run):
+		case n >= attempt.JobAttempt(run):
 			// The current attempt's, or, if it restarted in place, made for an earlier
 			// attempt of the same Job and restarted in place since.
 			o.current = append(o.current, p)
@@ -78,7 +78,7 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 // restart moved: made for an attempt before the current one, of an index the attempt's
 // record moved or that has a pod made for the current attempt. Pure.
 func superseded(run *v1alpha1.TrainingRun, current []*corev1.Pod) map[types.UID]bool {
-	rec := record(run)
+	rec := attempt.Record(run)
 	if rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace {
 		return nil
 	}

@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.resume(ctx, run)
 	case obs.other != nil || slices.ContainsFunc(obs.leftovers, live):
 		return r.clearLeftovers(ctx, run, obs)
-	case slices.ContainsFunc(obs.older, live) || (obs.job != nil && (obs.jobAttempt() < jobAttemptOf(run) || obs.job.DeletionTimestamp != nil)):
+	case slices.ContainsFunc(obs.older, live) || (obs.job != nil && (obs.jobAttempt() < attempt.JobAttempt(run) || obs.job.DeletionTimestamp != nil)):
 		return r.teardown(ctx, run, obs)
 	case obs.job == nil && len(obs.current) > 0:
 		return r.jobLost(ctx, run, obs)
@@ -169,7 +169,7 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		// Indexes without a pod: a creation a crash cut short, or a pod gone before the
 		// cache showed it.
 		excluded := excludedNodes(run)
-		if rec := record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
+		if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
 			excluded = rec.ExcludedNodes
 		}
 		if err := r.createPods(ctx, run, obs.job, workers, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}); err != nil && !errors.Is(err, errPodRefused) {
@@ -240,7 +240,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		}
 	}
 	st.ReadyWorkers = ready
-	if obs.job != nil && jobAttemptOf(run) == run.Status.Attempt {
+	if obs.job != nil && attempt.JobAttempt(run) == run.Status.Attempt {
 		attemptCreated(run, obs.job) // an attempt restarted in place started when its barrier opened
 	}
 	rec := currentRecord(run)

@@ -56,7 +56,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		moved := movedIndexes(obs.workers(), run.Spec.Workers, faulty, obs.nodes, r.cannotRestartInPlace(ctx))
 		if len(moved) < int(run.Spec.Workers) {
 			// The moved indexes' new pods keep off the fault's node too, for this attempt.
-			next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, jobAttemptOf(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
+			next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, attempt.JobAttempt(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
 		}
 	}
 	st.Attempt++

@@ -19,7 +19,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
@@ -37,7 +36,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -133,7 +131,7 @@ func (c *Cluster) StartJobSet(ctx context.Context, dir string) (j *JobSet, err e
 	if err != nil {
 		return nil, err
 	}
-	if err := c.registerJobSetWebhooks(ctx, j.ModuleDir, "https://"+j.WebhookAddr, caPEM); err != nil {
+	if err := c.registerWebhooks(ctx, j.ModuleDir, "jobset-", "https://"+j.WebhookAddr, caPEM); err != nil {
 		return nil, err
 	}
 
@@ -300,50 +298,35 @@ func (j *JobSet) writeConfig(certDir string) (string, error) {
 	return path, os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// registerJobSetWebhooks server-side applies the Mutating/ValidatingWebhookConfigurations that
-// upstream's config/components/webhook kustomization renders, each webhook's clientConfig
+// registerWebhooks server-side applies the Mutating/ValidatingWebhookConfigurations that a
+// module's config/components/webhook kustomization renders (JobSet's, Kueue's), named with
+// upstream's namePrefix (prefix, from its config/default), each webhook's clientConfig
 // rewritten from the in-cluster Service to url (+ its path) with caBundle. Rendering the
-// kustomization rather than reading manifests.yaml keeps upstream's patches, which limit the
-// pod webhooks to pods labelled with a JobSet name; without them every pod of the cluster
-// would go through JobSet.
-func (c *Cluster) registerJobSetWebhooks(ctx context.Context, moduleDir, url string, caPEM []byte) error {
-	kdir := filepath.Join(moduleDir, "config", "components", "webhook")
-	cmd := exec.CommandContext(ctx, c.Tools.Kubectl(), "kustomize", kdir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+// kustomization rather than reading a release manifest keeps upstream's patches (JobSet's
+// limit its pod webhooks to pods labelled with a JobSet name; without them every pod of the
+// cluster would go through JobSet).
+func (c *Cluster) registerWebhooks(ctx context.Context, moduleDir, prefix, url string, caPEM []byte) error {
+	docs, err := c.kustomize(ctx, filepath.Join(moduleDir, "config", "components", "webhook"))
 	if err != nil {
-		return fmt.Errorf("kubectl kustomize %s: %w\n%s", kdir, err, stderr.Bytes())
+		return err
 	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 64<<10)
 	registered := 0
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("decode kustomize output of %s: %w", kdir, err)
-		}
+	for _, doc := range docs {
 		kind, _ := doc["kind"].(string)
 		if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
 			continue // the webhook Service, which nothing here backs
 		}
 		meta, _ := doc["metadata"].(map[string]any)
-		name := "jobset-" + fmt.Sprint(meta["name"]) // upstream's namePrefix (config/default)
+		name := prefix + fmt.Sprint(meta["name"])
 		meta["name"] = name
 		hooks, _ := doc["webhooks"].([]any)
 		for _, h := range hooks {
 			hook, _ := h.(map[string]any)
-			cc, _ := hook["clientConfig"].(map[string]any)
-			svc, _ := cc["service"].(map[string]any)
-			path, _ := svc["path"].(string)
+			path, _, _ := unstructured.NestedString(hook, "clientConfig", "service", "path")
 			if path == "" {
 				return fmt.Errorf("%s %s webhook %v has no service path to rewrite", kind, name, hook["name"])
 			}
-			hook["clientConfig"] = map[string]any{
-				"url":      url + path,
-				"caBundle": base64.StdEncoding.EncodeToString(caPEM),
-			}
+			hook["clientConfig"] = map[string]any{"url": url + path, "caBundle": base64.StdEncoding.EncodeToString(caPEM)}
 		}
 		body, err := json.Marshal(doc)
 		if err != nil {
@@ -361,7 +344,7 @@ func (c *Cluster) registerJobSetWebhooks(ctx context.Context, moduleDir, url str
 		registered++
 	}
 	if registered != 2 {
-		return fmt.Errorf("kubectl kustomize %s rendered %d webhook configurations, want 2 (mutating, validating)", kdir, registered)
+		return fmt.Errorf("the webhook kustomization of %s rendered %d webhook configurations, want 2 (mutating, validating)", moduleDir, registered)
 	}
 	return nil
 }

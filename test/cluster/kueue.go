@@ -27,11 +27,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/ptr"
 )
 
 // KueueNamespace is where Kueue's configuration says it runs (its namespace is left out of
@@ -107,7 +105,9 @@ func (c *Cluster) StartKueue(ctx context.Context, dir string, opts KueueOptions)
 	if err := c.InstallCRDs(ctx, crdDir); err != nil {
 		return nil, fmt.Errorf("install Kueue CRDs: %w", err)
 	}
-	if err := c.registerKueueWebhooks(ctx, k.ModuleDir, url, caPEM); err != nil {
+	// Webhooks of integrations that are not enabled get Kueue's no-op handlers, as in a real
+	// installation.
+	if err := c.registerWebhooks(ctx, k.ModuleDir, "kueue-", url, caPEM); err != nil {
 		return nil, err
 	}
 	configPath, err := k.writeConfig(certDir, opts)
@@ -145,7 +145,8 @@ func findKueue(root string) (bin, moduleDir string, err error) {
 	return findBuiltTool(root, "Kueue", "kueue", "KUEUE_BIN", "kueue-dir")
 }
 
-// kustomize renders a kustomization directory of Kueue's module into its documents.
+// kustomize renders a kustomization directory (of an upstream module: Kueue's, JobSet's) into
+// its documents.
 func (c *Cluster) kustomize(ctx context.Context, kdir string) ([]map[string]any, error) {
 	cmd := exec.CommandContext(ctx, c.Tools.Kubectl(), "kustomize", kdir)
 	var stderr bytes.Buffer
@@ -199,54 +200,6 @@ func (c *Cluster) renderKueueCRDs(ctx context.Context, moduleDir, dir, url strin
 		buf.WriteString("\n")
 	}
 	return os.WriteFile(filepath.Join(dir, "kueue-crds.yaml"), buf.Bytes(), 0o644)
-}
-
-// registerKueueWebhooks server-side applies the webhook configurations upstream's
-// config/components/webhook renders (named with upstream's "kueue-" prefix), each webhook's
-// clientConfig pointed at url. Webhooks of integrations that are not enabled are answered by
-// Kueue's no-op handlers, as in a real installation.
-func (c *Cluster) registerKueueWebhooks(ctx context.Context, moduleDir, url string, caPEM []byte) error {
-	docs, err := c.kustomize(ctx, filepath.Join(moduleDir, "config", "components", "webhook"))
-	if err != nil {
-		return err
-	}
-	registered := 0
-	for _, doc := range docs {
-		kind, _ := doc["kind"].(string)
-		if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
-			continue
-		}
-		meta, _ := doc["metadata"].(map[string]any)
-		name := "kueue-" + fmt.Sprint(meta["name"])
-		meta["name"] = name
-		hooks, _ := doc["webhooks"].([]any)
-		for _, h := range hooks {
-			hook, _ := h.(map[string]any)
-			path, _, _ := unstructured.NestedString(hook, "clientConfig", "service", "path")
-			if path == "" {
-				return fmt.Errorf("%s %s webhook %v has no service path to rewrite", kind, name, hook["name"])
-			}
-			hook["clientConfig"] = map[string]any{"url": url + path, "caBundle": base64.StdEncoding.EncodeToString(caPEM)}
-		}
-		body, err := json.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		opts := metav1.PatchOptions{FieldManager: "faultline-test", Force: ptr.To(true)}
-		if kind == "MutatingWebhookConfiguration" {
-			_, err = c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.ApplyPatchType, body, opts)
-		} else {
-			_, err = c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, types.ApplyPatchType, body, opts)
-		}
-		if err != nil {
-			return fmt.Errorf("apply %s %s: %w", kind, name, err)
-		}
-		registered++
-	}
-	if registered != 2 {
-		return fmt.Errorf("the webhook kustomization of Kueue rendered %d webhook configurations, want 2 (mutating, validating)", registered)
-	}
-	return nil
 }
 
 // writeConfig writes Kueue's Configuration (config.kueue.x-k8s.io/v1beta2; JSON is YAML)

@@ -36,15 +36,8 @@ func RunDecision(run *v1alpha1.TrainingRun, pod *corev1.Pod) (attemptNumber int,
 	if n < 1 {
 		return 0, false, false
 	}
-	var rec *v1alpha1.AttemptRecord
-	if h := st.Attempts; len(h) > 0 && h[len(h)-1].Attempt == n {
-		rec = &h[len(h)-1]
-	}
-	jobAttempt := n
-	if rec != nil && rec.JobAttempt > 0 {
-		jobAttempt = rec.JobAttempt
-	}
-	if k, labelled := attempt.Number(pod); !labelled || k < jobAttempt {
+	rec := attempt.Record(run)
+	if k, labelled := attempt.Number(pod); !labelled || k < attempt.JobAttempt(run) {
 		return 0, false, false
 	}
 	open := rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace || rec.BarrierOpenedAt != nil
