@@ -120,10 +120,12 @@ type RealNode struct {
 	dirPath     string
 	cgroup      string
 	kubeletPort int
-	holder      *Process // the mount namespace's first process
-	containerd  *Process
-	kubelet     *Process
-	devicePlug  *Process
+	// featureGates are the kubelet's feature gates beyond its defaults (RestartKubelet).
+	featureGates map[string]bool
+	holder       *Process // the mount namespace's first process
+	containerd   *Process
+	kubelet      *Process
+	devicePlug   *Process
 }
 
 // dir is a path under the node's state directory.
@@ -490,7 +492,7 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 	n.kubeletPort = port
 	caFile := filepath.Join(c.pkiDir(), "ca.crt")
 	conf := n.dir("kubelet.yaml")
-	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String())), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String(), n.featureGates)), 0o644); err != nil {
 		return err
 	}
 	env := []string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.Bus.Address}
@@ -525,6 +527,38 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 	defer cancel()
 	if err := c.WaitNodeReady(wctx, n.Name); err != nil {
 		return fmt.Errorf("%w\n%s", err, p.Tail(30))
+	}
+	return nil
+}
+
+// RestartKubelet stops node n's kubelet and starts it again with these feature gates set
+// beyond the kubelet's defaults (nil: the defaults), as an operator who changes a node's
+// kubelet configuration does: the node's pods run on meanwhile (containerd holds them). It
+// returns once the new kubelet holds its inhibitor lock on the node's logind (n.KubeletLock)
+// and has written its Node's status: a Ready heartbeat from after the restart, which also
+// carries the features it declares (Node.status.declaredFeatures, from its gates). The gates
+// stay for later starts of the node's kubelet (ReviveNode) until changed again.
+func (rn *RealNodes) RestartKubelet(ctx context.Context, c *Cluster, n *RealNode, gates map[string]bool) error {
+	n.kubelet.Stop()
+	// Heartbeats have a resolution of one second: only one from a later second than the
+	// old kubelet's end can be the new kubelet's.
+	fresh := time.Now().Truncate(time.Second).Add(time.Second)
+	n.featureGates = gates
+	if err := rn.startKubelet(ctx, c, n); err != nil {
+		return fmt.Errorf("restart the kubelet of %s with feature gates %v: %w", n.Name, gates, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	_, err := c.WaitNode(wctx, n.Name, func(node *corev1.Node) (bool, error) {
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(fresh), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: no Ready heartbeat from its restarted kubelet: %w\n%s", n.Name, err, n.kubelet.Tail(30))
 	}
 	return nil
 }

@@ -3,7 +3,10 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // The configuration files of a real node: containerd's, the CNI network's and the kubelet's,
@@ -101,8 +104,9 @@ func cniConfig(n *RealNode, net *podNetwork) ([]byte, error) {
 	return json.MarshalIndent(conf, "", "  ")
 }
 
-// kubeletConfig is node n's KubeletConfiguration.
-func kubeletConfig(n *RealNode, spec RealNodeSpec, clientCA string, dnsIP string) string {
+// kubeletConfig is node n's KubeletConfiguration, with gates set beyond the kubelet's
+// default feature gates.
+func kubeletConfig(n *RealNode, spec RealNodeSpec, clientCA string, dnsIP string, gates map[string]bool) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -148,8 +152,18 @@ shutdownGracePeriodCriticalPods: %[10]s
 nodeStatusUpdateFrequency: 1s
 registerWithTaints:
 - {key: %[11]q, value: "true", effect: NoSchedule}
+featureGates: {%[12]s}
 `, n.IP, n.kubeletPort, clientCA, n.ContainerdSocket, n.cgroup, n.dir("pod-logs"), n.dir("volume-plugins"),
-		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, TaintRealNode)
+		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, TaintRealNode, featureGates(gates))
+}
+
+// featureGates is gates as the inside of a YAML flow mapping, in name order.
+func featureGates(gates map[string]bool) string {
+	var kv []string
+	for _, name := range slices.Sorted(maps.Keys(gates)) {
+		kv = append(kv, fmt.Sprintf("%s: %t", name, gates[name]))
+	}
+	return strings.Join(kv, ", ")
 }
 
 // corefile serves cluster.local from the API server on the host's address of the bridge, the
