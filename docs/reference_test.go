@@ -55,8 +55,10 @@ func references(t *testing.T) []reference {
 // opaque are fields of Kubernetes' own types, documented upstream: the reference describes
 // them as a whole, not field by field.
 var opaque = map[string]bool{
-	"spec.template":     true, // a PodTemplateSpec
-	"status.conditions": true, // metav1.Condition
+	"spec.template":                       true, // a PodTemplateSpec
+	"spec.roles[].tolerations":            true, // []corev1.Toleration
+	"spec.roles[].containers[].resources": true, // corev1.ResourceRequirements
+	"status.conditions":                   true, // metav1.Condition
 }
 
 // schemaField is one field of the CRD's schema, by its path in the reference's notation

@@ -58,6 +58,9 @@ const (
 	// ReasonRolesPolicyMissing: the run's framework lays its pods out in roles, and the
 	// admission policy that labels them (RolesPolicyName) is not installed.
 	ReasonRolesPolicyMissing = "RolesPolicyMissing"
+	// ReasonRolesInvalid: spec.roles names a role the framework's layout does not have, or
+	// a container the template does not; the message names the field.
+	ReasonRolesInvalid = "RolesInvalid"
 
 	// The Kueue integration's reasons (Admitted, Suspended, Stalled and events).
 	// ReasonQueued: the run's Workload waits for Kueue to admit it; no worker runs.

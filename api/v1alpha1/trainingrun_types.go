@@ -87,6 +87,7 @@ const FrameworkNone = "none"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'InPlace'",message="spec.failurePolicy.restartMode InPlace applies to restartScope Gang (with Index the Job controller replaces each failed index): remove it or use restartScope Gang",fieldPath=".failurePolicy.restartMode"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.roles) || size(self.roles) == 0",message="spec.roles apply to restartScope Gang (with Index the Job controller creates every pod from spec.template): remove spec.roles or use restartScope Gang",fieldPath=".roles"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.restartScope) || has(self.restartScope)",message="spec.restartScope cannot be removed once set (the run started under it): create a new TrainingRun to change it",fieldPath=".restartScope"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
@@ -132,6 +133,18 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.schedulingGates) || !self.spec.schedulingGates.exists(g, g.name.startsWith('faultline.dev/'))",message="spec.template.spec.schedulingGates must not name faultline.dev/ gates: faultline adds and removes its own; remove the gate",fieldPath=".spec.schedulingGates"
 	Template corev1.PodTemplateSpec `json:"template"`
 
+	// Roles change spec.template for the pods of one role, in a run whose framework lays
+	// its workers out in roles (tensorflow with strategy ParameterServer: chief, ps, worker,
+	// evaluator), so that, e.g., parameter servers ask for no GPU and run on CPU nodes.
+	// Each entry names a role of the framework's layout; a role without one gets
+	// spec.template as it is. Every pod stays one index of the one gang: a role's pods are
+	// restarted, excluded and counted like the others. Restart scope Gang only.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Roles []RoleTemplate `json:"roles,omitempty"`
+
 	// FailurePolicy decides what each kind of failure does.
 	// +kubebuilder:default={}
 	// +optional
@@ -166,6 +179,45 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// RoleTemplate is what the pods of one role differ in from spec.template. Only what a role
+// needs of its own is here (its resources and its nodes); the rest of the pod (image, command,
+// volumes, env) is the template's, so that the roles of one program stay one program.
+type RoleTemplate struct {
+	// Name is the role, as the run's framework names it (tensorflow: chief, ps, worker,
+	// evaluator). The controller refuses a name that is not in the framework's layout.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// NodeSelector is added to the template's; on a key both set, the role's value wins.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to the template's.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Containers replace the resources of the template's containers, by name.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Containers []RoleContainer `json:"containers,omitempty"`
+}
+
+// RoleContainer is one container's resources in the pods of a role.
+type RoleContainer struct {
+	// Name is a container of spec.template.spec.containers.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// Resources replace that container's resources (requests, limits and claims) in the
+	// role's pods.
+	Resources corev1.ResourceRequirements `json:"resources"`
 }
 
 // FailurePolicy is the run-level failure policy (shared/DESIGN.md).

@@ -251,6 +251,11 @@ const (
 	// RolesPolicyName names the MutatingAdmissionPolicy that labels the pods, and its
 	// binding.
 	RolesPolicyName = "faultline-roles"
+	// AnnotationRoleTemplates is, on a gang's Job, its run's spec.roles as JSON when the
+	// Job was made: the controller makes the Job's pods from the Job alone (pkg/attempt
+	// Pod), so the attempt's pods keep the roles they started with, whatever the run's
+	// spec says later (as they keep the Job's template).
+	AnnotationRoleTemplates = GroupName + "/role-templates"
 )
 
 // Names of what a run owns when its plugin asks that the workers read their Job and pods

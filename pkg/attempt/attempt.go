@@ -8,6 +8,8 @@
 package attempt
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,9 +190,19 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 		inPlaceShape(&tmpl.Spec, opts.BarrierImage)
 	}
 
+	var annotations map[string]string
+	if len(run.Spec.Roles) > 0 {
+		// The Job is all Pod reads: the roles go with it (AnnotationRoleTemplates).
+		raw, err := json.Marshal(run.Spec.Roles)
+		if err != nil {
+			panic(fmt.Sprintf("marshal spec.roles: %v", err)) // plain data: cannot fail
+		}
+		annotations = map[string]string{v1alpha1.AnnotationRoleTemplates: string(raw)}
+	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            run.Name,
+			Annotations:     annotations,
 			Namespace:       run.Namespace,
 			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))},
@@ -298,7 +310,11 @@ func InPlaceShape(job *batchv1.Job) bool {
 // A pod made for a later attempt than the Job's (a moved index of an in-place restart) says
 // so: its attempt label and FAULTLINE_ATTEMPT are that attempt's, and it keeps off the nodes
 // the attempt excludes (the Job's template holds only its own attempt's).
-func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
+func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
+	roles, err := roleTemplates(job)
+	if err != nil {
+		return nil, err
+	}
 	tmpl := job.Spec.Template.DeepCopy()
 	index := strconv.Itoa(i)
 	if o.Attempt > 0 {
@@ -333,6 +349,9 @@ func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
 		// containers read them through the downward API (rendezvous.RoleEnv).
 		pod.Labels[v1alpha1.LabelRole] = role
 		pod.Labels[v1alpha1.LabelRoleIndex] = strconv.Itoa(roleIndex)
+		if k := slices.IndexFunc(roles, func(t v1alpha1.RoleTemplate) bool { return t.Name == role }); k >= 0 {
+			applyRole(&pod.Spec, &roles[k])
+		}
 	}
 	pod.Spec.Hostname = job.Name + "-" + index
 	env := corev1.EnvVar{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
@@ -345,7 +364,63 @@ func Pod(job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
 			}
 		}
 	}
-	return pod
+	return pod, nil
+}
+
+// roleTemplates reads the run's spec.roles that job was made with (AnnotationRoleTemplates).
+func roleTemplates(job *batchv1.Job) ([]v1alpha1.RoleTemplate, error) {
+	raw, ok := job.Annotations[v1alpha1.AnnotationRoleTemplates]
+	if !ok {
+		return nil, nil
+	}
+	var roles []v1alpha1.RoleTemplate
+	if err := json.Unmarshal([]byte(raw), &roles); err != nil {
+		return nil, fmt.Errorf("job %s/%s: annotation %s is not the run's spec.roles: %w", job.Namespace, job.Name, v1alpha1.AnnotationRoleTemplates, err)
+	}
+	return roles, nil
+}
+
+// applyRole gives a pod of a role what spec.roles sets for it: its nodeSelector over the
+// template's, its tolerations beside the template's, its containers' resources instead.
+func applyRole(spec *corev1.PodSpec, t *v1alpha1.RoleTemplate) {
+	if len(t.NodeSelector) > 0 {
+		spec.NodeSelector = merge(spec.NodeSelector, t.NodeSelector)
+	}
+	spec.Tolerations = append(spec.Tolerations, t.Tolerations...)
+	for _, rc := range t.Containers {
+		for j := range spec.Containers {
+			if spec.Containers[j].Name == rc.Name {
+				spec.Containers[j].Resources = *rc.Resources.DeepCopy()
+			}
+		}
+	}
+}
+
+// CheckRoles says what of run's spec.roles cannot apply to a run whose framework lays its
+// workers out in roles (nil: none; the run's restart scope as settled): a role the layout
+// does not have, a container the template does not have, or roles with no layout at all.
+// The error names the field and the fix.
+func CheckRoles(run *v1alpha1.TrainingRun, roles []string) error {
+	if len(run.Spec.Roles) == 0 {
+		return nil
+	}
+	if len(roles) == 0 {
+		return fmt.Errorf("spec.roles: framework %q does not lay its workers out in roles, so no pod has a role to match: remove spec.roles", run.Spec.Framework)
+	}
+	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
+		return fmt.Errorf("spec.roles apply to restartScope Gang (with Index the Job controller creates every pod from spec.template): remove spec.roles or use restartScope Gang")
+	}
+	for i, t := range run.Spec.Roles {
+		if !slices.Contains(roles, t.Name) {
+			return fmt.Errorf("spec.roles[%d].name: %q is not a role of this run's layout (framework %q has %s): use one of those names", i, t.Name, run.Spec.Framework, strings.Join(roles, ", "))
+		}
+		for j, c := range t.Containers {
+			if !slices.ContainsFunc(run.Spec.Template.Spec.Containers, func(tc corev1.Container) bool { return tc.Name == c.Name }) {
+				return fmt.Errorf("spec.roles[%d].containers[%d].name: %q is not a container of spec.template.spec.containers: name one of those", i, j, c.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // roleOf reads a layout (the value of v1alpha1.AnnotationRoles: "name:first-last" per role,

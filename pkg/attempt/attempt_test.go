@@ -1,12 +1,14 @@
 package attempt
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -326,7 +328,7 @@ func TestPod(t *testing.T) {
 	job.Spec.Template.Labels[batchv1.JobNameLabel] = job.Name
 	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
 
-	p := Pod(job, 3, PodOptions{})
+	p := mustPod(t, job, 3, PodOptions{})
 	if p.Name != "llm-3-0f1e2d3c" || p.Namespace != "ml" {
 		t.Errorf("pod %s/%s, want ml/llm-3-0f1e2d3c", p.Namespace, p.Name)
 	}
@@ -416,7 +418,7 @@ func TestInPlaceShape(t *testing.T) {
 func TestPodOfALaterAttempt(t *testing.T) {
 	job := Job(makeRun(), Options{Attempt: 2, ExcludedNodes: []string{"old"}})
 	job.UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
-	p := Pod(job, 1, PodOptions{Attempt: 4, ExcludedNodes: []string{"old", "faulty"}})
+	p := mustPod(t, job, 1, PodOptions{Attempt: 4, ExcludedNodes: []string{"old", "faulty"}})
 	if p.Name != "llm-1-0f1e2d3c-4" || p.Labels[v1alpha1.LabelAttempt] != "4" || p.Spec.Hostname != "llm-1" {
 		t.Errorf("pod %s attempt label %s hostname %s: want llm-1-0f1e2d3c-4, 4, llm-1", p.Name, p.Labels[v1alpha1.LabelAttempt], p.Spec.Hostname)
 	}
@@ -433,7 +435,7 @@ func TestPodOfALaterAttempt(t *testing.T) {
 	if diff := cmp.Diff([]string{"old", "faulty"}, off); diff != "" {
 		t.Errorf("nodes kept off (-want +got), each once:\n%s", diff)
 	}
-	if own := Pod(job, 1, PodOptions{Attempt: 2}); own.Name != "llm-1-0f1e2d3c" {
+	if own := mustPod(t, job, 1, PodOptions{Attempt: 2}); own.Name != "llm-1-0f1e2d3c" {
 		t.Errorf("the Job's own attempt: pod %s, want llm-1-0f1e2d3c", own.Name)
 	}
 }
@@ -447,12 +449,12 @@ func TestPodRoles(t *testing.T) {
 		role  string
 		index string
 	}{{"chief", "0"}, {"ps", "0"}, {"ps", "1"}, {"worker", "0"}, {"worker", "1"}} {
-		p := Pod(job, i, PodOptions{})
+		p := mustPod(t, job, i, PodOptions{})
 		if p.Labels[v1alpha1.LabelRole] != want.role || p.Labels[v1alpha1.LabelRoleIndex] != want.index {
 			t.Errorf("index %d: role %q role-index %q, want %s %s", i, p.Labels[v1alpha1.LabelRole], p.Labels[v1alpha1.LabelRoleIndex], want.role, want.index)
 		}
 	}
-	if _, ok := Pod(Job(makeRun(), Options{Attempt: 1}), 0, PodOptions{}).Labels[v1alpha1.LabelRole]; ok {
+	if _, ok := mustPod(t, Job(makeRun(), Options{Attempt: 1}), 0, PodOptions{}).Labels[v1alpha1.LabelRole]; ok {
 		t.Error("a run without roles got a role label")
 	}
 	for _, bad := range []string{"chief", "chief:0", "chief:a-b", "ps:1-2"} {
@@ -504,5 +506,102 @@ func TestJobAttempt(t *testing.T) {
 	run.Status.Attempts[1].JobAttempt = 0
 	if JobAttempt(run) != 3 {
 		t.Errorf("recreated: JobAttempt %d, want 3", JobAttempt(run))
+	}
+}
+
+func mustPod(t *testing.T, job *batchv1.Job, i int, o PodOptions) *corev1.Pod {
+	t.Helper()
+	p, err := Pod(job, i, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPodRoleTemplates: a role's pods get what spec.roles sets for it (resources of the named
+// container, nodeSelector over the template's, tolerations beside them), other roles' pods get
+// the template; the Job carries the roles, so later pods of the attempt keep them whatever the
+// run's spec says by then.
+func TestPodRoleTemplates(t *testing.T) {
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	cpu := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+	run := makeRun(func(r *v1alpha1.TrainingRun) {
+		r.Spec.Workers = 4
+		r.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "gpu", "zone": "a"}
+		r.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
+		r.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: gpu, Limits: gpu}
+		r.Spec.Roles = []v1alpha1.RoleTemplate{{
+			Name:         "ps",
+			NodeSelector: map[string]string{"pool": "cpu"},
+			Tolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists}},
+			Containers:   []v1alpha1.RoleContainer{{Name: r.Spec.Template.Spec.Containers[0].Name, Resources: corev1.ResourceRequirements{Requests: cpu}}},
+		}}
+	})
+	job := Job(run, Options{Attempt: 1, RoleRanges: "chief:0-0,ps:1-2,worker:3-3"})
+	job.UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	run.Spec.Roles = nil // the run changes; the attempt's pods do not
+	for i, ps := range []bool{false, true, true, false} {
+		p := mustPod(t, job, i, PodOptions{})
+		wantSel := map[string]string{"pool": "gpu", "zone": "a"}
+		wantTol := []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
+		wantRes := corev1.ResourceRequirements{Requests: gpu, Limits: gpu}
+		if ps {
+			wantSel = map[string]string{"pool": "cpu", "zone": "a"}
+			wantTol = append(wantTol, corev1.Toleration{Key: "spot", Operator: corev1.TolerationOpExists})
+			wantRes = corev1.ResourceRequirements{Requests: cpu}
+		}
+		if diff := cmp.Diff(wantSel, p.Spec.NodeSelector); diff != "" {
+			t.Errorf("index %d nodeSelector (-want +got):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(wantTol, p.Spec.Tolerations); diff != "" {
+			t.Errorf("index %d tolerations (-want +got):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(wantRes, p.Spec.Containers[0].Resources); diff != "" {
+			t.Errorf("index %d resources (-want +got):\n%s", i, diff)
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"pool": "gpu", "zone": "a"}, job.Spec.Template.Spec.NodeSelector); diff != "" {
+		t.Errorf("a pod changed the Job's template (-want +got):\n%s", diff)
+	}
+	job.Annotations[v1alpha1.AnnotationRoleTemplates] = "{"
+	if _, err := Pod(job, 1, PodOptions{}); err == nil || !strings.Contains(err.Error(), v1alpha1.AnnotationRoleTemplates) {
+		t.Errorf("a garbled %s: error %v, want one that names it", v1alpha1.AnnotationRoleTemplates, err)
+	}
+}
+
+// TestCheckRoles: what of spec.roles cannot apply is refused with the field and the fix.
+func TestCheckRoles(t *testing.T) {
+	layout := []string{"chief", "ps", "worker"}
+	for name, tc := range map[string]struct {
+		roles   []v1alpha1.RoleTemplate
+		layout  []string
+		scope   v1alpha1.RestartScope
+		wantErr string
+	}{
+		"no roles":             {layout: layout},
+		"known role":           {roles: []v1alpha1.RoleTemplate{{Name: "ps", Containers: []v1alpha1.RoleContainer{{Name: "trainer"}}}}, layout: layout},
+		"unknown role":         {roles: []v1alpha1.RoleTemplate{{Name: "ps"}, {Name: "evaluatr"}}, layout: layout, wantErr: `spec.roles[1].name: "evaluatr" is not a role of this run's layout (framework "tensorflow" has chief, ps, worker)`},
+		"unknown container":    {roles: []v1alpha1.RoleTemplate{{Name: "ps", Containers: []v1alpha1.RoleContainer{{Name: "sidecar"}}}}, layout: layout, wantErr: `spec.roles[0].containers[0].name: "sidecar" is not a container of spec.template.spec.containers`},
+		"framework with none":  {roles: []v1alpha1.RoleTemplate{{Name: "ps"}}, wantErr: `spec.roles: framework "tensorflow" does not lay its workers out in roles`},
+		"index scope, settled": {roles: []v1alpha1.RoleTemplate{{Name: "ps"}}, layout: layout, scope: v1alpha1.RestartScopeIndex, wantErr: "spec.roles apply to restartScope Gang"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			run := makeRun(func(r *v1alpha1.TrainingRun) {
+				r.Spec.Framework = "tensorflow"
+				r.Spec.RestartScope = tc.scope
+				r.Spec.Template.Spec.Containers[0].Name = "trainer"
+				r.Spec.Roles = tc.roles
+			})
+			err := CheckRoles(run, tc.layout)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("CheckRoles: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("CheckRoles: %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

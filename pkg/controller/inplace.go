@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -42,11 +43,24 @@ func inPlaceStarting(run *v1alpha1.TrainingRun) bool {
 // scheduler keeps a pod with the rule off the node) and its node agent reports
 // InPlaceReady (it can stop the workers and open the barriers).
 func inPlaceSupport(run *v1alpha1.TrainingRun, nodes []corev1.Node) (ok bool, unsupported []string) {
-	sel := labels.SelectorFromSet(run.Spec.Template.Spec.NodeSelector)
+	// A role's pods go where its own nodeSelector (spec.roles) sends them; the template's
+	// stays among those considered even when every role has its own: a node too many only
+	// errs towards recreating.
+	sels := []labels.Selector{labels.SelectorFromSet(run.Spec.Template.Spec.NodeSelector)}
+	for _, role := range run.Spec.Roles {
+		if len(role.NodeSelector) > 0 {
+			set := maps.Clone(run.Spec.Template.Spec.NodeSelector)
+			if set == nil {
+				set = map[string]string{}
+			}
+			maps.Copy(set, role.NodeSelector)
+			sels = append(sels, labels.SelectorFromSet(set))
+		}
+	}
 	considered := 0
 	for i := range nodes {
 		n := &nodes[i]
-		if !sel.Matches(labels.Set(n.Labels)) || n.Spec.Unschedulable {
+		if n.Spec.Unschedulable || !slices.ContainsFunc(sels, func(sel labels.Selector) bool { return sel.Matches(labels.Set(n.Labels)) }) {
 			continue
 		}
 		considered++

@@ -50,6 +50,13 @@ func TestInPlaceSupport(t *testing.T) {
 			t.Errorf("%s: ok %v unsupported %q; want %v and %q...", name, ok, unsupported, tc.ok, tc.names)
 		}
 	}
+	// A role sent to other nodes (spec.roles) makes those nodes count too.
+	withPS := run.DeepCopy()
+	withPS.Spec.Roles = []v1alpha1.RoleTemplate{{Name: "ps", NodeSelector: map[string]string{"pool": "cpu"}}}
+	nodes := []corev1.Node{inPlaceNode("a", true, corev1.ConditionTrue, gpu), inPlaceNode("cpu", false, "", map[string]string{"pool": "cpu"})}
+	if ok, unsupported := inPlaceSupport(withPS, nodes); ok || len(unsupported) != 1 || !strings.HasPrefix(unsupported[0], "cpu (") {
+		t.Errorf("a ps role on CPU nodes that cannot: ok %v unsupported %q; want false and the cpu node", ok, unsupported)
+	}
 }
 
 func inPlacePod(index, attemptLabel, node string, mut ...func(*corev1.Pod)) *corev1.Pod {

@@ -57,8 +57,11 @@ func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, 
 
 // createPod creates index i's pod of job.
 func (r *Reconciler) createPod(ctx context.Context, job *batchv1.Job, i int, o attempt.PodOptions) error {
-	pod := attempt.Pod(job, i, o)
-	err := r.Create(ctx, pod)
+	pod, err := attempt.Pod(job, i, o)
+	if err != nil {
+		return err
+	}
+	err = r.Create(ctx, pod)
 	switch {
 	case err == nil:
 		r.creations.created(job.UID, i, r.Clock.Now())

@@ -214,6 +214,13 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 			return r.stallFor(ctx, run, v1alpha1.ReasonRolesPolicyMissing, stalledRecheck, msg)
 		}
 	}
+	roles := make([]string, 0, len(fw.Roles))
+	for _, role := range fw.Roles {
+		roles = append(roles, role.Name)
+	}
+	if err := attempt.CheckRoles(run, roles); err != nil {
+		return r.stallFor(ctx, run, v1alpha1.ReasonRolesInvalid, stalledRecheck, err.Error())
+	}
 	sa, err := r.workerServiceAccount(ctx, run, fw)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -154,7 +154,11 @@ func TestE2ESubstrateLeavesAManagedJobAlone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create a Job managed by faultline: %v", err)
 	}
-	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, attempt.Pod(job, 0, attempt.PodOptions{}), metav1.CreateOptions{})
+	want, err := attempt.Pod(job, 0, attempt.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, want, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create index 0's pod as faultline does: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -149,6 +151,67 @@ func TestE2ETensorFlowPSRoles(t *testing.T) {
 		if pod.Labels[v1alpha1.LabelRole] != wantTasks[i].typ || pod.Labels[v1alpha1.LabelRoleIndex] != strconv.Itoa(wantTasks[i].index) {
 			t.Errorf("Index-scope pod %s (index %d): labels %s=%q %s=%q, want %s and %d from the roles policy", pod.Name, i,
 				v1alpha1.LabelRole, pod.Labels[v1alpha1.LabelRole], v1alpha1.LabelRoleIndex, pod.Labels[v1alpha1.LabelRoleIndex], wantTasks[i].typ, wantTasks[i].index)
+		}
+	}
+}
+
+// TestE2ETensorFlowRoleTemplates: spec.roles gives one role's pods their own resources and
+// nodes (parameter servers with no GPU, on the nodes a selector picks, with a toleration of
+// their own) and the other roles' pods the template as it is; a role the framework's layout
+// does not have stalls the run with the field named, and no Job is made for it.
+func TestE2ETensorFlowRoleTemplates(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	psLayout := func(r *v1alpha1.TrainingRun) {
+		r.Spec.Framework = "tensorflow"
+		r.Spec.FrameworkOptions = map[string]string{"strategy": "parameter-server", "ps": "2"}
+	}
+	withRoles := func(roles ...v1alpha1.RoleTemplate) runOption {
+		return func(r *v1alpha1.TrainingRun) { r.Spec.Roles = roles }
+	}
+	cpu := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+	zone := map[string]string{corev1.LabelTopologyZone: "zone-a"}
+	toleration := corev1.Toleration{Key: "example.com/cpu-pool", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	ps := v1alpha1.RoleTemplate{Name: "ps", NodeSelector: zone, Tolerations: []corev1.Toleration{toleration},
+		Containers: []v1alpha1.RoleContainer{{Name: "worker", Resources: corev1.ResourceRequirements{Requests: cpu, Limits: cpu}}}}
+	run := createRun(ctx, t, c, ns, newRun("ctr-roles", 4, psLayout, withRoles(ps)))
+	bad := createRun(ctx, t, c, ns, newRun("ctr-badrole", 4, psLayout, withRoles(v1alpha1.RoleTemplate{Name: "parameter-server"})))
+
+	stalled := waitRun(ctx, t, c, ns, bad.Name, "Stalled, RolesInvalid", func(r *v1alpha1.TrainingRun) bool {
+		cond := runCondition(r, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonRolesInvalid
+	})
+	msg := runCondition(stalled, v1alpha1.ConditionStalled).Message
+	for _, want := range []string{`spec.roles[0].name: "parameter-server"`, "chief, ps, worker"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Stalled message %q does not name %q", msg, want)
+		}
+	}
+	if _, err := c.Client.BatchV1().Jobs(ns).Get(ctx, bad.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Job for the run with an unknown role: %v, want none", err)
+	}
+
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	for i, pod := range waitWorkers(ctx, t, c, ns, run.Name, 1, 4) {
+		role := pod.Labels[v1alpha1.LabelRole]
+		res := pod.Spec.Containers[0].Resources
+		gpus := res.Limits[corev1.ResourceName(v1alpha1.ResourceGPU)]
+		tolerated := slices.ContainsFunc(pod.Spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == toleration.Key })
+		if role != "ps" {
+			if gpus.Value() != 1 || tolerated || pod.Spec.NodeSelector[corev1.LabelTopologyZone] != "" {
+				t.Errorf("%s pod %s (index %d): %v GPUs, ps toleration %v, nodeSelector %v; want the template's (1 GPU, neither)", role, pod.Name, i, gpus.Value(), tolerated, pod.Spec.NodeSelector)
+			}
+			continue
+		}
+		if !gpus.IsZero() || !res.Requests.Cpu().Equal(resource.MustParse("500m")) || !tolerated || pod.Spec.NodeSelector[corev1.LabelTopologyZone] != "zone-a" {
+			t.Errorf("ps pod %s (index %d): resources %v, ps toleration %v, nodeSelector %v; want spec.roles' (500m CPU, no GPU, the toleration, zone-a)", pod.Name, i, res, tolerated, pod.Spec.NodeSelector)
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Labels[corev1.LabelTopologyZone] != "zone-a" {
+			t.Errorf("ps pod %s runs on %s in %q, want a node of zone-a", pod.Name, node.Name, node.Labels[corev1.LabelTopologyZone])
 		}
 	}
 }

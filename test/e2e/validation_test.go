@@ -108,6 +108,16 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			s["restartScope"] = "Index"
 			failurePolicy(s)["restartMode"] = "InPlace"
 		}, "spec.failurePolicy.restartMode", "InPlace applies to restartScope Gang"},
+		{"roles-with-index-scope", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			s["roles"] = []any{map[string]any{"name": "ps"}}
+		}, "spec.roles", "apply to restartScope Gang"},
+		{"role-named-twice", func(s map[string]any) {
+			s["roles"] = []any{map[string]any{"name": "ps"}, map[string]any{"name": "ps"}}
+		}, "spec.roles[1]", "Duplicate value"},
+		{"role-name-not-a-label", func(s map[string]any) {
+			s["roles"] = []any{map[string]any{"name": "Parameter Server"}}
+		}, "spec.roles[0].name", "should match"},
 		{"negative-settle-seconds", func(s map[string]any) { failurePolicy(s)["settleSeconds"] = int64(-1) },
 			"spec.failurePolicy.settleSeconds", "greater than or equal to 0"},
 		{"settle-seconds-over-300", func(s map[string]any) { failurePolicy(s)["settleSeconds"] = int64(301) },
