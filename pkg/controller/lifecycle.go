@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,27 +28,21 @@ const pluginRetry = 30 * time.Second
 func (r *Reconciler) fail(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed, v *v1alpha1.FailureVerdict, d policy.Decision, tr *v1alpha1.TraceStatus) (ctrl.Result, error) {
 	now := r.now()
 	st := &run.Status
-	unfinished, unfinishedSpan, isUnfinished := unfinishedRestart(run, now.Time, fmt.Sprintf("attempt %d failed before all its workers were Running", st.Attempt))
-	started := st.Trace.DeepCopy()
 	endAttempt(run, now, v, policy.OutcomeFailed)
 	st.LastFailure = v
 	st.Phase = v1alpha1.PhaseFailed
 	st.ReadyWorkers = 0
 	st.CompletionTime = &now
 	st.NextAttemptAt = nil
-	msg := v.Explanation
-	if d.BudgetExhausted {
-		msg = d.Reason + ". " + msg
-	}
+	// The rule's reason first (a budget exhausted, or the rule that fails the run on this
+	// cause), then what happened: the run's event quotes it.
+	msg := d.Reason + ". " + v.Explanation
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: msg})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v.Cause), Message: "the run failed"})
 	st.Trace = tr
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
-	r.attemptEnded(ctx, run, st.Attempt, started, decidedAt(tr, now), episodeRoot(tr))
-	r.event(run, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionFail, "run failed (%s): %s", d.Reason, v.Explanation)
 	return r.finished(ctx, run, obs)
 }
 
@@ -57,20 +50,13 @@ func (r *Reconciler) fail(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 func (r *Reconciler) succeed(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) error {
 	now := r.now()
 	st := &run.Status
-	unfinished, unfinishedSpan, isUnfinished := unfinishedRestart(run, now.Time, fmt.Sprintf("attempt %d succeeded before all its workers were Running together", st.Attempt))
 	endAttempt(run, now, nil, policy.OutcomeSucceeded)
 	st.Phase = v1alpha1.PhaseSucceeded
 	st.CompletionTime = &now
 	st.ReadyWorkers = 0
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonJobCompleted, Message: fmt.Sprintf("attempt %d completed", st.Attempt)})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonJobCompleted, Message: "the run succeeded"})
-	if err := r.writeStatus(ctx, run); err != nil {
-		return err
-	}
-	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
-	r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
-	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonJobCompleted, v1alpha1.ActionSucceed, "run succeeded in attempt %d", st.Attempt)
-	return nil
+	return r.writeStatus(ctx, run)
 }
 
 // finished keeps a finished run quiet: no pod of it keeps running, and the TTL is honoured.
@@ -124,7 +110,6 @@ func (r *Reconciler) suspendFor(ctx context.Context, run *v1alpha1.TrainingRun, 
 	st := &run.Status
 	if st.Phase != v1alpha1.PhaseSuspended {
 		now := r.now()
-		unfinished, unfinishedSpan, isUnfinished := unfinishedRestart(run, now.Time, fmt.Sprintf("attempt %d was suspended before all its workers were Running", st.Attempt))
 		endAttempt(run, now, nil, policy.OutcomeSuspended)
 		currentRecord(run).Suspension = why
 		st.Phase = v1alpha1.PhaseSuspended
@@ -135,9 +120,6 @@ func (r *Reconciler) suspendFor(ctx context.Context, run *v1alpha1.TrainingRun, 
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
-		r.attemptEnded(ctx, run, st.Attempt, st.Trace, now.Time, trace.SpanContext{})
-		r.event(run, corev1.EventTypeNormal, reason, v1alpha1.ActionSuspend, "attempt %d suspended by %s; no restart is counted", st.Attempt, why)
 	}
 	// The Job is retired (and made again on resume); pods no Job counts go at once.
 	var rest []*corev1.Pod

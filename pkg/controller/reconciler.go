@@ -88,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forget(req.NamespacedName)
 		return ctrl.Result{}, r.retireGone(ctx, req.NamespacedName)
 	}
-	ctx = withPersistedTrace(ctx, run)
+	ctx = withPersisted(ctx, run)
 	if kueue.QueueName(run) != "" {
 		if res, done, err := r.queueGate(ctx, run); done || err != nil {
 			return res, err
@@ -255,7 +255,6 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 			if episode {
 				st.Trace.RunningAt = micro(now.Time)
 			}
-			r.observeRunning(run)
 		}
 		st.Phase = v1alpha1.PhaseRunning
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
@@ -433,8 +432,6 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
 	}
 	decided := r.now()
-	decisionLatency.Observe(now.Sub(v.FailedAt).Seconds())
-	r.failures.decided(run, decided.Time)
 	vs := verdictStatus(v, d, decided)
 	ep := r.episodeOf(run, podNamed(obs.workers(), v.RootPod), v.Cause)
 	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)
@@ -456,18 +453,20 @@ var actions = map[v1alpha1.Action]applier{
 	v1alpha1.ActionFailRun:                (*Reconciler).fail,
 }
 
-// writeStatus writes the run's status, then emits the spans of the trace phases the write
-// ended (see persistedTrace).
+// writeStatus writes the run's status, then tells the world what the write changed
+// (transitioned: spans, metrics, events).
 func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun) error {
 	run.Status.ObservedGeneration = run.Generation
 	from := run.ResourceVersion
+	written := run.Status.DeepCopy()
 	if err := r.Status().Update(ctx, run); err != nil {
 		return fmt.Errorf("update status of %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	r.versions.wrote(run, from)
-	if p, ok := ctx.Value(persistedKey{}).(*persistedTrace); ok {
-		r.traceWritten(ctx, run, p.trace)
-		p.trace = run.Status.Trace.DeepCopy()
+	if p, ok := ctx.Value(persistedKey{}).(*persisted); ok {
+		after := answered(run, written)
+		r.transitioned(ctx, run, p.status, after)
+		p.status = after
 	}
 	return nil
 }

@@ -25,13 +25,11 @@ import (
 )
 
 // restart persists a restart decision (attempt+1, budget, verdict, history, excluded node,
-// backoff deadline, phase Restarting), then starts tearing the old attempt down.
+// backoff deadline, phase Restarting; the Restarting condition says why, for the event that
+// transitioned writes), then starts tearing the old attempt down.
 func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed, v *v1alpha1.FailureVerdict, d policy.Decision, tr *v1alpha1.TraceStatus) (ctrl.Result, error) {
 	now := r.now()
 	st := &run.Status
-	ended := st.Attempt
-	unfinished, unfinishedSpan, isUnfinished := unfinishedRestart(run, now.Time, fmt.Sprintf("attempt %d failed before all its workers were Running", ended))
-	started := st.Trace.DeepCopy()
 	endAttempt(run, now, v, policy.OutcomeRestarted)
 	if d.SpendsBudget {
 		st.Restarts = policy.Spend(st.Restarts, v.Class)
@@ -40,9 +38,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	if d.ExcludeNode != "" && !slices.Contains(st.ExcludedNodes, d.ExcludeNode) {
 		st.ExcludedNodes = append(st.ExcludedNodes, d.ExcludeNode)
 		if over := len(st.ExcludedNodes) - v1alpha1.MaxExcludedNodes; over > 0 {
-			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonExclusionsForgotten, v1alpha1.ActionRestart, "more than %d nodes excluded: the oldest exclusions (%s) are forgotten",
-				v1alpha1.MaxExcludedNodes, strings.Join(st.ExcludedNodes[:over], ", "))
-			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:])
+			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:]) // the oldest are forgotten (transitioned says so)
 		}
 	}
 	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: excludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
@@ -70,16 +66,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.emitUnfinished(ctx, unfinished, unfinishedSpan, isUnfinished)
-	r.attemptEnded(ctx, run, ended, started, decidedAt(tr, now), episodeRoot(tr))
 	r.crash(CrashRestartPersisted)
-	if v.Cause == v1alpha1.CausePlannedMaintenance {
-		// Planned, not failed: a Normal event, which alerting on Warnings leaves alone.
-		r.event(run, corev1.EventTypeNormal, string(v.Cause), v1alpha1.ActionRestart, "attempt %d moved for a planned maintenance, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
-	} else {
-		r.event(run, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionRestart, "attempt %d failed, starting attempt %d: %s. %s", st.Attempt-1, st.Attempt, d.Reason, v.Explanation)
-	}
-	restartsTotal.WithLabelValues(string(v.Class), string(v.Cause)).Inc()
 	if next.RestartMode == v1alpha1.RestartModeInPlace {
 		// The Job and the pods seen so far stay the current attempt's.
 		return r.inPlace(ctx, run, obs)

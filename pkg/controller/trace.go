@@ -23,7 +23,8 @@ import (
 
 // The controller's side of the fault-episode traces (pkg/tracing has the design). It never
 // holds a span open: each phase's end is persisted in status.trace, and the spans of the
-// phases a status write ended are emitted once that write has succeeded (traceWritten).
+// phases a status write ended are emitted once that write has succeeded (traceWritten, called
+// by the observer of every status write, transitioned).
 // Everything here that builds spans is a pure function of the run.
 
 // episode is the fault episode of a failure, before it is persisted.
@@ -232,18 +233,6 @@ func (r *Reconciler) noteEvidence(o client.Object) {
 	if tp := a[v1alpha1.AnnotationTraceparent]; tp != "" {
 		r.seen.sawEvidence(tp, r.Clock.Now())
 	}
-}
-
-// persistedTrace is the status.trace that the API server holds, as far as one reconcile
-// knows: the one read with the run, then the one of each status write. writeStatus compares
-// what it wrote against it, so that every write emits the spans of the phases it ended, and
-// only those, whichever step of the state machine made it.
-type persistedTrace struct{ trace *v1alpha1.TraceStatus }
-
-type persistedKey struct{}
-
-func withPersistedTrace(ctx context.Context, run *v1alpha1.TrainingRun) context.Context {
-	return context.WithValue(ctx, persistedKey{}, &persistedTrace{trace: run.Status.Trace.DeepCopy()})
 }
 
 // traceWritten emits, after a successful status write, the spans of run's episode whose
@@ -490,23 +479,6 @@ func attemptSpan(run *v1alpha1.TrainingRun, n int32, started *v1alpha1.TraceStat
 	}
 	parent, _ = tracing.TraceparentFrom(run.Annotations)
 	return parent, s, true
-}
-
-// attemptEnded emits the faultline.attempt span of attempt n (see attemptSpan).
-func (r *Reconciler) attemptEnded(ctx context.Context, run *v1alpha1.TrainingRun, n int32, started *v1alpha1.TraceStatus, end time.Time, ended trace.SpanContext) {
-	if !r.Tracing.Enabled() {
-		return
-	}
-	if parent, s, ok := attemptSpan(run, n, started, end, ended); ok {
-		r.Tracing.Emit(ctx, parent, s)
-	}
-}
-
-// emitUnfinished emits the root that unfinishedRestart found.
-func (r *Reconciler) emitUnfinished(ctx context.Context, root trace.SpanContext, s tracing.Span, ok bool) {
-	if ok && r.Tracing.Enabled() {
-		r.Tracing.EmitRoot(ctx, root, s)
-	}
 }
 
 // withEpisode is ctx carrying the episode's root as its (remote) span: the plugin host

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -30,7 +32,7 @@ func mt(ms int) *metav1.MicroTime { return micro(at(ms)) }
 
 func newTracedReconciler() (*Reconciler, *tracetest.InMemoryExporter) {
 	exp := tracetest.NewInMemoryExporter()
-	return &Reconciler{Tracing: tracing.New(nil, sdktrace.WithSyncer(exp))}, exp
+	return &Reconciler{Tracing: tracing.New(nil, sdktrace.WithSyncer(exp)), Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(at(0))}, exp
 }
 
 // runBuilder builds test runs: makeRun("llm", 4).attempt(2).obj().
@@ -155,11 +157,10 @@ func TestRestartTrace(t *testing.T) {
 	}
 
 	// restart(): the decision is persisted with the episode.
-	started := run.Status.Trace.DeepCopy()
+	before := run.Status.DeepCopy()
 	tr := r.newEpisodeTrace(ep, at(150), at(160), at(170))
-	run = makeRun("llm", 4).traceparent(runTrace).trace(started).failed(shutdownVerdict(at(170)), tr).obj()
-	r.traceWritten(ctx, run, started)
-	r.attemptEnded(ctx, run, 1, started, decidedAt(run.Status.Trace, metav1.Time{}), episodeRoot(run.Status.Trace))
+	run = makeRun("llm", 4).traceparent(runTrace).trace(before.Trace.DeepCopy()).failed(shutdownVerdict(at(170)), tr).obj()
+	r.transitioned(ctx, run, before, run.Status.DeepCopy())
 	steps := []struct {
 		step string
 		set  func(*v1alpha1.TraceStatus)
@@ -175,9 +176,9 @@ func TestRestartTrace(t *testing.T) {
 	seen := 0
 	for _, st := range steps {
 		if st.set != nil {
-			before := run.Status.Trace.DeepCopy()
+			before := run.Status.DeepCopy()
 			st.set(run.Status.Trace)
-			r.traceWritten(ctx, run, before)
+			r.transitioned(ctx, run, before, run.Status.DeepCopy())
 		}
 		spans := exp.GetSpans().Snapshots()
 		var got []string
@@ -276,12 +277,11 @@ func TestFailFastTrace(t *testing.T) {
 		Pod: "app-0", Index: ptr.To[int32](0), Node: "gpu-node-1", Container: "worker", ExitCode: ptr.To[int32](1),
 		DecidedAt: ptr.To(metav1.NewTime(at(1005))),
 	}
-	started := run.Status.Trace.DeepCopy()
+	before := run.Status.DeepCopy()
 	tr := r.newEpisodeTrace(ep, at(0), at(1000), at(1005))
-	run = makeRun("app", 2).trace(started).failed(v, tr).obj()
+	run = makeRun("app", 2).trace(before.Trace.DeepCopy()).failed(v, tr).obj()
 	run.Status.Phase = v1alpha1.PhaseFailed
-	r.traceWritten(ctx, run, started)
-	r.attemptEnded(ctx, run, 1, started, decidedAt(run.Status.Trace, metav1.Time{}), episodeRoot(run.Status.Trace))
+	r.transitioned(ctx, run, before, run.Status.DeepCopy())
 
 	ms := time.Millisecond
 	failure := "Application failure (AppExit): rule default-application failed the run"
