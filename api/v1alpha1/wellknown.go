@@ -34,6 +34,10 @@ const (
 
 	// AnnotationFaultEvidence holds the node agent's FaultEvidence as JSON on a pod.
 	AnnotationFaultEvidence = GroupName + "/fault-evidence"
+	// AnnotationWorkerExit holds the node agent's WorkerExit as JSON on a pod that restarts
+	// in place: the real exit of a worker that ended on its own, which the pod's status
+	// does not keep.
+	AnnotationWorkerExit = GroupName + "/worker-exit"
 	// AnnotationShutdownDetectedAt is set on a Node (RFC 3339 nano) when logind announces a shutdown.
 	AnnotationShutdownDetectedAt = GroupName + "/shutdown-detected-at"
 	// AnnotationGPUResetRequestedAt is set on a Node (RFC 3339) by an operator who reset or

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -30,9 +31,14 @@ const inPlaceWorkers = 4
 
 // runInPlace carries the runs' in-place decisions out on the node's pods until ctx is done:
 // a read-only informer of the TrainingRuns, the loop of package inplace over the node's pod
-// informer, and the pod and run events that queue pods into it. It returns once the runs'
-// cache has synced (so that no decision is read from an empty cache), with the loop running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, log *slog.Logger) error {
+// informer, and the pod and run events that queue pods into it; and it reports, through
+// reporter, the exits of workers that end on their own (inplace.ExitWatcher). It returns
+// once the runs' cache has synced (so that no decision is read from an empty cache), with
+// the loop and the exit watcher running.
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, node string, log *slog.Logger) error {
+	if restarter.Exits() == nil {
+		return errors.New("the container runtime connection has no event stream for the workers' exits")
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return runs.ListTrainingRuns(ctx, o)
@@ -43,7 +49,10 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	}
 	runInformer := cache.NewSharedIndexInformer(lw, &v1alpha1.TrainingRun{}, 0, cache.Indexers{})
 	_ = runInformer.SetTransform(slimRun) // fails only once the informer runs
-	loop := inplace.NewLoop(restarter, corelisters.NewPodLister(podInformer.GetIndexer()), inplace.StoreDecisions{Runs: runInformer.GetStore()}, log.With("component", "inplace"))
+	podLister := corelisters.NewPodLister(podInformer.GetIndexer())
+	decisions := inplace.StoreDecisions{Runs: runInformer.GetStore()}
+	loop := inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
+	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	runChanged := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -75,6 +84,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 		return fmt.Errorf("sync the cache of the TrainingRuns: %w", context.Cause(ctx))
 	}
 	go loop.Run(ctx, inPlaceWorkers)
+	go exits.Run(ctx)
 	return nil
 }
 

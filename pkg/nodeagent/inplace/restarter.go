@@ -54,6 +54,7 @@ const (
 // Restarter stops old workers and opens barriers through the node's container runtime.
 type Restarter struct {
 	rt     Runtime
+	exits  ExitSource
 	closer io.Closer
 	log    *slog.Logger
 	// ExecTimeout bounds the barrier's open (it answers in milliseconds).
@@ -65,7 +66,8 @@ func New(rt Runtime, log *slog.Logger) *Restarter {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Restarter{rt: rt, log: log, ExecTimeout: 10 * time.Second}
+	exits, _ := rt.(ExitSource)
+	return &Restarter{rt: rt, exits: exits, log: log, ExecTimeout: 10 * time.Second}
 }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path") and checks that it answers;
@@ -95,6 +97,10 @@ func Dial(ctx context.Context, endpoint string, log *slog.Logger) (*Restarter, *
 	r.closer = conn
 	return r, v, nil
 }
+
+// Exits is the runtime's exit events (ExitWatcher), through the restarter's connection;
+// nil for a restarter over a runtime that has none.
+func (r *Restarter) Exits() ExitSource { return r.exits }
 
 // Close closes the runtime connection of a Restarter from Dial.
 func (r *Restarter) Close() error {

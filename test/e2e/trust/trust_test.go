@@ -88,6 +88,13 @@ func TestE2ETenantCannotForgeEvidence(t *testing.T) {
 	requireForbidden(t, "the admin writing the InfrastructureFault condition", err, v1alpha1.PodConditionInfrastructureFault, "faultline node agent")
 	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, forged, metav1.PatchOptions{})
 	requireForbidden(t, "the admin annotating a worker with fault evidence", err, v1alpha1.AnnotationFaultEvidence)
+	// Nor a worker's exit, which the controller judges an in-place pod by.
+	exit := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"attempt\":1,\"container\":\"worker\",\"exitCode\":143,\"node\":\"%s\"}"}}}`,
+		v1alpha1.AnnotationWorkerExit, victim.Spec.NodeName))
+	err = asTenant.Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, exit))
+	requireForbidden(t, "tenant reporting its worker's exit", err, v1alpha1.AnnotationWorkerExit, "faultline node agent", tenantUser, "may not add, change or remove it")
+	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, exit, metav1.PatchOptions{})
+	requireForbidden(t, "the admin reporting a worker's exit", err, v1alpha1.AnnotationWorkerExit)
 
 	// The worker's bug: the run fails fast, as the application's fault, with no restart.
 	if err := c.FailPod(ctx, ns, victim.Name, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "ValueError: loss is NaN"}); err != nil {
@@ -133,11 +140,14 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	dropFinalizers(t, c, pod)
 	me := "faultline-nodeagent on node " + node
 
-	// Its mark: the condition, the evidence and the episode's traceparent in one status patch.
+	// Its mark: the condition, the evidence and the episode's traceparent in one status patch,
+	// and the report of a worker's exit (which it writes on its own, for a pod that restarts
+	// in place).
 	mark, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{
 			v1alpha1.AnnotationFaultEvidence: fmt.Sprintf(`{"source":"logind","node":%q,"cause":"NodeShutdown"}`, node),
 			v1alpha1.AnnotationTraceparent:   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			v1alpha1.AnnotationWorkerExit:    fmt.Sprintf(`{"attempt":1,"container":"worker","exitCode":1,"node":%q}`, node),
 		}},
 		"status": map[string]any{"conditions": []map[string]any{{"type": v1alpha1.PodConditionInfrastructureFault, "status": "True", "reason": "NodeShutdown"}}},
 	})

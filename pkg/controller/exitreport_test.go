@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
+)
+
+// reportedPod is a pod that restarts in place on node n1, its worker back at the barrier
+// (the kubelet's synthesized 137 in lastState), with report as its exit report ("" none).
+func reportedPod(report string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "r-1", Namespace: "ns", Labels: map[string]string{v1alpha1.LabelAttempt: "1"}},
+		Spec: corev1.PodSpec{
+			NodeName:       "n1",
+			InitContainers: []corev1.Container{{Name: v1alpha1.BarrierContainer}},
+			Containers:     []corev1.Container{{Name: "worker"}},
+		},
+		Status: corev1.PodStatus{
+			Phase:                 corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", RestartCount: 1,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "RestartingAllContainers"}}}},
+		},
+	}
+	if report != "" {
+		p.Annotations = map[string]string{v1alpha1.AnnotationWorkerExit: report}
+	}
+	return p
+}
+
+func reportJSON(t *testing.T, ex v1alpha1.WorkerExit) string {
+	t.Helper()
+	raw, err := json.Marshal(ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+func TestWithReportedExit(t *testing.T) {
+	finished := time.Date(2026, 11, 26, 3, 0, 2, 500, time.UTC)
+	exit1 := v1alpha1.WorkerExit{Attempt: 2, Container: "worker", ContainerID: "c1", ExitCode: 1, Reason: "Error", Node: "n1",
+		StartedAt: finished.Add(-time.Minute).Format(time.RFC3339Nano), FinishedAt: finished.Format(time.RFC3339Nano)}
+	with := func(f func(*v1alpha1.WorkerExit)) v1alpha1.WorkerExit {
+		ex := exit1
+		f(&ex)
+		return ex
+	}
+	judged := &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+		StartedAt: metav1.NewTime(finished.Add(-time.Minute)), FinishedAt: metav1.NewTime(finished)}
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want *corev1.ContainerStateTerminated // the worker's state.terminated as judged; nil: the pod as it is
+	}{
+		"a report of the current attempt: the worker ended with its exit": {pod: reportedPod(reportJSON(t, exit1)), want: judged},
+		"no reason: Error, as the kubelet says": {
+			pod:  reportedPod(reportJSON(t, with(func(e *v1alpha1.WorkerExit) { e.Reason = "" }))),
+			want: judged,
+		},
+		"no report":                       {pod: reportedPod("")},
+		"garbled":                         {pod: reportedPod("{")},
+		"an earlier attempt's":            {pod: reportedPod(reportJSON(t, with(func(e *v1alpha1.WorkerExit) { e.Attempt = 1 })))},
+		"exit 0 (the rule does not fire)": {pod: reportedPod(reportJSON(t, with(func(e *v1alpha1.WorkerExit) { e.ExitCode = 0 })))},
+		"from another node's agent":       {pod: reportedPod(reportJSON(t, with(func(e *v1alpha1.WorkerExit) { e.Node = "n2" })))},
+		"of a container that is no worker": {
+			pod: reportedPod(reportJSON(t, with(func(e *v1alpha1.WorkerExit) { e.Container = v1alpha1.BarrierContainer }))),
+		},
+		"a pod that does not restart in place": {pod: func() *corev1.Pod {
+			p := reportedPod(reportJSON(t, exit1))
+			p.Spec.InitContainers = nil
+			return p
+		}()},
+		"the kubelet's own record of the exit wins": {pod: func() *corev1.Pod {
+			p := reportedPod(reportJSON(t, exit1))
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}
+			return p
+		}()},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			before := tc.pod.DeepCopy()
+			got := withReportedExit(tc.pod, 2)
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Fatalf("the cached pod changed (-before +after):\n%s", diff)
+			}
+			if tc.want == nil {
+				if got != tc.pod {
+					t.Fatalf("the pod was replaced: %+v", got.Status.ContainerStatuses)
+				}
+				return
+			}
+			if diff := cmp.Diff(corev1.ContainerState{Terminated: tc.want}, got.Status.ContainerStatuses[0].State); diff != "" {
+				t.Errorf("the worker's state (-want +got):\n%s", diff)
+			}
+			if !exitclass.Failed(got, nil) || exitclass.Failed(tc.pod, nil) {
+				t.Errorf("exitclass.Failed: %t with the report, %t without; want true, false", exitclass.Failed(got, nil), exitclass.Failed(tc.pod, nil))
+			}
+		})
+	}
+}

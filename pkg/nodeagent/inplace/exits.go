@@ -1,0 +1,238 @@
+package inplace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// A worker of a pod that restarts in place and exits non-zero on its own (not stopped by
+// the agent for a newer attempt) fires its RestartAllContainers rule: the kubelet removes
+// every container of the pod and shows only a synthesized exit (137,
+// RestartingAllContainers) in the pod's status. The real exit code is in one status write
+// at best, which the controller may never see. The agent follows its node's container
+// exits through the runtime's event stream (CRI GetContainerEvents: the runtime sends each
+// exit with the statuses of the pod's containers, before the kubelet removes them) and
+// writes such an exit onto the pod (v1alpha1.WorkerExit), which the controller judges as
+// any failure of the attempt.
+
+// ExitSource is the part of the CRI runtime service that exit reports read: the event
+// stream; the exited containers, when it subscribes (those that exited while it was not
+// subscribed); and a container's status, for an event that does not carry it.
+type ExitSource interface {
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	GetContainerEvents(ctx context.Context, in *runtimeapi.GetEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+}
+
+var _ ExitSource = runtimeapi.RuntimeServiceClient(nil)
+
+// ExitReport says whether the exit st of a container of pod is one the controller must be
+// told of, and the report; why says why not. attempt and barrierOpen are the run's decision
+// (Decisions.For). Pure.
+//
+// Reported: a non-zero exit (exit 0 completes the pod, whose status then keeps it) of a
+// worker container of a pod that restarts in place, which ran the attempt the run is in.
+// The attempt the worker ran is the one its pod's barrier opened for (its termination
+// message, barrier.OpenedMessage);
+// a barrier the status still shows waiting, while the gang's barrier is open, opened for
+// the decided attempt (the agent opens a barrier only once the pod's status shows it
+// waiting, and only for the decided attempt). An exit of an older attempt's worker is not
+// reported: the agent stopped it for the newer attempt, or it died after the controller
+// had decided (and the controller has judged that attempt already).
+func ExitReport(pod *corev1.Pod, st *runtimeapi.ContainerStatus, attempt int, barrierOpen bool, node string) (report v1alpha1.WorkerExit, why string, ok bool) {
+	name := st.GetLabels()[kubelettypes.KubernetesContainerNameLabel]
+	switch {
+	case st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED:
+		return report, "the container has not exited", false
+	case st.GetExitCode() == 0:
+		return report, "exit 0: the pod's status keeps it", false
+	case st.GetLabels()[kubelettypes.KubernetesPodUIDLabel] != string(pod.UID):
+		return report, "the container is another pod's", false
+	case !hasBarrier(pod):
+		return report, "the pod does not restart in place: its status keeps the exit", false
+	case !isWorker(pod, name):
+		return report, fmt.Sprintf("%q is not a worker container of the pod", name), false
+	}
+	ran := ranAttempt(pod, attempt, barrierOpen)
+	if ran != attempt {
+		return report, fmt.Sprintf("the worker ran attempt %d, not attempt %d, which the run is in", ran, attempt), false
+	}
+	report = v1alpha1.WorkerExit{
+		Attempt:     int32(attempt),
+		Container:   name,
+		ContainerID: st.GetId(),
+		ExitCode:    st.GetExitCode(),
+		Reason:      st.GetReason(),
+		Message:     st.GetMessage(),
+		FinishedAt:  nanoTime(st.GetFinishedAt()),
+		Node:        node,
+	}
+	if st.GetStartedAt() > 0 {
+		report.StartedAt = nanoTime(st.GetStartedAt())
+	}
+	return report, "", true
+}
+
+// ranAttempt is the attempt pod's workers last ran (see ExitReport), 0 if none since the
+// pod's barrier last started.
+func ranAttempt(pod *corev1.Pod, decided int, barrierOpen bool) int {
+	b := statusOf(pod.Status.InitContainerStatuses, v1alpha1.BarrierContainer)
+	switch {
+	case b != nil && b.State.Terminated != nil:
+		n, _ := barrier.ParseOpenedMessage(b.State.Terminated.Message)
+		return n
+	case b != nil && b.State.Running != nil && barrierOpen:
+		return decided
+	}
+	return 0
+}
+
+func isWorker(pod *corev1.Pod, name string) bool {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func nanoTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+
+// ExitReporter writes a report onto its pod (the agent's Writer).
+type ExitReporter interface {
+	ReportWorkerExit(ctx context.Context, pod *corev1.Pod, report v1alpha1.WorkerExit) error
+}
+
+// ExitWatcher follows the node's container exits and reports those ExitReport selects.
+type ExitWatcher struct {
+	src       ExitSource
+	pods      corelisters.PodLister
+	decisions Decisions
+	reporter  ExitReporter
+	node      string
+	log       *slog.Logger
+	// Retry is how long it waits before subscribing again after the stream ended.
+	Retry time.Duration
+}
+
+// NewExitWatcher is an ExitWatcher over the node's runtime and pods (the agent's informer's
+// lister).
+func NewExitWatcher(src ExitSource, pods corelisters.PodLister, d Decisions, reporter ExitReporter, node string, log *slog.Logger) *ExitWatcher {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &ExitWatcher{src: src, pods: pods, decisions: d, reporter: reporter, node: node, log: log, Retry: time.Second}
+}
+
+// Run follows the runtime's events until ctx is done, subscribing again whenever the stream
+// ends (the runtime restarted). Each subscription starts with the containers that have
+// exited and are still there: an exit it did not see happen is reported as long as the
+// kubelet has not removed its container.
+func (w *ExitWatcher) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := w.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("the container runtime's event stream ended; subscribing again", "error", err, "retry", w.Retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.Retry):
+		}
+	}
+}
+
+// follow reads one subscription of the event stream until it ends.
+func (w *ExitWatcher) follow(ctx context.Context) error {
+	stream, err := w.src.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		return fmt.Errorf("subscribe to the container events: %w", err)
+	}
+	if err := w.sweep(ctx); err != nil {
+		w.log.Warn("list the exited containers", "error", err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("the runtime closed the stream")
+			}
+			return err
+		}
+		if ev.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+			w.Exited(ctx, ev)
+		}
+	}
+}
+
+// sweep handles every exited container still in the runtime as if its exit were an event.
+func (w *ExitWatcher) sweep(ctx context.Context) error {
+	resp, err := w.src.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED},
+	}})
+	if err != nil {
+		return err
+	}
+	for _, c := range resp.GetContainers() {
+		if name := c.GetLabels()[kubelettypes.KubernetesPodNameLabel]; name != "" {
+			w.Exited(ctx, &runtimeapi.ContainerEventResponse{ContainerId: c.GetId(), ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT})
+		}
+	}
+	return nil
+}
+
+// Exited handles the event of one container's exit.
+func (w *ExitWatcher) Exited(ctx context.Context, ev *runtimeapi.ContainerEventResponse) {
+	var st *runtimeapi.ContainerStatus
+	for _, s := range ev.GetContainersStatuses() {
+		if s.GetId() == ev.GetContainerId() {
+			st = s
+		}
+	}
+	if st == nil {
+		// A runtime that sends no statuses with its events, or a sweep: ask.
+		resp, err := w.src.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ev.GetContainerId()})
+		if err != nil {
+			w.log.Debug("status of an exited container", "container", ev.GetContainerId(), "error", err)
+			return
+		}
+		st = resp.GetStatus()
+	}
+	labels := st.GetLabels()
+	ns, name := labels[kubelettypes.KubernetesPodNamespaceLabel], labels[kubelettypes.KubernetesPodNameLabel]
+	if ns == "" || name == "" {
+		return // not a pod's container (or the sandbox's own)
+	}
+	pod, err := w.pods.Pods(ns).Get(name)
+	if err != nil || !hasBarrier(pod) {
+		return
+	}
+	n, open, ok := w.decisions.For(pod)
+	if !ok {
+		return
+	}
+	report, why, ok := ExitReport(pod, st, n, open, w.node)
+	if !ok {
+		w.log.Debug("container exit not reported", "pod", podRef(pod), "container", st.GetId(), "exitCode", st.GetExitCode(), "reason", why)
+		return
+	}
+	if err := w.reporter.ReportWorkerExit(ctx, pod, report); err != nil {
+		w.log.Warn("report a worker's exit", "pod", podRef(pod), "attempt", n, "exitCode", report.ExitCode, "error", err)
+		return
+	}
+	w.log.Info("reported a worker's exit", "pod", podRef(pod), "attempt", n, "container", report.Container, "exitCode", report.ExitCode, "reason", report.Reason)
+}

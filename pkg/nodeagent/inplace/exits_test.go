@@ -1,0 +1,186 @@
+package inplace
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+var (
+	started  = time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
+	finished = started.Add(90*time.Second + 123*time.Nanosecond)
+)
+
+// exitOf is the runtime's status of a container of pod uid-1 that exited with code.
+func exitOf(id, name string, code int32) *runtimeapi.ContainerStatus {
+	return &runtimeapi.ContainerStatus{
+		Id: id, State: exited, ExitCode: code, Reason: "Error", StartedAt: started.UnixNano(), FinishedAt: finished.UnixNano(),
+		Labels: map[string]string{
+			"io.kubernetes.pod.uid": "uid-1", "io.kubernetes.container.name": name,
+			"io.kubernetes.pod.namespace": "ml", "io.kubernetes.pod.name": "llm-0",
+		},
+	}
+}
+
+func TestExitReport(t *testing.T) {
+	report := func(attempt int32, code int32) v1alpha1.WorkerExit {
+		return v1alpha1.WorkerExit{Attempt: attempt, Container: "worker", ContainerID: "w2", ExitCode: code, Reason: "Error",
+			StartedAt: "2026-11-26T03:00:00Z", FinishedAt: "2026-11-26T03:01:30.000000123Z", Node: "n1"}
+	}
+	cases := map[string]struct {
+		pod         *corev1.Pod
+		st          *runtimeapi.ContainerStatus
+		attempt     int
+		barrierOpen bool
+		want        *v1alpha1.WorkerExit
+	}{
+		"a worker of the attempt the run is in exits 1": {
+			pod: makePod().opened("attempt=2").worker("worker", "containerd://w2", exited143).obj(),
+			st:  exitOf("w2", "worker", 1), attempt: 2, barrierOpen: true, want: ptr.To(report(2, 1)),
+		},
+		"the barrier opened, its status not written yet": {
+			pod: makePod().barrier(running).obj(),
+			st:  exitOf("w2", "worker", 137), attempt: 2, barrierOpen: true, want: ptr.To(report(2, 137)),
+		},
+		"a worker of an older attempt (stopped by the agent for the newer one)": {
+			pod: makePod().opened("attempt=1").worker("worker", "containerd://w2", exited143).obj(),
+			st:  exitOf("w2", "worker", 143), attempt: 2, barrierOpen: false,
+		},
+		"a waiting barrier the gang has not released: no worker of the attempt ran": {
+			pod: makePod().barrier(running).obj(),
+			st:  exitOf("w2", "worker", 143), attempt: 2, barrierOpen: false,
+		},
+		"exit 0": {
+			pod: makePod().opened("attempt=2").obj(),
+			st:  exitOf("w2", "worker", 0), attempt: 2, barrierOpen: true,
+		},
+		"the barrier's own exit": {
+			pod: makePod().opened("attempt=2").obj(),
+			st:  exitOf("bar", v1alpha1.BarrierContainer, 1), attempt: 2, barrierOpen: true,
+		},
+		"a sidecar": {
+			pod: makePod().opened("attempt=2").obj(),
+			st:  exitOf("side", "sidecar", 1), attempt: 2, barrierOpen: true,
+		},
+		"another pod's container": {
+			pod: func() *corev1.Pod { p := makePod().opened("attempt=2").obj(); p.UID = "uid-9"; return p }(),
+			st:  exitOf("w2", "worker", 1), attempt: 2, barrierOpen: true,
+		},
+		"a pod that does not restart in place": {
+			pod: func() *corev1.Pod { p := makePod().obj(); p.Spec.InitContainers = nil; return p }(),
+			st:  exitOf("w2", "worker", 1), attempt: 2, barrierOpen: true,
+		},
+		"still running": {
+			pod: makePod().opened("attempt=2").obj(),
+			st:  func() *runtimeapi.ContainerStatus { s := exitOf("w2", "worker", 0); s.State = run; return s }(), attempt: 2, barrierOpen: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, why, ok := ExitReport(tc.pod, tc.st, tc.attempt, tc.barrierOpen, "n1")
+			if tc.want == nil {
+				if ok {
+					t.Fatalf("reported %+v, want no report", got)
+				}
+				if why == "" {
+					t.Error("no reason given for not reporting")
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("not reported (%s), want %+v", why, *tc.want)
+			}
+			if diff := cmp.Diff(*tc.want, got); diff != "" {
+				t.Errorf("report (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// fakeEvents is an ExitSource whose one subscription delivers events, then ends.
+type fakeEvents struct {
+	*FakeRuntime
+	events   []*runtimeapi.ContainerEventResponse
+	statuses map[string]*runtimeapi.ContainerStatus
+}
+
+func (f *fakeEvents) GetContainerEvents(context.Context, *runtimeapi.GetEventsRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error) {
+	return &eventStream{events: f.events}, nil
+}
+
+func (f *fakeEvents) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	return &runtimeapi.ContainerStatusResponse{Status: f.statuses[in.ContainerId]}, nil
+}
+
+type eventStream struct {
+	grpc.ClientStream
+	events []*runtimeapi.ContainerEventResponse
+}
+
+func (s *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
+	if len(s.events) == 0 {
+		return nil, io.EOF
+	}
+	e := s.events[0]
+	s.events = s.events[1:]
+	return e, nil
+}
+
+type reports struct {
+	mu  sync.Mutex
+	got []v1alpha1.WorkerExit
+}
+
+func (r *reports) ReportWorkerExit(_ context.Context, _ *corev1.Pod, ex v1alpha1.WorkerExit) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, ex)
+	return nil
+}
+
+// The watcher reports a worker's exit from the event that carries the pod's statuses, and
+// one it missed while not subscribed from the exited containers it finds when it
+// subscribes; it leaves the other exits alone (a started worker, a sidecar's exit).
+func TestExitWatcher(t *testing.T) {
+	pod := makePod().opened("attempt=2").worker("worker", "containerd://w2", running).obj()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := idx.Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	missed := exitOf("h2", "helper", 2)
+	missedCtr := ctr("h2", "uid-1", "helper", exited)
+	missedCtr.Labels["io.kubernetes.pod.name"] = "llm-0"
+	src := &fakeEvents{
+		FakeRuntime: &FakeRuntime{Containers: []*runtimeapi.Container{missedCtr}},
+		statuses:    map[string]*runtimeapi.ContainerStatus{"h2": missed},
+		events: []*runtimeapi.ContainerEventResponse{
+			{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT},
+			{ContainerId: "side", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{exitOf("side", "sidecar", 1)}},
+			{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{exitOf("side", "sidecar", 1), exitOf("w2", "worker", 1)}},
+		},
+	}
+	got := &reports{}
+	w := NewExitWatcher(src, corelisters.NewPodLister(idx), decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), got, "n1", nil)
+	if err := w.follow(context.Background()); err == nil {
+		t.Fatal("follow returned no error at the stream's end")
+	}
+	var exits []string
+	for _, ex := range got.got {
+		exits = append(exits, ex.ContainerID)
+	}
+	if want := []string{"h2", "w2"}; !cmp.Equal(want, exits) {
+		t.Errorf("reported the exits of %v, want %v (the missed helper's, then the worker's)", exits, want)
+	}
+}
