@@ -34,9 +34,10 @@ func (r *Reconciler) fail(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 	st.ReadyWorkers = 0
 	st.CompletionTime = &now
 	st.NextAttemptAt = nil
-	// The rule's reason first (a budget exhausted, or the rule that fails the run on this
-	// cause), then what happened: the run's event quotes it.
-	msg := d.Reason + ". " + v.Explanation
+	msg := v.Explanation
+	if d.BudgetExhausted {
+		msg = d.Reason + ". " + msg // what the run's event quotes as the reason (transitioned)
+	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: string(v.Cause), Message: msg})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v.Cause), Message: "the run failed"})
 	st.Trace = tr

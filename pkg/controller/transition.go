@@ -107,7 +107,7 @@ func (r *Reconciler) attemptEnded(ctx context.Context, was, is *v1alpha1.Trainin
 		}
 		restartsTotal.WithLabelValues(string(v.Class), string(v.Cause)).Inc()
 	case policy.OutcomeFailed:
-		r.event(is, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionFail, "run failed: %s", conditionMessage(st, v1alpha1.ConditionFailed))
+		r.event(is, corev1.EventTypeWarning, string(v.Cause), v1alpha1.ActionFail, "run failed (%s): %s", failReason(st, v), v.Explanation)
 	case policy.OutcomeSucceeded:
 		r.event(is, corev1.EventTypeNormal, v1alpha1.ReasonJobCompleted, v1alpha1.ActionSucceed, "run succeeded in attempt %d", rec.Attempt)
 	case policy.OutcomeSuspended:
@@ -142,6 +142,15 @@ func recordOf(st *v1alpha1.TrainingRunStatus, n int32) *v1alpha1.AttemptRecord {
 		}
 	}
 	return nil
+}
+
+// failReason is the reason of the decision that failed the run: a budget exhausted, which
+// the Failed condition's message starts with, or the rule's own.
+func failReason(st *v1alpha1.TrainingRunStatus, v *v1alpha1.FailureVerdict) string {
+	if why, ok := strings.CutSuffix(conditionMessage(st, v1alpha1.ConditionFailed), ". "+v.Explanation); ok {
+		return why
+	}
+	return policy.FailRunReason(v.Rule, v.Cause, v.Class)
 }
 
 func conditionMessage(st *v1alpha1.TrainingRunStatus, typ string) string {

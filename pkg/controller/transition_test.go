@@ -72,16 +72,23 @@ func TestTransitionTellsEachChangeOnce(t *testing.T) {
 		t.Errorf("success persisted: events %q", got)
 	}
 
-	// A failure persisted: the Failed condition's message, which starts with the rule's reason.
-	failed := makeRun("app", 2).obj()
-	before = failed.Status.DeepCopy()
-	v := shutdownVerdict(at(100))
-	v.Class, v.Cause, v.Action = v1alpha1.ClassApplication, v1alpha1.CauseAppExit, v1alpha1.ActionFailRun
-	makeRunFrom(failed).failed(v, nil)
-	meta.SetStatusCondition(&failed.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: "AppExit", Message: "rule default-application fails the run on AppExit (Application). worker 1 exited 1"})
-	r.transitioned(ctx, failed, before, failed.Status.DeepCopy())
-	if got := drain(); len(got) != 1 || got[0] != "Warning AppExit run failed: rule default-application fails the run on AppExit (Application). worker 1 exited 1" {
-		t.Errorf("failure persisted: events %q", got)
+	// A failure persisted: the rule's reason, read back from the verdict, or the exhausted
+	// budget that the Failed condition's message starts with.
+	for _, tc := range []struct{ message, want string }{
+		{"worker 1 exited 1", "Warning AppExit run failed (rule default-application fails the run on AppExit (Application)): worker 1 exited 1"},
+		{"Application restart budget exhausted (0 of 0 spent); rule app wanted a restart on AppExit. worker 1 exited 1",
+			"Warning AppExit run failed (Application restart budget exhausted (0 of 0 spent); rule app wanted a restart on AppExit): worker 1 exited 1"},
+	} {
+		failed := makeRun("app", 2).obj()
+		before = failed.Status.DeepCopy()
+		v := shutdownVerdict(at(100))
+		v.Class, v.Cause, v.Action, v.Rule, v.Explanation = v1alpha1.ClassApplication, v1alpha1.CauseAppExit, v1alpha1.ActionFailRun, "default-application", "worker 1 exited 1"
+		makeRunFrom(failed).failed(v, nil)
+		meta.SetStatusCondition(&failed.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: "AppExit", Message: tc.message})
+		r.transitioned(ctx, failed, before, failed.Status.DeepCopy())
+		if got := drain(); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("failure persisted (condition %q): events %q, want %q", tc.message, got, tc.want)
+		}
 	}
 
 	// A suspension persisted: by whom, with the condition's reason.

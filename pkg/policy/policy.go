@@ -79,7 +79,7 @@ func Decide(in Input) Decision {
 	}
 	switch d.Action {
 	case v1alpha1.ActionFailRun:
-		d.Reason = fmt.Sprintf("rule %s fails the run on %s (%s)", rule.Name, in.Failure.Cause, in.Failure.Class)
+		d.Reason = FailRunReason(rule.Name, in.Failure.Cause, in.Failure.Class)
 		d.ExcludeNode = ""
 		return d
 	case v1alpha1.ActionRestartRun:
@@ -101,6 +101,12 @@ func Decide(in Input) Decision {
 		d.Backoff = Backoff(in.Policy.Backoff, in.History, in.FailedAt)
 	}
 	return d
+}
+
+// FailRunReason is a FailRun decision's reason when the rule itself fails the run (not a
+// budget exhausted): read back from a persisted verdict (its rule, cause and class) too.
+func FailRunReason(rule string, cause v1alpha1.Cause, class v1alpha1.Class) string {
+	return fmt.Sprintf("rule %s fails the run on %s (%s)", rule, cause, class)
 }
 
 // match returns the first user rule that matches, else the default rule of the class.
