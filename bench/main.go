@@ -70,8 +70,8 @@ func main() {
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
 	for _, s := range cfg.systems {
-		if s != flagFaultline && s != flagFaultlineKueue && s != flagJob && s != flagJobSet && s != flagJobSetDefault {
-			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
+		if _, ok := systemDescriptions[s]; !ok {
+			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineInPlace, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
 		}
 	}
 	for _, s := range cfg.scenarios {
@@ -136,11 +136,12 @@ func fail(code int, err error) {
 
 // systemDescriptions say how each system is configured, for the report's header.
 var systemDescriptions = map[string]string{
-	flagFaultline:      "faultline (TrainingRun, default failure policy, node agent with simulated hardware)",
-	flagFaultlineKueue: "the same TrainingRun in a Kueue v0.19.2 LocalQueue whose ClusterQueue holds every GPU of the cluster (Kueue a local process, default WaitForPodsReady)",
-	flagJob:            "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
-	flagJobSet:         "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
-	flagJobSetDefault:  "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
+	flagFaultline:        "faultline (TrainingRun, default failure policy, restartMode Recreate, node agent with simulated hardware)",
+	flagFaultlineInPlace: "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can; kwok plays the kubelet's restart of the pods' containers and the bench the node agent's part (its own decisions; its two container-runtime calls become pod labels: 2 API writes per restarted pod that the real agent does not make)",
+	flagFaultlineKueue:   "the same TrainingRun in a Kueue v0.19.2 LocalQueue whose ClusterQueue holds every GPU of the cluster (Kueue a local process, default WaitForPodsReady)",
+	flagJob:              "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
+	flagJobSet:           "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
+	flagJobSetDefault:    "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
 }
 
 // render writes the plots next to the report and returns the report.
@@ -164,7 +165,7 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 	if cfg.measuresFloor() {
 		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
 	}
-	if slices.Contains(cfg.systems, flagFaultline) {
+	if slices.Contains(cfg.systems, flagFaultline) || slices.Contains(cfg.systems, flagFaultlineInPlace) {
 		fmt.Fprintf(&b, " faultline's controller: client rate limit QPS %d, burst %d.", cfg.controllerQPS, cfg.controllerBurst())
 	}
 	if cfg.gpuQuota {

@@ -162,7 +162,7 @@ func (r *session) sizes() []int {
 
 func (r *session) systems(scenario string) []string {
 	var out []string
-	for _, name := range []string{sysFaultline, sysFaultlineKueue, sysJob, sysJobSet, sysJobSetDefault} {
+	for _, name := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineKueue, sysJob, sysJobSet, sysJobSetDefault} {
 		if slices.ContainsFunc(r.samples, func(s sample) bool { return s.system == name && s.scenario == scenario }) {
 			out = append(out, name)
 		}
@@ -272,27 +272,30 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 		"The phases are the restart's critical path: when the next attempt's Job was created during the teardown, its pods held until the old ones were gone, " +
 		"create counts nothing and schedule counts from the teardown's end. " +
 		"From the Job's creation: its first and last pod created (the Job controller) and its last pod bound (the scheduler), to the second:\n\n" +
-		"| workers | round | time-to-restart |" + cells(restartPhases) + " pods created first / last, bound |\n" +
-		"| ---: | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
+		"A restart in place maps its steps onto the same phases: teardown is until every old worker stopped and the barrier opened, create and backoff count nothing, schedule and running are the moved indexes' new pods and every worker running again.\n\n" +
+		"| workers | system | round | time-to-restart |" + cells(restartPhases) + " pods created first / last, bound |\n" +
+		"| ---: | --- | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
 	for _, n := range r.sizes() {
-		ss := r.pick(sysFaultline, scenario, n)
-		if len(ss) == 0 {
-			continue
-		}
-		phaseRow(b, n, "median", medianSample(ss))
-		if len(ss) == 1 {
-			continue
-		}
-		for i, s := range ss {
-			phaseRow(b, n, strconv.Itoa(i+1), s)
+		for _, sys := range []string{sysFaultline, sysFaultlineInPlace} {
+			ss := r.pick(sys, scenario, n)
+			if len(ss) == 0 {
+				continue
+			}
+			phaseRow(b, n, sys, "median", medianSample(ss))
+			if len(ss) == 1 {
+				continue
+			}
+			for i, s := range ss {
+				phaseRow(b, n, sys, strconv.Itoa(i+1), s)
+			}
 		}
 	}
 	b.WriteString("\n")
 }
 
 // phaseRow writes one row of the phase table: s's time to restart, phases and pod times.
-func phaseRow(b *strings.Builder, n int, label string, s sample) {
-	fmt.Fprintf(b, "| %d | %s | %s |", n, label, secs(s.d))
+func phaseRow(b *strings.Builder, n int, sys, label string, s sample) {
+	fmt.Fprintf(b, "| %d | %s | %s | %s |", n, sys, label, secs(s.d))
 	for _, p := range restartPhases {
 		if d, ok := s.phases[p]; ok {
 			fmt.Fprintf(b, " %s |", ms(d))

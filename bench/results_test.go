@@ -244,13 +244,13 @@ func TestPhaseTableShowsEveryRound(t *testing.T) {
 	r.phaseTable(&b, scenarioShutdown)
 	got := b.String()
 	requireRows(t, got,
-		"| 256 | median | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
-		"| 256 | 1 | 20.00 s | 1 ms | 1 ms | 1 ms | 5000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 0 s / 11 s, 14 s |",
-		"| 256 | 2 | 28.00 s | 1 ms | 1 ms | 1 ms | 13000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 8 s / 19 s, 22 s |",
-		"| 256 | 3 | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
-		"| 8 | median | 2.00 s | 1 ms | 1 ms | 1 ms | 1000 ms | 1 ms | 1 ms | 1 ms | 1 ms | n/a |",
+		"| 256 | faultline | median | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
+		"| 256 | faultline | 1 | 20.00 s | 1 ms | 1 ms | 1 ms | 5000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 0 s / 11 s, 14 s |",
+		"| 256 | faultline | 2 | 28.00 s | 1 ms | 1 ms | 1 ms | 13000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 8 s / 19 s, 22 s |",
+		"| 256 | faultline | 3 | 21.00 s | 1 ms | 1 ms | 1 ms | 6000 ms | 1 ms | 1 ms | 1 ms | 1 ms | 1 s / 12 s, 15 s |",
+		"| 8 | faultline | median | 2.00 s | 1 ms | 1 ms | 1 ms | 1000 ms | 1 ms | 1 ms | 1 ms | 1 ms | n/a |",
 	)
-	if strings.Contains(got, "| 8 | 1 |") {
+	if strings.Contains(got, "| 8 | faultline | 1 |") {
 		t.Errorf("a single round is listed again under its median:\n%s", got)
 	}
 }

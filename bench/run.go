@@ -27,11 +27,12 @@ const namespace = "bench"
 
 // Systems by flag name.
 const (
-	flagFaultline      = "faultline"
-	flagFaultlineKueue = "faultline-kueue"
-	flagJob            = "job"
-	flagJobSet         = "jobset"
-	flagJobSetDefault  = "jobset-default"
+	flagFaultline        = "faultline"
+	flagFaultlineKueue   = "faultline-kueue"
+	flagFaultlineInPlace = "faultline-inplace"
+	flagJob              = "job"
+	flagJobSet           = "jobset"
+	flagJobSetDefault    = "jobset-default"
 )
 
 type config struct {
@@ -199,6 +200,16 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 			return nil, err
 		}
 	}
+	if slices.Contains(cfg.systems, flagFaultlineInPlace) {
+		for i := range nodes {
+			if err := c.MakeInPlaceCapable(ctx, cluster.NodeName(i)); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.SimulateInPlace(ctx, namespace, nil); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.startController(ctx); err != nil {
 		return nil, err
 	}
@@ -213,6 +224,9 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 	return b.results, body(ctx, b)
 }
 
+// benchBarrierImage is the in-place pods' barrier image; kwok runs no container.
+const benchBarrierImage = "localhost/faultline/barrier:bench"
+
 // startController runs `launcher controller` for the bench namespace, with its metrics and
 // pprof served on free local ports.
 func (b *bench) startController(ctx context.Context) error {
@@ -226,6 +240,10 @@ func (b *bench) startController(ctx context.Context) error {
 	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
 		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof,
 		"--kube-api-qps", strconv.Itoa(b.cfg.controllerQPS), "--kube-api-burst", strconv.Itoa(b.cfg.controllerBurst()))
+	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+		// No container runs it: kwok plays the kubelet (stages/pod-*-barrier.yaml).
+		b.ctrl.Args = append(b.ctrl.Args, "--barrier-image", benchBarrierImage)
+	}
 	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
 	if err != nil {
 		return err
@@ -244,6 +262,8 @@ func (b *bench) systems() []system {
 			out = append(out, faultline{runs: b.runs})
 		case flagFaultlineKueue:
 			out = append(out, faultlineKueue{faultline{runs: b.runs}})
+		case flagFaultlineInPlace:
+			out = append(out, faultlineInPlace{faultline{runs: b.runs}})
 		case flagJob:
 			out = append(out, bareJob{c: b.c})
 		case flagJobSet:
@@ -306,6 +326,13 @@ func (b *bench) agentOn(ctx context.Context, node string) (*cluster.Agent, error
 	a, err := b.c.StartAgent(ctx, cluster.AgentOptions{Bin: b.bin.agent, Node: node, DaemonSetPod: b.dsPods[node], Dir: b.bin.dir})
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+		// The agent wrote, before it was ready, that it has no container runtime (simulated
+		// hardware); the bench plays its runtime (cluster.SimulateInPlace).
+		if err := b.c.MakeInPlaceCapable(ctx, node); err != nil {
+			return nil, err
+		}
 	}
 	b.agents[node] = a
 	return a, nil

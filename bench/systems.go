@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -44,11 +45,12 @@ type system interface {
 
 // Systems by report name.
 const (
-	sysFaultline      = "faultline"
-	sysFaultlineKueue = "faultline (Kueue)"
-	sysJob            = "Indexed Job"
-	sysJobSet         = "JobSet (FailJobSet)"
-	sysJobSetDefault  = "JobSet (default)"
+	sysFaultline        = "faultline"
+	sysFaultlineKueue   = "faultline (Kueue)"
+	sysFaultlineInPlace = "faultline (in place)"
+	sysJob              = "Indexed Job"
+	sysJobSet           = "JobSet (FailJobSet)"
+	sysJobSetDefault    = "JobSet (default)"
 )
 
 // faultline: a TrainingRun with the default failure policy.
@@ -59,7 +61,10 @@ func (faultline) name() string { return sysFaultline }
 func (s faultline) create(ctx context.Context, name string, n int) error {
 	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()}},
+		// Recreate said, not left to Auto: a session that also measures the in-place restart
+		// runs a controller with a barrier image on nodes that can.
+		Spec: v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()},
+			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeRecreate}},
 	})
 }
 
@@ -109,8 +114,33 @@ func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
 	})
 }
 
-// isFaultline: both faultline systems run the node agent and report their restarts' phases.
-func isFaultline(s system) bool { return s.name() == sysFaultline || s.name() == sysFaultlineKueue }
+// faultlineInPlace: the same TrainingRun with restartMode InPlace (docs/in-place-restart.md)
+// on nodes that can: the workers on healthy nodes restart in their pods, the shut-down node's
+// indexes get new pods. kwok plays the kubelet's part and the bench the node agent's
+// (cluster.SimulateInPlace: the agent's own decisions, its runtime calls as labels).
+type faultlineInPlace struct{ faultline }
+
+func (faultlineInPlace) name() string { return sysFaultlineInPlace }
+
+func (s faultlineInPlace) create(ctx context.Context, name string, n int) error {
+	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()},
+			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace}},
+	})
+}
+
+// current: a pod restarted in place keeps the label of the attempt it was made for; it runs
+// the attempt its barrier last opened for.
+func (faultlineInPlace) current(p *corev1.Pod, restarts int) bool {
+	n, ok := attempt.Running(p)
+	return ok && int(n) == restarts+1
+}
+
+// isFaultline: the faultline systems run the node agent and report their restarts' phases.
+func isFaultline(s system) bool {
+	return s.name() == sysFaultline || s.name() == sysFaultlineKueue || s.name() == sysFaultlineInPlace
+}
 
 // bareJob: an Indexed Job as the Kubernetes documentation suggests for this workload: at
 // most one pod per index (podReplacementPolicy Failed), a disruption (the kubelet's

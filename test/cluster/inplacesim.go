@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -130,7 +131,8 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 // MakeInPlaceCapable makes a kwok node one that restarts pods in place, as a real node does
 // with the kubelet's gate on and the node agent ready: it declares
 // RestartAllContainersOnContainerExits (the scheduler keeps pods with the rule off nodes that
-// do not) and reports faultline.dev/InPlaceReady.
+// do not) and reports faultline.dev/InPlaceReady. A node agent started on the node later
+// writes its own readiness (False, with simulated hardware): call it again after.
 func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 	// kwok writes the node's status too (its heartbeat): read, change, write until no write
 	// came between.
@@ -139,11 +141,16 @@ func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 		if err != nil {
 			return err
 		}
-		n.Status.DeclaredFeatures = append(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers)
-		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{
+		if !slices.Contains(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers) {
+			n.Status.DeclaredFeatures = append(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers)
+		}
+		ready := corev1.NodeCondition{
 			Type: v1alpha1.NodeConditionInPlaceReady, Status: corev1.ConditionTrue, Reason: v1alpha1.InPlaceReasonRuntimeReady,
 			Message: "simulated: kwok plays the kubelet's restart in place", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-		})
+		}
+		// Replaced where a node agent wrote its own (a simulated-hardware agent has no
+		// container runtime, and says so).
+		n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == ready.Type }), ready)
 		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
