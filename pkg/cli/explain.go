@@ -66,6 +66,9 @@ func ExplainRun(w io.Writer, run *v1alpha1.TrainingRun, attempt int32) error {
 	}
 	p.line(0, head+": "+verdictLine(v))
 	p.line(0, "Decision: "+decisionLine(v))
+	if how := restartedHow(run, n); how != "" {
+		p.line(0, "Restart: "+how)
+	}
 	p.line(0, "")
 	for _, l := range wrap(v.Explanation, 100) {
 		p.line(0, l)
@@ -76,6 +79,19 @@ func ExplainRun(w io.Writer, run *v1alpha1.TrainingRun, attempt int32) error {
 		p.line(0, l)
 	}
 	return p.err
+}
+
+// restartedHow says how the attempt after attempt n started, "" when none did: in place (the
+// healthy workers in their pods) or with every pod made again.
+func restartedHow(run *v1alpha1.TrainingRun, n int32) string {
+	i := slices.IndexFunc(run.Status.Attempts, func(r v1alpha1.AttemptRecord) bool { return r.Attempt == n+1 })
+	if n == 0 || i < 0 {
+		return ""
+	}
+	if rec := &run.Status.Attempts[i]; rec.RestartMode == v1alpha1.RestartModeInPlace {
+		return fmt.Sprintf("attempt %d %s", n+1, inPlaceSummary(run, rec))
+	}
+	return fmt.Sprintf("attempt %d in a new Job, every pod made again", n+1)
 }
 
 // attemptOf finds the attempt whose verdict v is (the last failure's).

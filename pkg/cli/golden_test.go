@@ -89,6 +89,7 @@ func TestGoldenExplainRun(t *testing.T) {
 		"explain-run-failed":    {failedRun(), 0},
 		"explain-run-attempt-1": {failedRun(), 1},
 		"explain-run-succeeded": {succeededRun(), 0},
+		"explain-run-in-place":  {inPlaceRun(), 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -130,6 +131,7 @@ func TestGoldenTimeline(t *testing.T) {
 		"timeline-failed":    {failedRun(), runEvents()},
 		"timeline-running":   {runningRun(), runEvents()[:3]},
 		"timeline-succeeded": {succeededRun(), nil},
+		"timeline-in-place":  {inPlaceRun(), nil},
 		"timeline-pending":   {makeRun("new", 2).phase(v1alpha1.PhasePending, 1, 0).attempt(v1alpha1.AttemptRecord{Attempt: 1}).obj(), nil},
 	} {
 		t.Run(name, func(t *testing.T) {

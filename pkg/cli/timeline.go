@@ -38,6 +38,9 @@ type bar struct {
 	Note string
 	// Excluded are the nodes it was kept off.
 	Excluded []string
+	// InPlace says how the attempt restarted in place (inPlaceSummary); "" when its pods
+	// were made for it.
+	InPlace string
 }
 
 type tlEvent struct {
@@ -79,6 +82,9 @@ func buildTimeline(run *v1alpha1.TrainingRun, events []corev1.Event, now time.Ti
 			continue // never started: a restart waiting for backoff, or a suspend
 		}
 		b := bar{Attempt: rec.Attempt, Start: rec.StartTime.Time, End: t.End, Outcome: rec.Outcome, Excluded: rec.ExcludedNodes}
+		if rec.RestartMode == v1alpha1.RestartModeInPlace {
+			b.InPlace = inPlaceSummary(run, rec)
+		}
 		if rec.RunningTime != nil {
 			b.Running = rec.RunningTime.Time
 			b.runningCoarse = b.Running.Nanosecond() == 0
@@ -330,6 +336,9 @@ func Timeline(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event, now
 			s += "  kept off " + strings.Join(b.Excluded, ", ")
 		}
 		p.line(1, s)
+		if b.InPlace != "" {
+			p.line(2, "restarted "+b.InPlace)
+		}
 	}
 	if len(t.Events) == 0 {
 		return p.err

@@ -20,11 +20,11 @@ var (
 		Name: "faultline_restarts_total",
 		Help: "Gang restarts decided, by failure class and root cause.",
 	}, []string{"class", "cause"})
-	timeToRestart = prometheus.NewHistogram(prometheus.HistogramOpts{
+	timeToRestart = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "faultline_time_to_restart_seconds",
-		Help:    "From the root failure of an attempt to every worker of the next attempt Running.",
+		Help:    "From the root failure of an attempt to every worker of the next attempt Running, by how the next attempt started (status.attempts[].restartMode: InPlace or Recreate).",
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
-	})
+	}, []string{"restart_mode"})
 	decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "faultline_decision_latency_seconds",
 		Help:    "From the root failure of an attempt to the decision on it (includes the settle window when evidence was missing).",
@@ -62,7 +62,11 @@ func (r *Reconciler) observeRunning(run *v1alpha1.TrainingRun) {
 	if run.Status.Attempt < 2 || lf == nil || lf.FailedAt == nil {
 		return
 	}
-	timeToRestart.Observe(r.Clock.Since(lf.FailedAt.Time).Seconds())
+	mode := v1alpha1.RestartModeRecreate
+	if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
+		mode = v1alpha1.RestartModeInPlace
+	}
+	timeToRestart.WithLabelValues(string(mode)).Observe(r.Clock.Since(lf.FailedAt.Time).Seconds())
 }
 
 // runsCollector counts runs by phase when scraped, so the gauge can never drift from the
