@@ -263,7 +263,7 @@ func (b *bench) systems() []system {
 		case flagFaultlineKueue:
 			out = append(out, faultlineKueue{faultline{runs: b.runs}})
 		case flagFaultlineInPlace:
-			out = append(out, faultlineInPlace{faultline{runs: b.runs}})
+			out = append(out, faultlineInPlace{faultline{runs: b.runs, mode: v1alpha1.RestartModeInPlace}})
 		case flagJob:
 			out = append(out, bareJob{c: b.c})
 		case flagJobSet:

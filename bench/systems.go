@@ -54,18 +54,31 @@ const (
 )
 
 // faultline: a TrainingRun with the default failure policy.
-type faultline struct{ runs client.WithWatch }
+type faultline struct {
+	runs client.WithWatch
+	// mode is the runs' restartMode: Recreate unless said (a session that also measures the
+	// in-place restart runs a controller with a barrier image on nodes that can, where Auto
+	// would restart in place).
+	mode v1alpha1.RestartMode
+}
 
 func (faultline) name() string { return sysFaultline }
 
 func (s faultline) create(ctx context.Context, name string, n int) error {
-	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
+	return s.runs.Create(ctx, s.run(name, n))
+}
+
+// run is the gang's TrainingRun: n workers of one GPU each, restarting as s.mode says.
+func (s faultline) run(name string, n int) *v1alpha1.TrainingRun {
+	mode := s.mode
+	if mode == "" {
+		mode = v1alpha1.RestartModeRecreate
+	}
+	return &v1alpha1.TrainingRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		// Recreate said, not left to Auto: a session that also measures the in-place restart
-		// runs a controller with a barrier image on nodes that can.
 		Spec: v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()},
-			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeRecreate}},
-	})
+			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: mode}},
+	}
 }
 
 func (faultline) selector(name string) labels.Selector {
@@ -108,10 +121,9 @@ type faultlineKueue struct{ faultline }
 func (faultlineKueue) name() string { return sysFaultlineKueue }
 
 func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
-	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{v1alpha1.LabelQueueName: benchQueue}},
-		Spec:       v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()}},
-	})
+	run := s.run(name, n)
+	run.Labels = map[string]string{v1alpha1.LabelQueueName: benchQueue}
+	return s.runs.Create(ctx, run)
 }
 
 // faultlineInPlace: the same TrainingRun with restartMode InPlace (docs/in-place-restart.md)
@@ -121,14 +133,6 @@ func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
 type faultlineInPlace struct{ faultline }
 
 func (faultlineInPlace) name() string { return sysFaultlineInPlace }
-
-func (s faultlineInPlace) create(ctx context.Context, name string, n int) error {
-	return s.runs.Create(ctx, &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: v1alpha1.TrainingRunSpec{Workers: int32(n), Template: corev1.PodTemplateSpec{Spec: gpuWorker()},
-			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace}},
-	})
-}
 
 // current: a pod restarted in place keeps the label of the attempt it was made for; it runs
 // the attempt its barrier last opened for.

@@ -44,24 +44,7 @@ func TestRealGPUToPodMapping(t *testing.T) {
 	run = createRun(ctx, t, c, ns, run)
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 
-	// The kubelet's own answer.
-	client, conn, err := nodeagent.DialPodResources(node.PodResourcesSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	owners, err := (&nodeagent.GPUMapper{Lister: client}).GPUOwners(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpuOf := map[string]string{} // pod → UUID
-	for uuid, refs := range owners {
-		for _, r := range refs {
-			if r.Namespace == ns {
-				gpuOf[r.Pod] = uuid
-			}
-		}
-	}
+	gpuOf := gpusOf(ctx, t, node, ns) // the kubelet's own answer
 	target, other := workers[1], workers[0]
 	uuid := gpuOf[target.Name]
 	if uuid == "" || gpuOf[other.Name] == "" || uuid == gpuOf[other.Name] {
@@ -147,4 +130,28 @@ func resetGPUHealth(t *testing.T, c *cluster.Cluster, node string) {
 	if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("reset %s's GPUHealthy condition: %v", node, err)
 	}
+}
+
+// gpusOf is, for the pods of namespace ns on node, the GPU each was allocated by the node's
+// kubelet (its PodResources API): pod name → GPU UUID.
+func gpusOf(ctx context.Context, t *testing.T, node *cluster.RealNode, ns string) map[string]string {
+	t.Helper()
+	client, conn, err := nodeagent.DialPodResources(node.PodResourcesSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	owners, err := (&nodeagent.GPUMapper{Lister: client}).GPUOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuOf := map[string]string{}
+	for uuid, refs := range owners {
+		for _, r := range refs {
+			if r.Namespace == ns {
+				gpuOf[r.Pod] = uuid
+			}
+		}
+	}
+	return gpuOf
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/nodeagent"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -171,24 +170,11 @@ func declaredFeatures(ctx context.Context, t *testing.T, c *cluster.Cluster, nam
 // gpuOfPod is the GPU the kubelet of node allocated to pod (its PodResources API).
 func gpuOfPod(ctx context.Context, t *testing.T, node *cluster.RealNode, pod *corev1.Pod) string {
 	t.Helper()
-	client, conn, err := nodeagent.DialPodResources(node.PodResourcesSocket)
-	if err != nil {
-		t.Fatal(err)
+	gpus := gpusOf(ctx, t, node, pod.Namespace)
+	if gpus[pod.Name] == "" {
+		t.Fatalf("the kubelet of %s allocated no GPU to %s: %v", node.Name, pod.Name, gpus)
 	}
-	defer conn.Close()
-	owners, err := (&nodeagent.GPUMapper{Lister: client}).GPUOwners(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for uuid, refs := range owners {
-		for _, r := range refs {
-			if r.Namespace == pod.Namespace && r.Pod == pod.Name {
-				return uuid
-			}
-		}
-	}
-	t.Fatalf("the kubelet of %s allocated no GPU to %s: %v", node.Name, pod.Name, owners)
-	return ""
+	return gpus[pod.Name]
 }
 
 // killWorker sends sig to the worker container of pod on node through the node's
