@@ -50,6 +50,8 @@ func main() {
 	steadyQPS := flag.Int("steady-qps", 200, "scenario d: kube-controller-manager QPS (creating 10k pods at the default takes ~10 min)")
 	steadyFaults := flag.Int("steady-faults", 20, "scenario d: GPU faults injected during the window")
 	steadyWindow := flag.Duration("steady-window", 60*time.Second, "scenario d: measurement window")
+	steadyGPUs := flag.Int("steady-gpus-per-node", gpusPerNode, "scenario d: GPUs per node (one worker each); more GPUs make fewer nodes")
+	steadySchedulerQPS := flag.Int("steady-scheduler-qps", 0, "scenario d: kube-scheduler client QPS (0: upstream 50; binding 50k pods at 50 takes ~17 min)")
 	profileWorkers := flag.Int("profile-workers", 256, "profile the controller during faultline's first node-shutdown restart of this gang size (0: never)")
 	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
 	out := flag.String("out", "", "report file; its plots and profiles go beside it, named after it (default "+defaultOut(time.Time{})+" with the time the run starts; to keep a report in the tree, name a file in bench/results/)")
@@ -68,7 +70,8 @@ func main() {
 	}
 	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
-		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow}}
+		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow,
+			gpusPerNode: *steadyGPUs, schedulerQPS: *steadySchedulerQPS}}
 	for _, s := range cfg.systems {
 		if _, ok := systemDescriptions[s]; !ok {
 			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineInPlace, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))

@@ -47,12 +47,14 @@ type sample struct {
 
 // session is one control plane at one controller-manager rate limit.
 type session struct {
-	k8s     string
-	qps     int
-	nodes   int
-	samples []sample
-	steady  *steadyResult
-	profile string // what the profile of the controller showed, if taken
+	k8s   string
+	qps   int
+	nodes int
+	// gpusPerNode each node offers; schedulerQPS is kube-scheduler's rate limit (0: upstream).
+	gpusPerNode, schedulerQPS int
+	samples                   []sample
+	steady                    *steadyResult
+	profile                   string // what the profile of the controller showed, if taken
 	// teardowns: faultline's teardowns in the audit log, when the session kept one.
 	teardowns []teardownAudit
 	// metricsAddr serves the session's controller's metrics.
@@ -199,7 +201,11 @@ func median(ss []sample, f func(sample) time.Duration) time.Duration {
 // markdown renders one session's tables.
 func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 	fmt.Fprintf(b, "## kube-controller-manager rate limit: %s\n\n", qpsLabel(r.qps))
-	fmt.Fprintf(b, "Kubernetes %s, %d kwok nodes with 8 GPUs each, one GPU per worker. Median (min–max) of the rounds.\n\n", r.k8s, r.nodes)
+	fmt.Fprintf(b, "Kubernetes %s, %d kwok nodes with %d GPUs each, one GPU per worker", r.k8s, r.nodes, r.gpusPerNode)
+	if r.schedulerQPS > 0 {
+		fmt.Fprintf(b, "; kube-scheduler's rate limit QPS %d, burst %d", r.schedulerQPS, 2*r.schedulerQPS)
+	}
+	b.WriteString(". Median (min–max) of the rounds.\n\n")
 	d := func(s sample) time.Duration { return s.d }
 	gone := func(s sample) time.Duration { return s.extra }
 

@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config) ([]*session, error) {
 	if slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != scenarioSteadyFlag }) {
 		for _, qps := range cfg.qps {
 			// One GPU per worker on 8-GPU nodes, and a spare node for the gang that loses one.
-			s, err := session1(ctx, cfg, bin, qps, (largest+7)/8+1, func(ctx context.Context, b *bench) error { return b.scenarios(ctx) })
+			s, err := session1(ctx, cfg, bin, sessionShape{qps: qps, nodes: (largest+gpusPerNode-1)/gpusPerNode + 1, gpusPerNode: gpusPerNode}, func(ctx context.Context, b *bench) error { return b.scenarios(ctx) })
 			if s != nil {
 				out = append(out, s) // what it measured, even if it failed later
 			}
@@ -123,7 +123,8 @@ func run(ctx context.Context, cfg config) ([]*session, error) {
 	}
 	if slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
 		st := cfg.steady
-		s, err := session1(ctx, cfg, bin, st.qps, (st.runs*st.workers+7)/8+1, func(ctx context.Context, b *bench) error { return b.steadyState(ctx) })
+		shape := sessionShape{qps: st.qps, nodes: (st.runs*st.workers+st.gpusPerNode-1)/st.gpusPerNode + 1, gpusPerNode: st.gpusPerNode, schedulerQPS: st.schedulerQPS}
+		s, err := session1(ctx, cfg, bin, shape, func(ctx context.Context, b *bench) error { return b.steadyState(ctx) })
 		if s != nil {
 			out = append(out, s)
 		}
@@ -134,12 +135,19 @@ func run(ctx context.Context, cfg config) ([]*session, error) {
 	return out, nil
 }
 
-// session1 starts a control plane with nodes nodes and the controller-manager at qps, runs
-// body, and tears everything down.
-func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, body func(context.Context, *bench) error) (*session, error) {
-	fmt.Fprintf(os.Stderr, "session: %d nodes, kube-controller-manager %s\n", nodes, qpsLabel(qps))
+// sessionShape is a session's control plane: its nodes, and its controllers' rate limits.
+type sessionShape struct {
+	// qps is kube-controller-manager's (0: upstream default), schedulerQPS kube-scheduler's.
+	qps, schedulerQPS  int
+	nodes, gpusPerNode int
+}
+
+// session1 starts a control plane of shape, runs body, and tears everything down.
+func session1(ctx context.Context, cfg config, bin binaries, shape sessionShape, body func(context.Context, *bench) error) (*session, error) {
+	qps, nodes := shape.qps, shape.nodes
+	fmt.Fprintf(os.Stderr, "session: %d nodes of %d GPUs, kube-controller-manager %s\n", nodes, shape.gpusPerNode, qpsLabel(qps))
 	c, err := cluster.Start(ctx, cluster.Options{
-		Name: "bench", Nodes: nodes, ControllerManagerQPS: qps,
+		Name: "bench", Nodes: nodes, Node: cluster.NodeSpec{GPUs: shape.gpusPerNode}, ControllerManagerQPS: qps, SchedulerQPS: shape.schedulerQPS,
 		// kwok's nodes heartbeat every 20–45 s (stages/node-heartbeat.yaml). With a thousand
 		// nodes on this machine a heartbeat can come late, and the node lifecycle controller
 		// would evict the pods of a node it takes for lost (40 s by default): a fault nobody
@@ -155,7 +163,7 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 		return nil, err
 	}
 	defer func() { _ = c.Stop() }()
-	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes}}
+	b := &bench{cfg: cfg, bin: bin, c: c, agents: map[string]*cluster.Agent{}, results: &session{qps: qps, nodes: nodes, gpusPerNode: shape.gpusPerNode, schedulerQPS: shape.schedulerQPS}}
 	if cfg.auditPolicy != "" {
 		defer func() {
 			dir, err := c.SaveLogs(filepath.Join(c.Tools.Root, "_output", "bench-logs"))
@@ -196,7 +204,7 @@ func session1(ctx context.Context, cfg config, bin binaries, qps, nodes int, bod
 			return nil, err
 		}
 		defer kq.Stop()
-		if err := createBenchQueue(ctx, b.dyn, nodes*gpusPerNode); err != nil {
+		if err := createBenchQueue(ctx, b.dyn, nodes*shape.gpusPerNode); err != nil {
 			return nil, err
 		}
 	}

@@ -30,6 +30,10 @@ type steadyConfig struct {
 	// faults: fatal GPU faults injected during the window, each on its own node and run.
 	faults int
 	window time.Duration
+	// gpusPerNode each node offers (8 as a DGX-class machine; more makes fewer nodes, which
+	// this 2-core machine creates and heartbeats faster), schedulerQPS kube-scheduler's rate
+	// limit (0: upstream 50, a quarter of an hour to bind 50,000 pods).
+	gpusPerNode, schedulerQPS int
 }
 
 type steadyResult struct {

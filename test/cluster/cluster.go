@@ -45,6 +45,10 @@ type Options struct {
 	// (kube-api-qps, and twice that as burst). Zero keeps the upstream default (20/30), which
 	// dominates pod churn at a few hundred pods; benchmarks state which one they ran with.
 	ControllerManagerQPS int
+	// SchedulerQPS, when set, raises kube-scheduler's client rate limit (kube-api-qps, and
+	// twice that as burst; upstream 50/100): binding is one request per pod, and tens of
+	// thousands of pods at 50 a second take a quarter of an hour.
+	SchedulerQPS int
 	// ExtraArgs are passed to kwokctl as --extra-args (component=key=value).
 	ExtraArgs []string
 	// AuditPolicy, when set, is the path of a kube-apiserver audit policy; the audit log is
@@ -105,10 +109,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	var extra []string
-	if opts.RealNodes > 0 {
-		extra = append(extra, realNodeKwokctlConfig(c.pkiDir()))
-	}
+	extra := []string{kwokctlConfig(opts, c.pkiDir())}
 	stageFile, err := writeStages(workdir, name, extra...)
 	if err != nil {
 		unlock()
@@ -325,4 +326,34 @@ func (c *Cluster) ApplyKustomization(ctx context.Context, dir string) error {
 		return fmt.Errorf("kubectl apply -k %s: %w\n%s", dir, err, out)
 	}
 	return nil
+}
+
+// kwokctlConfig is the cluster's kwokctl configuration document: its components' flags beyond
+// kwokctl's own (a config document rather than --extra-args, which kwokctl v0.8.0 mixes up
+// between components when several get more than one), and what real nodes need
+// (realNodeKwokctlConfig).
+//
+// The scheduler and the controller-manager run without leader election: each is alone, and
+// on this 2-core machine an API server busy with tens of thousands of pods answered a lease
+// renewal too late, so that both exited ("Leaderelection lost") and the bench's pods were never
+// bound.
+func kwokctlConfig(opts Options, pkiDir string) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+- name: kube-scheduler
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+`)
+	if opts.SchedulerQPS > 0 {
+		fmt.Fprintf(&b, "  - {key: kube-api-qps, value: \"%d\"}\n  - {key: kube-api-burst, value: \"%d\"}\n", opts.SchedulerQPS, 2*opts.SchedulerQPS)
+	}
+	if opts.RealNodes > 0 {
+		b.WriteString(realNodeKwokctlConfig(pkiDir))
+	}
+	return b.String()
 }

@@ -187,10 +187,7 @@ func corefile(dnsIP, kubeconfig string) string {
 // runtime otherwise has it manage every node, and it would write the real nodes' status and
 // play its pod stages on their pods).
 func realNodeKwokctlConfig(pkiDir string) string {
-	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-componentsPatches:
-- name: kube-apiserver
+	return fmt.Sprintf(`- name: kube-apiserver
   extraArgs:
   - {key: kubelet-preferred-address-types, value: InternalIP}
   - {key: kubelet-client-certificate, value: %[1]q}
