@@ -214,7 +214,10 @@ func session1(ctx context.Context, cfg config, bin binaries, shape sessionShape,
 				return nil, err
 			}
 		}
-		if err := c.SimulateInPlace(ctx, namespace, nil); err != nil {
+		// The simulated agents go with the session's cluster, not with the whole bench.
+		simCtx, stopSim := context.WithCancel(ctx)
+		defer stopSim()
+		if err := c.SimulateInPlace(simCtx, namespace, nil); err != nil {
 			return nil, err
 		}
 	}
