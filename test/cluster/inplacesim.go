@@ -78,21 +78,14 @@ func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold fu
 	if !cache.WaitForCacheSync(ctx.Done(), runInformer.HasSynced, pods.HasSynced) {
 		return fmt.Errorf("simulated in-place agent: caches of %s did not sync: %w", namespace, ctx.Err())
 	}
-	// As many at once as a cluster's agents would act: each node's agent syncs
-	// agentWorkersPerNode of its pods at a time. With 16 for the whole cluster (the first
-	// version), the simulated agents, not the controller, set the pace at 2,048 workers: ~27
-	// pods a second, each step waiting on a busy API server.
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return err
-	}
-	go loop.Run(ctx, max(agentWorkersPerNode, agentWorkersPerNode*len(nodes.Items)))
+	// One process plays every node's agents: 16 syncs at a time for the whole cluster, where
+	// a real cluster has 4 per node. That is the simulation's pace at 2,048 workers (~27 pods
+	// a second on this machine: bench/results/2026-11-26-s15-in-place.md). 4 per kwok node
+	// (1,028 at once) was tried and was slower: 592 of 2,048 pods started in 10 minutes, each
+	// sync waiting on an API server that thousands of concurrent patches had swamped.
+	go loop.Run(ctx, 16)
 	return nil
 }
-
-// agentWorkersPerNode is how many of its node's pods the node agent syncs at once
-// (pkg/nodeagent's inPlaceWorkers).
-const agentWorkersPerNode = 4
 
 func runChanged(loop *inplace.Loop, obj any) {
 	if r, ok := obj.(*v1alpha1.TrainingRun); ok && r.Namespace != "" {
