@@ -294,7 +294,13 @@ func inPlaceShape(spec *corev1.PodSpec, image string) {
 
 // InPlaceShape reports whether a Job's pods restart in place (their template has the barrier).
 func InPlaceShape(job *batchv1.Job) bool {
-	return job != nil && slices.ContainsFunc(job.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer })
+	return job != nil && RestartsInPlace(&job.Spec.Template.Spec)
+}
+
+// RestartsInPlace reports whether a pod of spec restarts in place: it has the barrier
+// (inPlaceShape). The controller, the node agent and their tests ask it of pods and Jobs.
+func RestartsInPlace(spec *corev1.PodSpec) bool {
+	return slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer })
 }
 
 // Pod is the pod of index i of a Job that faultline manages, as the Job controller would make

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // withReportedExit is pod as the exit its node agent reported shows it: a pod that restarts
@@ -25,7 +26,7 @@ import (
 // already (the kubelet's own record of an exit wins).
 func withReportedExit(pod *corev1.Pod, n int32) *corev1.Pod {
 	raw, ok := pod.Annotations[v1alpha1.AnnotationWorkerExit]
-	if !ok || !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer }) {
+	if !ok || !attempt.RestartsInPlace(&pod.Spec) {
 		return pod
 	}
 	var ex v1alpha1.WorkerExit

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
@@ -98,14 +99,7 @@ func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
 	return Decision{Action: ActionStopWorkers, Containers: ids, Reason: fmt.Sprintf("the pod runs attempt %d, older than %d", ran, attempt)}
 }
 
-func hasBarrier(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == v1alpha1.BarrierContainer {
-			return true
-		}
-	}
-	return false
-}
+func hasBarrier(pod *corev1.Pod) bool { return attempt.RestartsInPlace(&pod.Spec) }
 
 func statusOf(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
 	for i := range statuses {

@@ -47,11 +47,7 @@ import (
 // and measures stop → barrier waiting and go → worker running.
 func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 
 	node := c.Real.Nodes[len(c.Real.Nodes)-1]
 	r, v, err := inplace.Dial(ctx, "unix://"+node.ContainerdSocket, slog.New(slog.NewTextHandler(tWriter{t}, nil)))
@@ -202,11 +198,7 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 // own watch of the pod.
 func TestRealAgentLoopRestartsAPodInPlace(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 
 	node := c.Real.Nodes[0]
 	log := slog.New(slog.NewTextHandler(tWriter{t}, nil))

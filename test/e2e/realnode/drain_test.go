@@ -33,11 +33,7 @@ import (
 // TestRealNodeShutdownRestartsTheGang: the gang restart stops every worker either way.
 // It runs alone: the node it cordons is every scenario's; it uncordons it before it ends.
 func TestRealDrainMovesTheGang(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	// The controller acts on this test's NodeMaintenances only (it watches one namespace).
 	const shard = "test.faultline.dev/ns"
 	cluster.StartProcess(t, launcherBin, "controller",

@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // TestRealAppExitFailsFast: a worker's bug (a traceback, exit 1, from the real container) fails
@@ -20,11 +18,7 @@ import (
 // Its peers end too (the coordination service tells them), and are only peers.
 func TestRealAppExitFailsFast(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	run := createRun(ctx, t, c, ns, realRun("bug", 4, []string{"--fail-index", "2", "--fail", "exit", "--fail-after", "1s"}))
@@ -58,11 +52,7 @@ func TestRealAppExitFailsFast(t *testing.T) {
 // OOMKilled, not the Unknown a bare 137 would be.
 func TestRealOOMKilledIsApplication(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	// The peers end at once of the lost task (its connection closes), and the kubelet reports
@@ -97,11 +87,7 @@ func TestRealOOMKilledIsApplication(t *testing.T) {
 // the unknown budget, and the next attempt runs.
 func TestRealBareSigtermIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	run := createRun(ctx, t, c, ns, realRun("sigterm", 4, nil))
@@ -135,11 +121,7 @@ func TestRealBareSigtermIsUnknown(t *testing.T) {
 // never a root cause, so the failure is Unknown and says why.
 func TestRealHintFromLogsFires(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	const message = "F1124 12:00:00.000000 client.h:77] Terminating process because the JAX distributed service detected fatal errors. " +

@@ -29,11 +29,7 @@ var gpusInLog = regexp.MustCompile(`gpus="([^"]*)"`)
 // It runs alone: a fatal XID turns the node's GPUHealthy condition False, which explains the
 // failures of any container that runs on the node meanwhile. It turns it back when it ends.
 func TestRealGPUToPodMapping(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	node := c.Real.Nodes[0]

@@ -421,6 +421,18 @@ func (m *overlapMonitor) check(t *testing.T) {
 // ---------------------------------------------------------------------------------------
 // Diagnostics
 
+// scenario is a test's share of the package's real-node cluster: the cluster, a namespace of
+// its own (dumped if the test fails), and a context that ends after d or with the test.
+func scenario(t *testing.T, d time.Duration) (context.Context, *cluster.Cluster, string) {
+	t.Helper()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dumpOnFailure(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx, c, ns
+}
+
 // dumpOnFailure logs the namespace's pods and events, and the agents' logs, if the test failed.
 func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
 	t.Cleanup(func() {

@@ -28,11 +28,7 @@ import (
 // of the application budget spent.
 func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
 	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
 
 	// The coordinator notices a lost task only after a minute: nothing but the test and

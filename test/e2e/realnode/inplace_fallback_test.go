@@ -30,11 +30,7 @@ import (
 // It runs alone: it restarts a node's kubelet, and the XID turns that node's GPUHealthy
 // False. It restores both before it ends.
 func TestRealInPlaceFallsBackToRecreate(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
 
 	old := c.Real.Nodes[1]
 	gate := v1alpha1.FeatureRestartAllContainers // the kubelet's gate has the feature's name

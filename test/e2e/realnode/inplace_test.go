@@ -36,11 +36,7 @@ import (
 // what the kubelet and the Job controller do that they build on.
 func TestRealRestartAllContainersInPlace(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 
 	node := c.Real.Nodes[0]
 	// Auto mode's signal (docs/in-place-restart.md): the kubelet declares the feature on its

@@ -27,11 +27,7 @@ import (
 // It runs alone: the node it kills is every scenario's. It brings the node back (a boot:
 // containerd, kubelet, device plugin, agent) before it ends.
 func TestRealNodeLostRestartsTheGang(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
 	startController(t, c, ns)
 	up, down := c.Real.Nodes[0], c.Real.Nodes[1]
 

@@ -1,14 +1,12 @@
 package realnode
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // TestRealPyTorchGangFromItsEnv: a run with framework pytorch on the real nodes. The test
@@ -18,11 +16,7 @@ import (
 // RANK there, and the master sees WORLD_SIZE ranks, each once.
 func TestRealPyTorchGangFromItsEnv(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	const workers = 3

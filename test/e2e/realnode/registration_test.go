@@ -1,13 +1,11 @@
 package realnode
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // TestRealNoDuplicateRegistration: over a gang restart, no index ever has two processes. The
@@ -21,11 +19,7 @@ import (
 // refuses nothing.
 func TestRealNoDuplicateRegistration(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 3*time.Minute)
 	startController(t, c, ns)
 
 	run := realRun("dup", 4, []string{"--fail-index", "3", "--fail", "exit", "--fail-after", "1s",

@@ -33,11 +33,7 @@ var registered = regexp.MustCompile(`coordinator: registered task (\d+) `)
 // It runs alone: the node it shuts down is every scenario's. It brings the node back
 // (PrepareForShutdown(false)) before it ends.
 func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
 	startController(t, c, ns)
 
 	// The workers notice a lost task by its heartbeats, as XLA's service does, not the moment
