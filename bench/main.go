@@ -140,7 +140,7 @@ func fail(code int, err error) {
 // systemDescriptions say how each system is configured, for the report's header.
 var systemDescriptions = map[string]string{
 	flagFaultline:        "faultline (TrainingRun, default failure policy, restartMode Recreate, node agent with simulated hardware)",
-	flagFaultlineInPlace: "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can; kwok plays the kubelet's restart of the pods' containers and the bench the node agent's part (its own decisions; its two container-runtime calls become pod labels: 2 API writes per restarted pod that the real agent does not make)",
+	flagFaultlineInPlace: "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can; the bench plays each node's agent (its own decisions) and kubelet: the agent's two container-runtime calls become the pod status the kubelet writes after each, one write per step, 2 per restarted pod (a real kubelet writes at least as many); kwok starts new pods, as for every system",
 	flagFaultlineKueue:   "the same TrainingRun in a Kueue v0.19.2 LocalQueue whose ClusterQueue holds every GPU of the cluster (Kueue a local process, default WaitForPodsReady)",
 	flagJob:              "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
 	flagJobSet:           "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,33 +18,31 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 )
 
-// Labels that drive the kwok stages of a restart in place (stages/pod-stop-in-place.yaml,
-// stages/pod-open-barrier.yaml): where the node agent calls the container runtime on a
-// real node, the simulated agent labels the pod, and kwok writes what the kubelet would.
-const (
-	LabelStopInPlace = "stage.faultline.dev/stop-in-place"
-	LabelOpenBarrier = "stage.faultline.dev/open-barrier"
-)
-
 // SimulateInPlace plays the node side of restarts in place for the kwok nodes' pods of
-// namespace until ctx is done: the node agent's part is the agent's own code (the loop of
-// package inplace, the runs' decisions as the agent reads them, Decide on each pod), and only
-// its two container-runtime calls are simulated: stopping a pod's old workers and opening its
-// barrier become labels, on which the kwok stages write the pod's status as the kubelet
-// would (the containers restarted to the barrier; the barrier done and the workers running).
+// namespace until ctx is done. The node agent's part is the agent's own code: the loop of
+// package inplace, the runs' decisions as the agent reads them, Decide on each pod. Its two
+// container-runtime calls, and what the kubelet does after each, become one status write per
+// step, as the kubelet's own (kubeletStatus): stopping a pod's old workers writes the pod
+// restarted to its barrier (every container's lastState 137 RestartingAllContainers, the
+// barrier running again, restartCount up by one, phase Pending); opening its barrier writes
+// the barrier done with the attempt's message and the workers running. A pod's first start
+// to its barrier is kwok's (stages/pod-barrier-wait.yaml), as every pod start is.
+//
 // hold, when set, names pods whose agent does not act (yet): a test that holds a pod and
 // later lets it go touches it (any change queues it again). It returns once its caches have
 // synced.
 //
-// What it does not model: the time a real kubelet takes (the kwok stages apply within
-// milliseconds), and the agent's own API traffic (none: it acts through the runtime, while
-// the simulation writes one label per step).
+// What it does not model: the time a real kubelet takes (its PLEG relist, ~1 s a step on the
+// real nodes: docs/in-place-restart.md), its status write between the two (the workers
+// terminated, before the barrier runs again), and the workers' grace period.
 func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold func(*corev1.Pod) bool) error {
 	runs, err := coreclient.New(c.Config)
 	if err != nil {
@@ -59,7 +58,7 @@ func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold fu
 	}, &v1alpha1.TrainingRun{}, 0, cache.Indexers{})
 	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(namespace))
 	pods := factory.Core().V1().Pods().Informer()
-	loop := inplace.NewLoop(kwokRuntime{c: c, hold: hold}, corelisters.NewPodLister(pods.GetIndexer()), inplace.StoreDecisions{Runs: runInformer.GetStore()},
+	loop := inplace.NewLoop(kwokRuntime{c: c, hold: hold, actedOn: &sync.Map{}}, corelisters.NewPodLister(pods.GetIndexer()), inplace.StoreDecisions{Runs: runInformer.GetStore()},
 		slog.Default().With("component", "inplace-sim", "namespace", namespace))
 	if _, err := runInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { runChanged(loop, obj) },
@@ -78,12 +77,9 @@ func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold fu
 	if !cache.WaitForCacheSync(ctx.Done(), runInformer.HasSynced, pods.HasSynced) {
 		return fmt.Errorf("simulated in-place agent: caches of %s did not sync: %w", namespace, ctx.Err())
 	}
-	// One process plays every node's agents: 16 syncs at a time for the whole cluster, where
-	// a real cluster has 4 per node. That is the simulation's pace at 2,048 workers (~27 pods
-	// a second on this machine: bench/results/2026-11-26-s15-in-place.md). 4 per kwok node
-	// (1,028 at once) was tried and was slower: 592 of 2,048 pods started in 10 minutes, each
-	// sync waiting on an API server that thousands of concurrent patches had swamped.
-	go loop.Run(ctx, 16)
+	// One process plays every node's agent and kubelet, each of which acts for its own pods
+	// side by side in a real cluster: simWorkers syncs at a time.
+	go loop.Run(ctx, simWorkers)
 	return nil
 }
 
@@ -99,37 +95,137 @@ func podChanged(loop *inplace.Loop, obj any) {
 	}
 }
 
-// kwokRuntime carries the agent's decisions out through the kwok stages: the agent's
-// Restarter would stop the old workers or exec the barrier's open.
+// simWorkers is how many pods the simulated node side syncs at a time, for the whole
+// cluster. Each sync is one status write. 16 (with a label and a kwok stage per step, 4
+// writes a pod) moved ~27 pods a second at 2,048 workers; 1,028 at once swamped the API
+// server (bench/results/2026-11-26-s15-in-place.md).
+const simWorkers = 64
+
+// kwokRuntime carries the agent's decisions out as the kubelet would show them: the agent's
+// Restarter would stop the old workers or exec the barrier's open through the CRI, and the
+// kubelet would write the pod's status.
 type kwokRuntime struct {
 	c    *Cluster
 	hold func(*corev1.Pod) bool
+	// actedOn is, by pod UID, the resourceVersion of the copy the last status was written
+	// from. The informer's copy lags the write: until the written status arrives (and
+	// queues the pod again), a sync of the same copy would act twice.
+	actedOn *sync.Map
 }
 
 func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (inplace.Action, error) {
 	if k.hold != nil && k.hold(pod) {
 		return inplace.ActionWait, nil
 	}
+	if rv, ok := k.actedOn.Load(pod.UID); ok && rv == pod.ResourceVersion {
+		return inplace.ActionWait, nil
+	}
 	d := inplace.Decide(pod, attempt, barrierOpen)
-	n := strconv.Itoa(attempt)
-	var labels map[string]any
+	var status corev1.PodStatus
 	switch d.Action {
 	case inplace.ActionStopWorkers:
-		// The barrier's go signal of the attempt before goes with the workers it let start.
-		labels = map[string]any{LabelStopInPlace: n, LabelOpenBarrier: nil}
+		status = restartedToBarrier(pod, metav1.Now())
 	case inplace.ActionOpenBarrier:
-		labels = map[string]any{LabelOpenBarrier: n, LabelStopInPlace: nil}
+		status = barrierOpened(pod, attempt, metav1.Now())
 	default:
 		return d.Action, nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	// The pod as read, or nothing: a status computed from a stale copy must not count a
+	// restart twice (the loop retries on a conflict with the fresh pod).
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
+		"status":   status,
+	})
 	if err != nil {
 		return d.Action, err
 	}
-	if _, err := k.c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	_, err = k.c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case apierrors.IsConflict(err):
+		// Somebody wrote the pod since: the informer brings the new copy and queues it again.
+		return inplace.ActionWait, nil
+	case err != nil:
 		return d.Action, fmt.Errorf("%s pod %s/%s: %w", d.Action, pod.Namespace, pod.Name, err)
 	}
+	k.actedOn.Store(pod.UID, pod.ResourceVersion)
 	return d.Action, nil
+}
+
+// restartedToBarrier is the status the kubelet writes once a RestartAllContainers rule
+// restarted pod in place and the barrier runs again: every container removed (lastState 137,
+// RestartingAllContainers; restartCount up by one), the init containers before the barrier
+// done again, the barrier running, the workers waiting, phase Pending. Only the fields and
+// conditions it changes: a strategic merge keeps the others.
+func restartedToBarrier(pod *corev1.Pod, now metav1.Time) corev1.PodStatus {
+	removed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
+	st := corev1.PodStatus{Phase: corev1.PodPending, Conditions: podConditions(pod, corev1.ConditionFalse, "ContainersNotInitialized", now)}
+	for _, c := range pod.Spec.InitContainers {
+		s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, RestartCount: restartCount(pod.Status.InitContainerStatuses, c.Name) + 1, LastTerminationState: removed}
+		if c.Name == v1alpha1.BarrierContainer {
+			s.Started = ptr.To(true)
+			s.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		} else {
+			s.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, s)
+	}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, RestartCount: restartCount(pod.Status.ContainerStatuses, c.Name) + 1, Started: ptr.To(false),
+			LastTerminationState: removed, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
+		})
+	}
+	return st
+}
+
+// barrierOpened is the status the kubelet writes once the barrier opened for attempt and the
+// workers started: the barrier done with its message (barrier.OpenedMessage), each worker
+// running in a container of this start (the agent stops exactly those next time), phase
+// Running and the pod Ready.
+func barrierOpened(pod *corev1.Pod, attempt int, now metav1.Time) corev1.PodStatus {
+	st := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: podConditions(pod, corev1.ConditionTrue, "", now)}
+	for _, c := range pod.Spec.InitContainers {
+		t := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
+		if c.Name == v1alpha1.BarrierContainer {
+			t.Message = barrier.OpenedMessage(attempt)
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, RestartCount: restartCount(pod.Status.InitContainerStatuses, c.Name), Started: ptr.To(false), State: corev1.ContainerState{Terminated: t}})
+	}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, RestartCount: restartCount(pod.Status.ContainerStatuses, c.Name), Ready: true, Started: ptr.To(true),
+			ContainerID: fmt.Sprintf("kwok://%s-%s-%d", pod.UID, c.Name, attempt),
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	return st
+}
+
+// podConditions are the pod's Initialized, ContainersReady and Ready conditions (and its
+// readiness gates' when they are True) at status.
+func podConditions(pod *corev1.Pod, status corev1.ConditionStatus, reason string, now metav1.Time) []corev1.PodCondition {
+	kinds := []corev1.PodConditionType{corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
+	if status == corev1.ConditionTrue {
+		for _, g := range pod.Spec.ReadinessGates {
+			kinds = append(kinds, g.ConditionType)
+		}
+	}
+	conds := make([]corev1.PodCondition, 0, len(kinds))
+	for _, t := range kinds {
+		conds = append(conds, corev1.PodCondition{Type: t, Status: status, Reason: reason, LastTransitionTime: now})
+	}
+	return conds
+}
+
+func restartCount(statuses []corev1.ContainerStatus, name string) int32 {
+	for _, s := range statuses {
+		if s.Name == name {
+			return s.RestartCount
+		}
+	}
+	return 0
 }
 
 // MakeInPlaceCapable makes a kwok node one that restarts pods in place, as a real node does
