@@ -9,4 +9,8 @@ const (
 	// InPlaceReasonNoRuntime: False, no CRI endpoint configured, or none answers there; the
 	// message says which.
 	InPlaceReasonNoRuntime = "NoRuntime"
+	// InPlaceReasonNoExitEvents: False, the runtime answers but sends no container events
+	// (CRI GetContainerEvents), so the exit of a worker that restarts in place by itself
+	// could not be reported, and its run would wait at its barriers.
+	InPlaceReasonNoExitEvents = "NoExitEvents"
 )

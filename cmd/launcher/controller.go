@@ -145,11 +145,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.IntVar(&opts.Workers, "workers", controller.DefaultWorkers, "runs reconciled concurrently")
 	f.StringVar(&opts.Plugins.PluginDir, "plugin-dir", "", "directory searched for framework plugins (faultline-plugin-<framework>) before PATH (default: this binary's directory)")
 	f.DurationVar(&opts.Plugins.CallTimeout, "plugin-call-timeout", framework.DefaultCallTimeout, "deadline of every call to a framework plugin; a plugin that misses it is killed")
-	// Off by default until the node agent reports the exit of a worker that restarts by
-	// itself after the barrier opened (docs/in-place-restart.md): the controller sees it now
-	// only in the one status write that shows the real exit. Then the default becomes
-	// barrier.Image(version.Version), the release's image.
-	f.StringVar(&opts.BarrierImage, "barrier-image", "", `faultline-barrier's image (e.g. `+barrier.Image(version.Version)+`), the init container of workers that restart in place (docs/in-place-restart.md); "" (the default): every gang restart recreates its pods`)
+	f.StringVar(&opts.BarrierImage, "barrier-image", barrier.Image(version.Version), `faultline-barrier's image, the init container of workers that restart in place (docs/in-place-restart.md): a mirror's for a cluster that cannot pull it; "" turns restarts in place off (every gang restart recreates its pods)`)
 	opts.Maintenance = maintenance.DefaultConfig()
 	f.StringVar(&nmSelector, flagNodeMaintenanceSelector, "", "act on the NodeMaintenances this label selector matches (default: every one when watching all namespaces, none with --namespace, which sees only that namespace's runs)")
 	f.BoolVar(&opts.Maintenance.Cordon, "maintenance-cordon", opts.Maintenance.Cordon, "move runs off a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) as a planned maintenance, before its drain evicts them")

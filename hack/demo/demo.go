@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
@@ -271,9 +272,13 @@ func (d *demo) run(ctx context.Context) (err error) {
 	d.say("      attempt 2: all %d workers Running again %s after the announcement (%s after the kill),",
 		d.opts.Workers, span(timeToRestart), span(restarted.Sub(killed)))
 	d.say("      none on %s: --exclude-faulty-nodes keeps later attempts off a node that failed them.", node)
+	if inPlace, moved := splitInPlace(pods, next); len(inPlace) > 0 {
+		d.say("      Restarted in place: indexes %s in their own pods (same UID, node and GPU, the worker's", indexes(inPlace))
+		d.say("      restartCount up by one); indexes %s, whose node shut down, in new pods.", indexes(moved))
+	}
 	if d.opts.RealNodes {
 		d.say("      Attempt 2's coordinator saw the whole gang register, each index once:")
-		logs, err := d.launcher(ctx, false, "logs", runName, "--attempt", "2", "--index", "0")
+		logs, err := d.registrations(ctx)
 		if err != nil {
 			return err
 		}
@@ -374,8 +379,14 @@ func (d *demo) startController() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(d.bin, "launcher"), "controller", "--kubeconfig", d.c.Kubeconfig,
-		"--namespace", namespace, "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	args := []string{"controller", "--kubeconfig", d.c.Kubeconfig,
+		"--namespace", namespace, "--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+	if d.opts.RealNodes {
+		// The nodes restart pods in place (restartMode Auto's default there), with the
+		// barrier image imported into their containerd in place of the release's.
+		args = append(args, "--barrier-image", cluster.BarrierImage)
+	}
+	cmd := exec.Command(filepath.Join(d.bin, "launcher"), args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -488,14 +499,49 @@ func running(attempt int32, workers int) func(*v1alpha1.TrainingRun) bool {
 	}
 }
 
+// registrations is attempt 2's coordinator's log once it says the whole gang registered:
+// Running is when every worker started, and the last ones register a moment later.
+func (d *demo) registrations(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs, err := d.launcher(ctx, false, "logs", runName, "--attempt", "2", "--index", "0")
+		if err != nil || strings.Contains(logs, "coordinator: all") || time.Now().After(deadline) {
+			return logs, err
+		}
+		select {
+		case <-ctx.Done():
+			return logs, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// splitInPlace splits the pods of the next attempt into those that restarted in place (pods
+// of the attempt before) and those made for it.
+func splitInPlace(before, next []*corev1.Pod) (inPlace, made []*corev1.Pod) {
+	old := map[types.UID]bool{}
+	for _, p := range before {
+		old[p.UID] = true
+	}
+	for _, p := range next {
+		if old[p.UID] {
+			inPlace = append(inPlace, p)
+		} else {
+			made = append(made, p)
+		}
+	}
+	return inPlace, made
+}
+
 // attemptPods returns the Running pods of an attempt, by index.
 func (d *demo) attemptPods(ctx context.Context, number int) ([]*corev1.Pod, error) {
-	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: runName, v1alpha1.LabelAttempt: strconv.Itoa(number)})
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: runName})
 	var out []*corev1.Pod
 	_, err := d.c.WaitPods(ctx, namespace, sel, func(pods []*corev1.Pod) (bool, error) {
 		out = out[:0]
 		for _, p := range pods {
-			if cluster.PodRunning(p) {
+			// Made for the attempt, or restarted in place for it.
+			if n, _ := attempt.Running(p); int(n) == number && cluster.PodRunning(p) && p.DeletionTimestamp == nil {
 				out = append(out, p)
 			}
 		}

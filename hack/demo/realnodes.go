@@ -147,7 +147,7 @@ func (d *demo) shutdownReal(ctx context.Context, node string, onNode []*corev1.P
 		return fault, err
 	}
 	for _, p := range failed {
-		term := terminatedState(p)
+		term := cluster.WorkerTerminated(p)
 		if term == nil {
 			continue
 		}
@@ -224,8 +224,16 @@ func (d *demo) bugReal(ctx context.Context, next []*corev1.Pod) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	if term := terminatedState(p); term != nil {
+	if term := cluster.WorkerTerminated(p); term != nil {
 		d.say("      index %d: exit %d (%s), its error: %q", buggyIndex, term.ExitCode, exitMeaning(term.ExitCode), errorLine(term.Message))
+	}
+	// A worker that restarts in place: its container is gone with its log, and the node
+	// agent's report has the runtime's exit time.
+	if ex, ok := attempt.ReportedExit(p); ok {
+		d.say("      (its pod restarts in place: the node agent reported the exit, which the pod's status never shows)")
+		if exited := ex.Terminated().FinishedAt; !exited.IsZero() {
+			return failed.Sub(exited.Time), nil
+		}
 	}
 	logs, err := d.launcher(ctx, false, "logs", runName, "--attempt", "2", "--index", strconv.Itoa(buggyIndex))
 	if err != nil {
@@ -258,15 +266,6 @@ func exitTime(logs string, near time.Time) (time.Time, error) {
 		t = t.AddDate(0, 0, -1)
 	}
 	return t, nil
-}
-
-func terminatedState(p *corev1.Pod) *corev1.ContainerStateTerminated {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Terminated != nil {
-			return cs.State.Terminated
-		}
-	}
-	return nil
 }
 
 func exitMeaning(code int32) string {

@@ -103,6 +103,17 @@ func Running(pod *corev1.Pod) (n int32, ok bool) {
 	return n, true
 }
 
+// ReportedExit is the exit of a worker of pod that its node agent reported
+// (v1alpha1.AnnotationWorkerExit, on a pod that restarts in place, whose status never shows
+// its worker's own exit); ok is false when there is none, or it does not parse.
+func ReportedExit(pod *corev1.Pod) (ex v1alpha1.WorkerExit, ok bool) {
+	raw, found := pod.Annotations[v1alpha1.AnnotationWorkerExit]
+	if !found || json.Unmarshal([]byte(raw), &ex) != nil {
+		return v1alpha1.WorkerExit{}, false
+	}
+	return ex, true
+}
+
 // Index reads a pod's completion index from the annotation the Job controller writes,
 // falling back to the label of the same name; ok is false when both are missing or garbled.
 func Index(pod metav1.Object) (i int, ok bool) {

@@ -1,14 +1,10 @@
 package controller
 
 import (
-	"encoding/json"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
@@ -25,12 +21,11 @@ import (
 // its writer), for a worker container the status does not show terminated non-zero
 // already (the kubelet's own record of an exit wins).
 func withReportedExit(pod *corev1.Pod, n int32) *corev1.Pod {
-	raw, ok := pod.Annotations[v1alpha1.AnnotationWorkerExit]
-	if !ok || !attempt.RestartsInPlace(&pod.Spec) {
+	if !attempt.RestartsInPlace(&pod.Spec) {
 		return pod
 	}
-	var ex v1alpha1.WorkerExit
-	if err := json.Unmarshal([]byte(raw), &ex); err != nil || ex.Attempt != n || ex.ExitCode == 0 || ex.Node == "" || ex.Node != pod.Spec.NodeName {
+	ex, ok := attempt.ReportedExit(pod)
+	if !ok || ex.Attempt != n || ex.ExitCode == 0 || ex.Node == "" || ex.Node != pod.Spec.NodeName {
 		return pod
 	}
 	i := slices.IndexFunc(pod.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == ex.Container })
@@ -40,27 +35,8 @@ func withReportedExit(pod *corev1.Pod, n int32) *corev1.Pod {
 	if t := pod.Status.ContainerStatuses[i].State.Terminated; t != nil && t.ExitCode != 0 {
 		return pod
 	}
-	reason := ex.Reason
-	if reason == "" {
-		reason = "Error" // as the kubelet says of a non-zero exit the runtime gave no reason for
-	}
 	out := pod.DeepCopy()
-	out.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode:   ex.ExitCode,
-		Reason:     reason,
-		Message:    ex.Message,
-		StartedAt:  reportTime(ex.StartedAt),
-		FinishedAt: reportTime(ex.FinishedAt),
-	}}
+	term := ex.Terminated()
+	out.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &term}
 	return out
-}
-
-// reportTime reads a report's RFC 3339 time; zero if unset or garbled (exitclass then
-// orders the exit last, as it does an unknown time).
-func reportTime(s string) metav1.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return metav1.Time{}
-	}
-	return metav1.NewTime(t)
 }

@@ -108,7 +108,7 @@ type attemptFailure struct {
 // saw notes o's failure if o is a failed worker of a run's latest attempt seen so far.
 func (f *failureClock) saw(o client.Object, now time.Time) {
 	p, ok := o.(*corev1.Pod)
-	if !ok || !podFailed(p) {
+	if !ok {
 		return
 	}
 	// The attempt of the worker that failed: a pod restarted in place keeps the label of
@@ -118,7 +118,22 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 	if !ok || name == "" {
 		return
 	}
-	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
+	failed := podFailed(p)
+	// A worker of a pod that restarts in place that exited on its own: its status never
+	// shows it (the pod is back at its barrier), its node agent's report does, and names
+	// the attempt it ran.
+	if ex, reported := attempt.ReportedExit(p); reported && ex.Attempt >= n && withReportedExit(p, ex.Attempt) != p {
+		n, failed = ex.Attempt, true
+	}
+	if !failed {
+		return
+	}
+	f.note(types.NamespacedName{Namespace: p.Namespace, Name: name}, n, now)
+}
+
+// note records a failure of attempt n of the run key at now, unless one of n (or later) is
+// recorded.
+func (f *failureClock) note(key types.NamespacedName, n int32, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cur, seen := f.first[key]; seen && cur.attempt >= n {

@@ -71,6 +71,16 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 	if seen, ok := f.firstSeen(run); !ok || !seen.Equal(t0.Add(11*time.Second)) {
 		t.Fatalf("a worker exited 1, phase Running: first failure seen at %v (%v), want %v", seen, ok, t0.Add(11*time.Second))
 	}
+	// A worker of a pod that restarts in place is back at its barrier (no exit in its
+	// status); its node agent's report of attempt 4 is the failure.
+	run.Status.Attempt = 4
+	f.decided(run, t0.Add(11*time.Second))
+	inPlace := reportedPod(reportJSON(t, v1alpha1.WorkerExit{Attempt: 4, Container: "worker", ExitCode: 143, Node: "n1"}))
+	inPlace.Namespace, inPlace.Labels[v1alpha1.LabelRun] = "ml", "llm"
+	f.saw(inPlace, t0.Add(20*time.Second))
+	if seen, ok := f.firstSeen(run); !ok || !seen.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("a worker restarted in place with its exit reported: first failure seen at %v (%v), want %v", seen, ok, t0.Add(20*time.Second))
+	}
 	f.forget(types.NamespacedName{Namespace: "ml", Name: "llm"})
 	f.decided(run, t0.Add(12*time.Second))
 	if n3, _ := decisionSamples(t); n3 != n1 {

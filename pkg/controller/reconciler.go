@@ -388,7 +388,10 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	judgedAt := r.now().Time // the trace's classify phase includes the plugin's hints
 	failureSeen, ok := r.failures.firstSeen(run)
 	if !ok {
+		// A failure the informer's check did not see as one: the settle window counts from
+		// this first judgement, not from each (it would never end).
 		failureSeen = judgedAt
+		r.failures.note(runKey(run), run.Status.Attempt, judgedAt)
 	}
 	// The plugin's calls belong to the failure's episode; the verdict has not named its root
 	// pod yet, so the episode is a guess that the verdict nearly always confirms.

@@ -109,12 +109,22 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 
 	// Before readiness: whoever sees the agent ready can read whether it restarts in place.
 	restarter, reason, message := dialRestarter(ctx, cfg.CRIEndpoint, log)
+	// A runtime that sends no container events is found once the exit watcher subscribes:
+	// the node then says it cannot restart in place, after (never before) the start's word.
+	marked := make(chan struct{})
+	noExits := func(err error) {
+		<-marked
+		msg := "the container runtime sends no container events (CRI GetContainerEvents), so a worker's own exit could not be reported: " + err.Error()
+		if err := writer.MarkInPlaceReady(ctx, false, v1alpha1.InPlaceReasonNoExitEvents, msg, time.Now()); err != nil {
+			log.Warn("the node's in-place readiness is not written", "error", err)
+		}
+	}
 	if restarter != nil {
 		defer restarter.Close()
 		runs, ok := cfg.Client.(Runs)
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
-		} else if err := runInPlace(ctx, runs, restarter, podInformer, writer, cfg.Node, log); err != nil {
+		} else if err := runInPlace(ctx, runs, restarter, podInformer, writer, noExits, cfg.Node, log); err != nil {
 			// Soft, as a missing runtime: this node's pods are then recreated, never
 			// held at a barrier nobody opens.
 			log.Warn("no in-place restarts on this node", "error", err)
@@ -125,6 +135,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		// Soft too: with no condition, the controller recreates this node's pods.
 		log.Warn("the node's in-place readiness is not written", "error", err)
 	}
+	close(marked)
 
 	gpuOpts := cfg.GPU
 	gpuOpts.Logger = log

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,9 @@ type Runs interface {
 	WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
+// runsSyncTimeout bounds the first list of the TrainingRuns.
+const runsSyncTimeout = 20 * time.Second
+
 // inPlaceWorkers is how many of the node's pods the agent syncs at once: a stop waits for the
 // old worker to exit, and the node's other pods must not wait behind it.
 const inPlaceWorkers = 4
@@ -32,10 +36,10 @@ const inPlaceWorkers = 4
 // runInPlace carries the runs' in-place decisions out on the node's pods until ctx is done:
 // a read-only informer of the TrainingRuns, the loop of package inplace over the node's pod
 // informer, and the pod and run events that queue pods into it; and it reports, through
-// reporter, the exits of workers that end on their own (inplace.ExitWatcher). It returns
-// once the runs' cache has synced (so that no decision is read from an empty cache), with
-// the loop and the exit watcher running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, node string, log *slog.Logger) error {
+// reporter, the exits of workers that end on their own (inplace.ExitWatcher), calling
+// noExits if the runtime cannot tell them. It returns once the runs' cache has synced (so
+// that no decision is read from an empty cache), with the loop and the exit watcher running.
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), node string, log *slog.Logger) error {
 	if restarter.Exits() == nil {
 		return errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
@@ -53,6 +57,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	decisions := inplace.StoreDecisions{Runs: runInformer.GetStore()}
 	loop := inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
+	exits.Unsupported = noExits
 	runChanged := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -79,9 +84,21 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	}); err != nil {
 		return fmt.Errorf("watch the node's pods for in-place restarts: %w", err)
 	}
-	go runInformer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), runInformer.HasSynced) {
-		return fmt.Errorf("sync the cache of the TrainingRuns: %w", context.Cause(ctx))
+	// Bounded: an agent that cannot list the runs (the CRD not installed yet, RBAC without
+	// them) must not wait here forever, before its inhibitor lock; it runs without
+	// restarts in place instead.
+	informerCtx, stop := context.WithCancel(ctx)
+	synced := false
+	defer func() {
+		if !synced {
+			stop() // the agent goes on without the runs
+		}
+	}()
+	go runInformer.RunWithContext(informerCtx)
+	syncCtx, cancel := context.WithTimeout(ctx, runsSyncTimeout)
+	defer cancel()
+	if synced = cache.WaitForCacheSync(syncCtx.Done(), runInformer.HasSynced); !synced {
+		return fmt.Errorf("the TrainingRuns could not be listed within %s (is faultline's CRD installed, and may the agent list them?): %w", runsSyncTimeout, context.Cause(syncCtx))
 	}
 	go loop.Run(ctx, inPlaceWorkers)
 	go exits.Run(ctx)

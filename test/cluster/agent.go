@@ -157,9 +157,9 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 		return nil, fmt.Errorf("start %s: %w", o.Bin, err)
 	}
 	go func() {
-		_ = a.cmd.Wait()
+		_ = agent.cmd.Wait() // not a: the error returns set it to nil
 		logFile.Close()
-		close(a.done)
+		close(agent.done)
 	}()
 	select {
 	case a.Lock = <-a.Logind.Locks():

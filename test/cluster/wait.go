@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,6 +105,23 @@ func CountRunning(pods []*corev1.Pod) int {
 // being deleted is live until it is gone or terminal, since its containers may still run.
 func PodLive(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// WorkerTerminated is the terminated state of the pod's worker (the first container that
+// shows one), nil if none. A pod that restarts in place never shows its worker's own exit
+// (the kubelet removes the container and writes a synthesized 137): then it is the node
+// agent's report of it (faultline.dev/worker-exit), which the controller judges by.
+func WorkerTerminated(p *corev1.Pod) *corev1.ContainerStateTerminated {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	if ex, ok := attempt.ReportedExit(p); ok {
+		term := ex.Terminated()
+		return &term
+	}
+	return nil
 }
 
 // WaitNode watches one Node and returns it as soon as cond holds. cond sees every change.

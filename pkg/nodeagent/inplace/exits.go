@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
 
 // A worker of a pod that restarts in place and exits non-zero on its own (not stopped by
@@ -126,6 +129,9 @@ type ExitWatcher struct {
 	log       *slog.Logger
 	// Retry is how long it waits before subscribing again after the stream ended.
 	Retry time.Duration
+	// Unsupported, when set, is called once if the runtime does not implement the event
+	// stream; Run then returns: no exit can be reported on this node.
+	Unsupported func(err error)
 }
 
 // NewExitWatcher is an ExitWatcher over the node's runtime and pods (the agent's informer's
@@ -145,6 +151,13 @@ func (w *ExitWatcher) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := w.follow(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			w.log.Error("the container runtime sends no container events: the exits of workers that restart in place cannot be reported", "error", err)
+			if w.Unsupported != nil {
+				w.Unsupported(err)
+			}
 			return
 		}
 		w.log.Warn("the container runtime's event stream ended; subscribing again", "error", err, "retry", w.Retry)
@@ -230,9 +243,16 @@ func (w *ExitWatcher) Exited(ctx context.Context, ev *runtimeapi.ContainerEventR
 		w.log.Debug("container exit not reported", "pod", podRef(pod), "container", st.GetId(), "exitCode", st.GetExitCode(), "reason", why)
 		return
 	}
+	// The container's termination message (or its log's tail), which the framework hints
+	// read: the kubelet removes the container before the pod's status could show it.
+	if msg, err := termmsg.Read(st); err != nil {
+		w.log.Warn("read a worker's termination message; reporting its exit without it", "pod", podRef(pod), "container", report.Container, "error", err)
+	} else {
+		report.Message = termmsg.Message(report.Message, msg)
+	}
 	if err := w.reporter.ReportWorkerExit(ctx, pod, report); err != nil {
 		w.log.Warn("report a worker's exit", "pod", podRef(pod), "attempt", n, "exitCode", report.ExitCode, "error", err)
 		return
 	}
-	w.log.Info("reported a worker's exit", "pod", podRef(pod), "attempt", n, "container", report.Container, "exitCode", report.ExitCode, "reason", report.Reason)
+	w.log.Info("reported a worker's exit", "pod", podRef(pod), "attempt", n, "container", report.Container, "exitCode", report.ExitCode, "reason", report.Reason, "messageBytes", len(report.Message))
 }

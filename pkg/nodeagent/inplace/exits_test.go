@@ -3,12 +3,16 @@ package inplace
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -16,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
 
 var (
@@ -152,9 +157,17 @@ func (r *reports) ReportWorkerExit(_ context.Context, _ *corev1.Pod, ex v1alpha1
 
 // The watcher reports a worker's exit from the event that carries the pod's statuses, and
 // one it missed while not subscribed from the exited containers it finds when it
-// subscribes; it leaves the other exits alone (a started worker, a sidecar's exit).
+// subscribes; it leaves the other exits alone (a started worker, a sidecar's exit). The
+// worker's report carries its termination message, read from the file the kubelet mounted.
 func TestExitWatcher(t *testing.T) {
 	pod := makePod().opened("attempt=2").worker("worker", "containerd://w2", running).obj()
+	msgFile := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(msgFile, []byte("RESOURCE_EXHAUSTED: out of memory on device 0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	workerExit := exitOf("w2", "worker", 1)
+	workerExit.Mounts = []*runtimeapi.Mount{{ContainerPath: "/dev/termination-log", HostPath: msgFile}}
+	workerExit.Annotations = map[string]string{termmsg.AnnotationPath: "/dev/termination-log"}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := idx.Add(pod); err != nil {
 		t.Fatal(err)
@@ -168,7 +181,7 @@ func TestExitWatcher(t *testing.T) {
 		events: []*runtimeapi.ContainerEventResponse{
 			{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT},
 			{ContainerId: "side", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{exitOf("side", "sidecar", 1)}},
-			{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{exitOf("side", "sidecar", 1), exitOf("w2", "worker", 1)}},
+			{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{exitOf("side", "sidecar", 1), workerExit}},
 		},
 	}
 	got := &reports{}
@@ -182,5 +195,32 @@ func TestExitWatcher(t *testing.T) {
 	}
 	if want := []string{"h2", "w2"}; !cmp.Equal(want, exits) {
 		t.Errorf("reported the exits of %v, want %v (the missed helper's, then the worker's)", exits, want)
+	}
+	if n := len(got.got); n > 0 && got.got[n-1].Message != "RESOURCE_EXHAUSTED: out of memory on device 0" {
+		t.Errorf("the worker's report says message %q, want its termination message", got.got[n-1].Message)
+	}
+}
+
+// unimplementedEvents is a runtime that answers the CRI but sends no container events.
+type unimplementedEvents struct{ *fakeEvents }
+
+func (unimplementedEvents) GetContainerEvents(context.Context, *runtimeapi.GetEventsRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method GetContainerEvents")
+}
+
+// A runtime without the event stream stops the watcher at once and says so (the agent then
+// tells the controller its node cannot restart in place), rather than retrying forever.
+func TestExitWatcherUnsupportedRuntime(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	w := NewExitWatcher(unimplementedEvents{&fakeEvents{FakeRuntime: &FakeRuntime{}}}, corelisters.NewPodLister(idx),
+		decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 1, true, true }), &reports{}, "n1", nil)
+	w.Retry = time.Millisecond
+	var got error
+	w.Unsupported = func(err error) { got = err }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.Run(ctx)
+	if ctx.Err() != nil || status.Code(got) != codes.Unimplemented {
+		t.Fatalf("Run returned after %v with Unsupported(%v); want it to return at once, told Unimplemented", ctx.Err(), got)
 	}
 }

@@ -26,7 +26,7 @@ import (
 
 // nodes: 0–4 for the tests, 5–7 for the benchmarks alone (a test's pods may still hold a
 // node's simulated GPUs when a benchmark starts).
-const nodes = 8
+const nodes = 9
 
 // Nodes of the benchmarks.
 var (

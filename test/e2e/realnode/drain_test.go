@@ -36,10 +36,7 @@ func TestRealDrainMovesTheGang(t *testing.T) {
 	ctx, c, ns := scenario(t, 3*time.Minute)
 	// The controller acts on this test's NodeMaintenances only (it watches one namespace).
 	const shard = "test.faultline.dev/ns"
-	cluster.StartProcess(t, launcherBin, "controller",
-		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--node-maintenance-selector", shard+"="+ns)
+	startController(t, c, ns, "--node-maintenance-selector", shard+"="+ns)
 
 	run := createRun(ctx, t, c, ns, realRun("drained", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))

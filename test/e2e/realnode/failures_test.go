@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // TestRealAppExitFailsFast: a worker's bug (a traceback, exit 1, from the real container) fails
@@ -42,7 +43,7 @@ func TestRealAppExitFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if term := terminated(p); term == nil || term.ExitCode != 1 || !strings.Contains(term.Message, "ValueError: injected application error") {
+	if term := cluster.WorkerTerminated(p); term == nil || term.ExitCode != 1 || !strings.Contains(term.Message, "ValueError: injected application error") {
 		t.Errorf("pod %s terminated %+v: want exit 1 with the traceback as its message (FallbackToLogsOnError)", p.Name, term)
 	}
 }
@@ -76,7 +77,7 @@ func TestRealOOMKilledIsApplication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if term := terminated(p); term == nil || term.Reason != "OOMKilled" || term.ExitCode != 137 {
+	if term := cluster.WorkerTerminated(p); term == nil || term.Reason != "OOMKilled" || term.ExitCode != 137 {
 		t.Errorf("pod %s terminated %+v: want the kubelet's OOMKilled, exit 137", p.Name, term)
 	}
 }
@@ -115,10 +116,11 @@ func TestRealBareSigtermIsUnknown(t *testing.T) {
 }
 
 // TestRealHintFromLogsFires: a worker prints the coordination service's lost-peer message
-// on stderr and exits 1 (it writes no /dev/termination-log, as no framework does). The
-// kubelet takes the termination message from its log (FallbackToLogsOnError, which
-// faultline sets), and the JAX plugin's hint reaches the verdict: a peer failure, which is
-// never a root cause, so the failure is Unknown and says why.
+// on stderr and exits 1 (it writes no /dev/termination-log, as no framework does). Its
+// termination message is its log's tail (FallbackToLogsOnError, which faultline sets): the
+// kubelet's, or, as the pod restarts in place (restartMode Auto on these nodes), the node
+// agent's report, read the same way. The JAX plugin's hint reaches the verdict: a peer
+// failure, which is never a root cause, so the failure is Unknown and says why.
 func TestRealHintFromLogsFires(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns := scenario(t, 3*time.Minute)
@@ -127,28 +129,32 @@ func TestRealHintFromLogsFires(t *testing.T) {
 	const message = "F1124 12:00:00.000000 client.h:77] Terminating process because the JAX distributed service detected fatal errors. " +
 		"This most likely indicates that another task died; see the other task logs for more details. absl::Status: UNAVAILABLE: " +
 		"The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:3\nThe tasks have crashed."
-	// Index 0, the coordinator: it fails first, so it is the root the verdict names.
-	run := createRun(ctx, t, c, ns, realRun("hint", 4, []string{"--fail-index", "0", "--fail", "message", "--message", message, "--fail-after", "1s"}))
+	// Index 2 is the only failure, the root the verdict names: the coordinator (index 0)
+	// notices its loss by heartbeats only, after a minute, so no peer ends meanwhile. (With
+	// the coordinator failing instead, its peers end within milliseconds of it, and which
+	// exit the runtime timed first is a race.)
+	run := createRun(ctx, t, c, ns, realRun("hint", 4, []string{"--fail-index", "2", "--fail", "message", "--message", message, "--fail-after", "1s",
+		"--heartbeats-only", "--heartbeat-timeout", "60s"}))
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	got := waitRun(ctx, t, c, ns, run.Name, "the first failure judged", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.LastFailure != nil
 	})
 
 	f := got.Status.LastFailure
-	if f.Pod != workers[0].Name {
-		t.Errorf("verdict names %s, want the worker that printed the message, %s", f.Pod, workers[0].Name)
+	if f.Pod != workers[2].Name {
+		t.Errorf("verdict names %s, want the worker that printed the message, %s", f.Pod, workers[2].Name)
 	}
 	if f.Cause != v1alpha1.CauseUnknown || !strings.Contains(f.Explanation+strings.Join(f.Evidence, "\n"), "jax hint") {
 		t.Fatalf("verdict: %s; want Unknown because the jax hint (PeerFailure) matched its logs", describeRun(got))
 	}
-	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, workers[0].Name, metav1.GetOptions{})
+	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, workers[2].Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pol := p.Spec.Containers[0].TerminationMessagePolicy; pol != corev1.TerminationMessageFallbackToLogsOnError {
 		t.Errorf("worker's terminationMessagePolicy %q, want FallbackToLogsOnError", pol)
 	}
-	if term := terminated(p); term == nil || !strings.Contains(term.Message, "stopped sending heartbeats") {
+	if term := cluster.WorkerTerminated(p); term == nil || !strings.Contains(term.Message, "stopped sending heartbeats") {
 		t.Errorf("pod %s terminated %+v: want its logs as its termination message", p.Name, term)
 	}
 }

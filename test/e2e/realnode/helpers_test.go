@@ -33,12 +33,14 @@ import (
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
-// startController starts `launcher controller` for namespace ns.
-func startController(t *testing.T, c *cluster.Cluster, ns string, args ...string) *cluster.Process {
+// startController starts `launcher controller` for namespace ns, as deployed: its gang
+// restarts are in place where the nodes can (restartMode Auto), with the barrier image the
+// nodes have (cluster.BarrierImage stands for the release's, which they cannot pull).
+func startController(t testing.TB, c *cluster.Cluster, ns string, args ...string) *cluster.Process {
 	t.Helper()
 	return cluster.StartProcess(t, launcherBin, append([]string{"controller",
 		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, args...)...)
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--barrier-image", cluster.BarrierImage}, args...)...)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -108,6 +110,12 @@ func withRules(rules ...v1alpha1.FailurePolicyRule) runOption {
 	}
 }
 
+// withRestartMode sets spec.failurePolicy.restartMode (the default, Auto, restarts in place
+// on these nodes).
+func withRestartMode(m v1alpha1.RestartMode) runOption {
+	return func(r *v1alpha1.TrainingRun) { r.Spec.FailurePolicy.RestartMode = m }
+}
+
 func withGPUs(n int64) runOption {
 	return func(r *v1alpha1.TrainingRun) {
 		q := *resource.NewQuantity(n, resource.DecimalSI)
@@ -115,7 +123,7 @@ func withGPUs(n int64) runOption {
 	}
 }
 
-func createRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, run *v1alpha1.TrainingRun) *v1alpha1.TrainingRun {
+func createRun(ctx context.Context, t testing.TB, c *cluster.Cluster, ns string, run *v1alpha1.TrainingRun) *v1alpha1.TrainingRun {
 	t.Helper()
 	run = run.DeepCopy()
 	run.Namespace = ns
@@ -149,7 +157,7 @@ func watchRun(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name st
 }
 
 // waitRun waits until cond holds for the run; it fails the test with what it saw last.
-func waitRun(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name, what string, cond func(*v1alpha1.TrainingRun) bool) *v1alpha1.TrainingRun {
+func waitRun(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name, what string, cond func(*v1alpha1.TrainingRun) bool) *v1alpha1.TrainingRun {
 	t.Helper()
 	start := time.Now()
 	run, err := watchRun(ctx, t, c, ns, name, cond)
@@ -177,7 +185,7 @@ func attemptRunningOrOver(n int32) func(*v1alpha1.TrainingRun) bool {
 }
 
 // requireRunning fails the test unless the run has attempt n Running.
-func requireRunning(t *testing.T, run *v1alpha1.TrainingRun, n int32) {
+func requireRunning(t testing.TB, run *v1alpha1.TrainingRun, n int32) {
 	t.Helper()
 	if !runningAttempt(n)(run) {
 		t.Fatalf("want attempt %d Running, the run went on: %s", n, describeRun(run))
@@ -218,14 +226,15 @@ func attemptSelector(run string, n int32) labels.Selector {
 }
 
 // waitWorkers waits until every index of the attempt has one Running pod and returns them by
-// index.
-func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
+// index: a pod made for the attempt, or an earlier one restarted in place for it
+// (attempt.Running).
+func waitWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
 	t.Helper()
 	var byIndex map[int]*corev1.Pod
-	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, n), func(pods []*corev1.Pod) (bool, error) {
+	pods, err := c.WaitPods(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}), func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			if !cluster.PodRunning(p) {
+			if k, _ := attempt.Running(p); k != n || !cluster.PodRunning(p) || p.DeletionTimestamp != nil {
 				continue
 			}
 			byIndex[attempt.IndexOrNone(p)] = p
@@ -257,7 +266,7 @@ func describePods(pods []*corev1.Pod) string {
 }
 
 // workerLog is what `launcher logs` prints for one index of one attempt.
-func workerLog(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, n int32, index int) string {
+func workerLog(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, n int32, index int) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, launcherBin, "logs", run, "--kubeconfig", c.Kubeconfig, "-n", ns,
 		"--attempt", strconv.Itoa(int(n)), "--index", strconv.Itoa(index))
@@ -320,16 +329,6 @@ func containsPod(pods []*corev1.Pod, p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// terminated is the worker container's terminated state, or nil.
-func terminated(p *corev1.Pod) *corev1.ContainerStateTerminated {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Terminated != nil {
-			return cs.State.Terminated
-		}
-	}
-	return nil
 }
 
 func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
@@ -423,7 +422,7 @@ func (m *overlapMonitor) check(t *testing.T) {
 
 // scenario is a test's share of the package's real-node cluster: the cluster, a namespace of
 // its own (dumped if the test fails), and a context that ends after d or with the test.
-func scenario(t *testing.T, d time.Duration) (context.Context, *cluster.Cluster, string) {
+func scenario(t testing.TB, d time.Duration) (context.Context, *cluster.Cluster, string) {
 	t.Helper()
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
@@ -434,7 +433,7 @@ func scenario(t *testing.T, d time.Duration) (context.Context, *cluster.Cluster,
 }
 
 // dumpOnFailure logs the namespace's pods and events, and the agents' logs, if the test failed.
-func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
+func dumpOnFailure(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -466,7 +465,7 @@ func dumpOnFailure(t *testing.T, c *cluster.Cluster, ns string) {
 // tasks register, and returns its log and the tasks it registered, sorted ("0", "1", …;
 // a task registered twice shows twice). The last registration may trail the workers'
 // Running by a moment, and the log is read through the kubelet.
-func registeredTasks(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string, attempt int32, world int) (log string, tasks []string) {
+func registeredTasks(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, attempt int32, world int) (log string, tasks []string) {
 	t.Helper()
 	all := fmt.Sprintf("coordinator: all %d tasks registered", world)
 	for log = workerLog(ctx, t, c, ns, run, attempt, 0); !strings.Contains(log, all); log = workerLog(ctx, t, c, ns, run, attempt, 0) {

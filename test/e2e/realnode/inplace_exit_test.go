@@ -29,14 +29,12 @@ import (
 func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns := scenario(t, 4*time.Minute)
-	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
+	startController(t, c, ns)
 
 	// The coordinator notices a lost task only after a minute: nothing but the test and
 	// the worker's own failure ends a worker.
 	run := createRun(ctx, t, c, ns, realRun("exits", 2, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
-		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit"}, func(r *v1alpha1.TrainingRun) {
-		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
-	}))
+		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit"}, withRestartMode(v1alpha1.RestartModeInPlace)))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 	victim := first[1]

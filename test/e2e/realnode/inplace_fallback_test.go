@@ -55,12 +55,10 @@ func TestRealInPlaceFallsBackToRecreate(t *testing.T) {
 	}
 	t.Logf("kubelet of %s restarted with %s=false in %s; it declares %v", old.Name, gate, time.Since(restarted).Round(time.Millisecond), declared)
 
-	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
+	startController(t, c, ns)
 
 	// InPlace: the run waits, and says which node cannot and why.
-	stuck := createRun(ctx, t, c, ns, realRun("inplace", 2, nil, func(r *v1alpha1.TrainingRun) {
-		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
-	}))
+	stuck := createRun(ctx, t, c, ns, realRun("inplace", 2, nil, withRestartMode(v1alpha1.RestartModeInPlace)))
 	got := waitRun(ctx, t, c, ns, stuck.Name, "Stalled InPlaceUnsupported", func(r *v1alpha1.TrainingRun) bool {
 		// Or its first attempt started: then it never stalls.
 		return meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionStalled) || len(r.Status.Attempts) > 0 && r.Status.Attempts[0].StartTime != nil

@@ -170,13 +170,11 @@ func inPlaceShutdown(t *testing.T, name string, workerArgs ...string) *inPlaceSc
 	dumpOnFailure(t, c, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	startController(t, c, ns, "--barrier-image", cluster.BarrierImage)
+	startController(t, c, ns)
 
 	// The workers notice a lost task by its heartbeats only, after 10 s: the controller's
 	// decision and the agents' stops come first, so that each healthy pod restarts once.
-	run := createRun(ctx, t, c, ns, realRun(name, 4, append([]string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, workerArgs...), func(r *v1alpha1.TrainingRun) {
-		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
-	}))
+	run := createRun(ctx, t, c, ns, realRun(name, 4, append([]string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, workerArgs...), withRestartMode(v1alpha1.RestartModeInPlace)))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	sc := &inPlaceScenario{ctx: ctx, c: c, ns: ns, run: run, before: map[int]*corev1.Pod{}, stopped: map[int]bool{}}

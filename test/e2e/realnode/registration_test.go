@@ -16,7 +16,8 @@ import (
 // while attempt 1's coordinator lived, it would have registered there (the address never
 // changes) and been refused as a duplicate incarnation. The test's watch never sees two
 // bound live pods of one index, and attempt 2's coordinator registers each index once and
-// refuses nothing.
+// refuses nothing. The run recreates its gang (restartMode Recreate): in place, the barrier
+// holds the same line (TestRealInPlaceBarrier).
 func TestRealNoDuplicateRegistration(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns := scenario(t, 3*time.Minute)
@@ -24,7 +25,8 @@ func TestRealNoDuplicateRegistration(t *testing.T) {
 
 	run := realRun("dup", 4, []string{"--fail-index", "3", "--fail", "exit", "--fail-after", "1s",
 		"--heartbeats-only", "--heartbeat-timeout", "60s", "--sigterm-delay", "3s"},
-		withRules(v1alpha1.FailurePolicyRule{Name: "retry-bugs", OnCauses: []v1alpha1.Cause{v1alpha1.CauseAppExit}, Action: v1alpha1.ActionRestartRunIgnoreBudget}))
+		withRules(v1alpha1.FailurePolicyRule{Name: "retry-bugs", OnCauses: []v1alpha1.Cause{v1alpha1.CauseAppExit}, Action: v1alpha1.ActionRestartRunIgnoreBudget}),
+		withRestartMode(v1alpha1.RestartModeRecreate))
 	monitor := monitorOverlaps(ctx, t, c, ns, run.Name)
 	run = createRun(ctx, t, c, ns, run)
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)

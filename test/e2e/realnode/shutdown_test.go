@@ -30,6 +30,10 @@ var registered = regexp.MustCompile(`coordinator: registered task (\d+) `)
 // would; faultline classifies them by the agent's evidence all the same, but their exit
 // codes are then a race.
 //
+// The run recreates its gang (restartMode Recreate): this is the recreate path on real
+// nodes, which Auto takes where nodes cannot restart in place; the same shutdown in place is
+// TestRealInPlaceRestartKeepsHealthyPods.
+//
 // It runs alone: the node it shuts down is every scenario's. It brings the node back
 // (PrepareForShutdown(false)) before it ends.
 func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
@@ -44,7 +48,7 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	// SIGTERM to the coordinator could otherwise end the node's other workers (by its loss)
 	// before the kubelet's SIGTERM reaches them.
 	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
-		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}))
+		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}, withRestartMode(v1alpha1.RestartModeRecreate)))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	perNode := map[string]int{}
@@ -98,7 +102,7 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 	}
 	t.Logf("PrepareForShutdown(true) -> %d workers on %s Failed in %s", len(stopped), down.Name, time.Since(announced).Round(time.Millisecond))
 	for _, p := range stopped {
-		term := terminated(p)
+		term := cluster.WorkerTerminated(p)
 		if term == nil || term.ExitCode != 143 {
 			t.Errorf("pod %s on %s: terminated %+v, want exit 143 (SIGTERM from the kubelet)", p.Name, down.Name, term)
 			continue
@@ -173,7 +177,7 @@ func TestRealNodeShutdownRestartsTheGang(t *testing.T) {
 
 // bringBack cancels the shutdown of a real node, waits until it is Ready again, and restarts
 // its node agent (see startAgent), so that later scenarios find the node as it was.
-func bringBack(t *testing.T, c *cluster.Cluster, n *cluster.RealNode) {
+func bringBack(t testing.TB, c *cluster.Cluster, n *cluster.RealNode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The agent's token died with its DaemonSet pod: stop it before it takes a new lock.

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// noEventsRuntime is a container runtime that answers the CRI's Version and implements
+// nothing else, the container events (GetContainerEvents) included: a runtime older than
+// the events, as far as the node agent can tell.
+type noEventsRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+}
+
+func (noEventsRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "no-events", RuntimeVersion: "0.0.1", RuntimeApiVersion: "v1"}, nil
+}
+
+// TestE2EAgentWithoutContainerEventsCannotRestartInPlace: the node agent reaches a container
+// runtime that sends no container events. It could stop and start workers in place, but not
+// report the exit of a worker that restarts by itself (its run would wait at its barriers
+// for good), so its node says InPlaceReady False, NoExitEvents, and the controller recreates
+// that node's pods instead. First, with faultline's CRD not installed yet (this package's
+// cluster has none), the agent cannot list the runs: it takes its inhibitor lock all the
+// same, and its node says why it cannot restart in place.
+func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.NodeName(8)
+
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, noEventsRuntime{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	waitInPlaceReady := func(reason, says string) {
+		t.Helper()
+		var cond *corev1.NodeCondition
+		if _, err := c.WaitNode(ctx, node, func(n *corev1.Node) (bool, error) {
+			cond = nodeCondition(n, v1alpha1.NodeConditionInPlaceReady)
+			return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == reason && strings.Contains(cond.Message, says), nil
+		}); err != nil {
+			t.Fatalf("node %s: %s %+v, want False %s saying %q: %v", node, v1alpha1.NodeConditionInPlaceReady, cond, reason, says, err)
+		}
+		t.Logf("%s: %s", cond.Reason, cond.Message)
+	}
+
+	// startAgent returns once the agent holds its inhibitor lock.
+	a := startAgent(t, c, node, "--cri-endpoint", "unix://"+sock)
+	waitInPlaceReady(v1alpha1.InPlaceReasonNoRuntime, "CRD")
+	a.Stop()
+
+	if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, c, node, "--cri-endpoint", "unix://"+sock)
+	waitInPlaceReady(v1alpha1.InPlaceReasonNoExitEvents, "GetContainerEvents")
+}
+
+func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
