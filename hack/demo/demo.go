@@ -541,7 +541,7 @@ func (d *demo) attemptPods(ctx context.Context, number int) ([]*corev1.Pod, erro
 		out = out[:0]
 		for _, p := range pods {
 			// Made for the attempt, or restarted in place for it.
-			if n, _ := attempt.Running(p); int(n) == number && cluster.PodRunning(p) && p.DeletionTimestamp == nil {
+			if n, _ := attempt.Running(p); int(n) == number && cluster.PodRunning(p) {
 				out = append(out, p)
 			}
 		}

@@ -122,8 +122,10 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 	// A worker of a pod that restarts in place that exited on its own: its status never
 	// shows it (the pod is back at its barrier), its node agent's report does, and names
 	// the attempt it ran.
-	if ex, reported := attempt.ReportedExit(p); reported && ex.Attempt >= n && withReportedExit(p, ex.Attempt) != p {
-		n, failed = ex.Attempt, true
+	if ex, reported := attempt.ReportedExit(p); reported && ex.Attempt >= n {
+		if _, counts := reportCounts(p, ex); counts {
+			n, failed = ex.Attempt, true
+		}
 	}
 	if !failed {
 		return

@@ -96,9 +96,10 @@ func podChanged(loop *inplace.Loop, obj any) {
 }
 
 // simWorkers is how many pods the simulated node side syncs at a time, for the whole
-// cluster. Each sync is one status write. 16 (with a label and a kwok stage per step, 4
-// writes a pod) moved ~27 pods a second at 2,048 workers; 1,028 at once swamped the API
-// server (bench/results/2026-11-26-s15-in-place.md).
+// cluster. Each sync is one status write. The first version (16 at a time, a label and a
+// kwok stage per step, 4 writes a pod) moved ~27 pods a second at 2,048 workers, and 1,028 at
+// once swamped the API server (2026-11-26-s15-in-place.md, in bench/results/README.md's
+// older reports).
 const simWorkers = 64
 
 // kwokRuntime carries the agent's decisions out as the kubelet would show them: the agent's
@@ -131,7 +132,7 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 		return d.Action, nil
 	}
 	// The pod as read, or nothing: a status computed from a stale copy must not count a
-	// restart twice (the loop retries on a conflict with the fresh pod).
+	// restart twice (on a conflict the informer brings the fresh pod, which queues it again).
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
 		"status":   status,

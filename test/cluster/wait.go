@@ -107,6 +107,16 @@ func PodLive(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
+// NodeCondition is the node's condition of type t, nil if it has none.
+func NodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // WorkerTerminated is the terminated state of the pod's worker (the first container that
 // shows one), nil if none. A pod that restarts in place never shows its worker's own exit
 // (the kubelet removes the container and writes a synthesized 137): then it is the node

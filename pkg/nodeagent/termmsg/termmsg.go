@@ -71,15 +71,41 @@ func Read(st *runtimeapi.ContainerStatus) (string, error) {
 	if !fallback || st.GetLogPath() == "" {
 		return "", nil
 	}
-	f, err := os.Open(st.GetLogPath())
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", nil
-		}
+	msg, err := logTail(st.GetLogPath())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("log of container %s: %w", name, err)
 	}
+	return msg, nil
+}
+
+// logWindow is how much of a log's end logTail reads: the last MaxLogLines lines' last
+// MaxLogBytes, with a CRI prefix (~45 bytes) a line and the runtime's 16 KiB records, are in
+// it. A training run's log can be gigabytes; its start is never read.
+const logWindow = 64 * 1024
+
+// logTail is LogTail of the log file at path, read from its last logWindow bytes (the line
+// cut at the window's start is dropped).
+func logTail(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
 	defer f.Close()
-	return LogTail(f, MaxLogLines, MaxLogBytes)
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(f)
+	if off := fi.Size() - logWindow; off > 0 {
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			return "", err
+		}
+		r.Reset(f)
+		if _, err := r.ReadBytes('\n'); err != nil {
+			return "", nil // a window without a line's end: no whole line in it
+		}
+	}
+	return LogTail(r, MaxLogLines, MaxLogBytes)
 }
 
 // readAtMost is the last max bytes of the file at path.

@@ -101,3 +101,30 @@ func TestLogTailLimits(t *testing.T) {
 		t.Errorf("LogTail of a 3000-byte line: %d bytes, want %d", len(got), MaxLogBytes)
 	}
 }
+
+// A log far longer than the window: its tail is read from its end, the line the window cuts
+// is dropped, and the result is what the whole log's tail is.
+func TestReadLongLog(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for i := range 20000 {
+		lines = append(lines, fmt.Sprintf("stdout F step %d loss 0.%04d", i, i))
+	}
+	logPath := criLog(t, dir, lines...)
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) < 4*logWindow {
+		t.Fatalf("log of %d bytes: want several windows", len(raw))
+	}
+	want, err := LogTail(strings.NewReader(string(raw)), MaxLogLines, MaxLogBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(&runtimeapi.ContainerStatus{ExitCode: 1, LogPath: logPath,
+		Annotations: map[string]string{AnnotationPolicy: string(corev1.TerminationMessageFallbackToLogsOnError)}})
+	if err != nil || got != want || !strings.HasSuffix(got, "step 19999 loss 0.19999\n") {
+		t.Errorf("Read of a %d-byte log = %q, %v; want the whole log's tail %q", len(raw), got, err, want)
+	}
+}

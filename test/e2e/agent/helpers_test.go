@@ -142,12 +142,7 @@ func evidence(t *testing.T, p *corev1.Pod) *v1alpha1.FaultEvidence {
 }
 
 func gpuHealthy(n *corev1.Node) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if c := &n.Status.Conditions[i]; c.Type == v1alpha1.NodeConditionGPUHealthy {
-			return c
-		}
-	}
-	return nil
+	return cluster.NodeCondition(n, v1alpha1.NodeConditionGPUHealthy)
 }
 
 // markPatch is the agent's mark as it writes it (pkg/nodeagent podMarkPatch): the

@@ -54,7 +54,7 @@ func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
 		t.Helper()
 		var cond *corev1.NodeCondition
 		if _, err := c.WaitNode(ctx, node, func(n *corev1.Node) (bool, error) {
-			cond = nodeCondition(n, v1alpha1.NodeConditionInPlaceReady)
+			cond = cluster.NodeCondition(n, v1alpha1.NodeConditionInPlaceReady)
 			return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == reason && strings.Contains(cond.Message, says), nil
 		}); err != nil {
 			t.Fatalf("node %s: %s %+v, want False %s saying %q: %v", node, v1alpha1.NodeConditionInPlaceReady, cond, reason, says, err)
@@ -72,13 +72,4 @@ func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
 	}
 	startAgent(t, c, node, "--cri-endpoint", "unix://"+sock)
 	waitInPlaceReady(v1alpha1.InPlaceReasonNoExitEvents, "GetContainerEvents")
-}
-
-func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == t {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
 }

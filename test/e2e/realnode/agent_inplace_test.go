@@ -65,7 +65,7 @@ func TestRealAgentRestartsAPodInPlace(t *testing.T) {
 	}
 	if n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
-	} else if cond := nodeCondition(n, v1alpha1.NodeConditionInPlaceReady); cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != v1alpha1.InPlaceReasonRuntimeReady {
+	} else if cond := cluster.NodeCondition(n, v1alpha1.NodeConditionInPlaceReady); cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != v1alpha1.InPlaceReasonRuntimeReady {
 		t.Errorf("node %s: %s %+v, want True %s", node.Name, v1alpha1.NodeConditionInPlaceReady, cond, v1alpha1.InPlaceReasonRuntimeReady)
 	} else {
 		t.Logf("node %s: %s=True %s: %s", node.Name, v1alpha1.NodeConditionInPlaceReady, cond.Reason, cond.Message)
@@ -308,15 +308,6 @@ func holds(ctx context.Context, t *testing.T, w *podWatch, when string) {
 	}); err == nil {
 		t.Errorf("%s: the barrier did not hold: %s %s", when, p.Status.Phase, stateLine(p))
 	}
-}
-
-func nodeCondition(n *corev1.Node, typ string) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if string(n.Status.Conditions[i].Type) == typ {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 func stateLine(p *corev1.Pod) string {

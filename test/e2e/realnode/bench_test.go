@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strconv"
@@ -67,10 +66,7 @@ type restartResult struct {
 func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.RestartMode) restartResult {
 	b.StopTimer()
 	defer b.StartTimer()
-	c := cluster.Shared(b)
-	ns := c.Namespace(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, c, ns := scenario(b, 5*time.Minute)
 	ctrl := startController(b, c, ns)
 	defer ctrl.Stop()
 

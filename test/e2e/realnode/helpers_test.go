@@ -234,7 +234,7 @@ func waitWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run 
 	pods, err := c.WaitPods(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}), func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			if k, _ := attempt.Running(p); k != n || !cluster.PodRunning(p) || p.DeletionTimestamp != nil {
+			if k, _ := attempt.Running(p); k != n || !cluster.PodRunning(p) {
 				continue
 			}
 			byIndex[attempt.IndexOrNone(p)] = p
