@@ -62,6 +62,12 @@ const (
 	NodeAgentName      = "faultline-nodeagent"
 	// LabelAppName is Kubernetes' recommended label for an application's name.
 	LabelAppName = "app.kubernetes.io/name"
+	// NodeAgentHeartbeat is the value of LabelAppName on the node agents' heartbeats: a
+	// coordination.k8s.io Lease per node in NodeAgentNamespace, named as the node and held
+	// by it, which its agent renews while it runs (package agentlease). The controller reads
+	// an agent's liveness there: a node whose kubelet is unreachable while its agent renews
+	// is not lost, and a node whose agent is silent opens no barrier.
+	NodeAgentHeartbeat = "faultline-nodeagent-heartbeat"
 )
 
 // Environment variables set in every container of a run.

@@ -13,7 +13,9 @@ import (
 // synthesized exit (137, RestartingAllContainers) in the pod's status, so the real exit is
 // the agent's to tell. The agent reads it from the container runtime (CRI), not from the
 // pod's status. The controller judges the pod failed in Attempt with this exit, and only
-// then: a report of an earlier attempt says nothing of the current one.
+// then: a report of an earlier attempt says nothing of the current one. The agent reports
+// a failed worker of a run's other pods too, whose status keeps the exit: there exitclass
+// reads the report beside the status, for its time to the nanosecond and its message.
 //
 // +kubebuilder:object:generate=false
 type WorkerExit struct {
@@ -25,7 +27,8 @@ type WorkerExit struct {
 	// ExitCode and Reason are the runtime's ("Error", "OOMKilled", …). Message is what the
 	// kubelet would have shown in the container's terminated state: the runtime's message,
 	// then the container's termination message (its file, or its log's tail with
-	// FallbackToLogsOnError), which the agent reads from the node (pkg/nodeagent/termmsg).
+	// FallbackToLogsOnError, and above the tail the lines that matter from further up the
+	// log), which the agent reads from the node (pkg/nodeagent/termmsg).
 	ExitCode int32  `json:"exitCode"`
 	Reason   string `json:"reason,omitempty"`
 	Message  string `json:"message,omitempty"`

@@ -12,11 +12,13 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
+	"github.com/faultline-dev/faultline/pkg/cli"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -87,7 +89,14 @@ controller), or --leader-elect=false where no other faultline controller acts on
 			}
 			cfg, err := config.GetConfig()
 			if err != nil {
-				return fmt.Errorf("load kubeconfig: %w", err)
+				// client-go's own words ("try setting KUBERNETES_MASTER") name no way a
+				// controller is meant to be run.
+				const how = "the controller runs in a pod of the cluster (`launcher install` deploys it), " +
+					"or outside one with --kubeconfig or KUBECONFIG naming the cluster's kubeconfig"
+				if clientcmd.IsEmptyConfig(err) {
+					return cli.UsageError("no cluster to control: %s", how)
+				}
+				return cli.UsageError("load the kubeconfig: %v (%s)", err, how)
 			}
 			cfg.QPS, cfg.Burst = qps, burst
 			dc, err := discovery.NewDiscoveryClientForConfig(cfg)

@@ -69,7 +69,7 @@ program does. It takes kubectl's flags for the cluster and namespace.`,
 		&cobra.Group{ID: "nodes", Title: "Node maintenance (SREs):"},
 		&cobra.Group{ID: "admin", Title: "Installing and operating faultline:"},
 	)
-	for _, c := range []*cobra.Command{newSubmitCommand(env), newRunCommand(env), newSuspendCommand(env, true), newSuspendCommand(env, false), newDeleteCommand(env)} {
+	for _, c := range []*cobra.Command{newSubmitCommand(env), newRunCommand(env), newConvertCommand(env), newSuspendCommand(env, true), newSuspendCommand(env, false), newDeleteCommand(env)} {
 		c.GroupID = "runs"
 		root.AddCommand(c)
 	}

@@ -42,6 +42,26 @@ func completeRuns(env *cli.Env) cobra.CompletionFunc {
 	}
 }
 
+// oneRun checks that a command was given exactly one run, and says what to give where
+// cobra would print its bare "accepts 1 arg(s), received 0".
+func oneRun(cmd *cobra.Command, args []string) error {
+	switch len(args) {
+	case 1:
+		return nil
+	case 0:
+		return cli.UsageError("%s needs the name of a run: %s (`launcher get` lists the runs)", cmd.Name(), cmd.UseLine())
+	}
+	return cli.UsageError("%s takes one run, not %d (%s): %s", cmd.Name(), len(args), strings.Join(args, " "), cmd.UseLine())
+}
+
+// someRuns checks that a command was given at least one run.
+func someRuns(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cli.UsageError("%s needs the names of the runs: %s (`launcher get` lists the runs)", cmd.Name(), cmd.UseLine())
+	}
+	return nil
+}
+
 // follow watches a run to its end after submit or run --watch.
 func follow(ctx context.Context, env *cli.Env, cl *cli.Clients, namespace, name string) error {
 	runs := &cli.Runs{REST: cl.Runs.REST, Namespace: namespace}
@@ -61,15 +81,18 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newSubmitCommand(env *cli.Env) *cobra.Command {
-	var file string
+	var file, dryRun string
 	var watch bool
 	cmd := &cobra.Command{
 		Use:   "submit -f FILE",
 		Short: "Create TrainingRuns from a YAML or JSON file",
 		Long: `Create the TrainingRuns of a file ("-" reads standard input). The API server checks them
-strictly: an unknown or misspelled field is refused, not dropped.`,
+strictly: an unknown or misspelled field is refused, not dropped. --dry-run=client checks them
+here (the fields, the CRD's bounds and enums, the names) without a cluster; --dry-run=server
+has the API server check them through its whole validation and admission, storing nothing.`,
 		Example: `  launcher submit -f run.yaml
-  launcher submit -f run.yaml --watch`,
+  launcher submit -f run.yaml --watch
+  launcher submit -f run.yaml --dry-run=server`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -89,14 +112,24 @@ strictly: an unknown or misspelled field is refused, not dropped.`,
 			if err != nil {
 				return err
 			}
-			if watch && len(docs) != 1 {
-				return cli.UsageError("--watch follows one run; %s holds %d", source, len(docs))
-			}
-			cl, err := env.Clients()
+			dry, err := cli.ParseDryRun(dryRun)
 			if err != nil {
 				return err
 			}
-			created, err := cli.Submit(cmd.Context(), cl.Runs, docs, cl.NamespaceExplicit, out(env))
+			if watch && len(docs) != 1 {
+				return cli.UsageError("--watch follows one run; %s holds %d", source, len(docs))
+			}
+			if watch && dry != cli.DryRunNone {
+				return cli.UsageError("--watch follows a run that --dry-run does not create: drop one")
+			}
+			cl, err := env.Clients()
+			if err != nil {
+				if dry != cli.DryRunClient {
+					return err
+				}
+				cl = &cli.Clients{Runs: &cli.Runs{}} // a client dry run needs no cluster
+			}
+			created, err := cli.Submit(cmd.Context(), cl.Runs, docs, cl.NamespaceExplicit, dry, out(env), env.IO.ErrOut)
 			if err != nil || !watch {
 				return err
 			}
@@ -105,8 +138,16 @@ strictly: an unknown or misspelled field is refused, not dropped.`,
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", `file with the TrainingRuns ("-" for standard input)`)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the run until it ends (exit 0 Succeeded, 1 Failed)")
+	addDryRunFlag(cmd, &dryRun)
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
+}
+
+// addDryRunFlag adds kubectl's --dry-run: none, client ("--dry-run" alone) or server.
+func addDryRunFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "dry-run", string(cli.DryRunNone), `"client" checks here and prints, "server" has the API server check (nothing is stored); "--dry-run" alone is client`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(cli.DryRunClient)
+	_ = cmd.RegisterFlagCompletionFunc("dry-run", cobra.FixedCompletions([]cobra.Completion{"none", "client", "server"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 func newRunCommand(env *cli.Env) *cobra.Command {
@@ -114,13 +155,16 @@ func newRunCommand(env *cli.Env) *cobra.Command {
 		s                        cli.RunSpec
 		maxInfra, maxApp, maxUnk int32
 		settle, ttl              int32
-		watch, dryRun            bool
+		watch                    bool
+		dryRun                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "run --name NAME --image IMAGE --workers N [flags] [-- COMMAND ARGS...]",
 		Short: "Create a TrainingRun from flags",
 		Long: `Create a TrainingRun of N workers (one pod each) from flags. What follows -- is the
-workers' command. Flags left out keep the API's defaults (see README: TrainingRun reference).`,
+workers' command. Flags left out keep the API's defaults (docs/reference.md). --dry-run
+(=client) checks the run here and prints it as YAML, without a cluster; --dry-run=server has the
+API server check it and prints it as it would be stored, its defaults filled in.`,
 		Example: `  launcher run --name llm --framework jax --workers 16 --image ghcr.io/me/train:1 \
       --gpus-per-worker 8 --exclude-faulty-nodes --watch -- python train.py --steps 10000
   launcher run --name smoke --image busybox --workers 2 --dry-run -- sh -c 'echo hi'`,
@@ -148,21 +192,27 @@ workers' command. Flags left out keep the API's defaults (see README: TrainingRu
 			if f.Changed("ttl-seconds-after-finished") {
 				s.TTLSeconds = &ttl
 			}
-			cl, err := env.Clients()
-			if err != nil && !dryRun {
+			dry, err := cli.ParseDryRun(dryRun)
+			if err != nil {
 				return err
 			}
-			if cl != nil {
+			if watch && dry != cli.DryRunNone {
+				return cli.UsageError("--watch follows a run that --dry-run does not create: drop one")
+			}
+			cl, err := env.Clients()
+			if err != nil && dry != cli.DryRunClient {
+				return err
+			}
+			if cl == nil {
+				cl = &cli.Clients{Runs: &cli.Runs{}} // a client dry run needs no cluster
+			} else {
 				s.Namespace = cl.Namespace
 			}
 			tr, err := s.TrainingRun()
 			if err != nil {
 				return err
 			}
-			if dryRun {
-				return cli.YAML(out(env), tr)
-			}
-			created, err := cli.Create(cmd.Context(), cl.Runs, tr, out(env))
+			created, err := cli.Create(cmd.Context(), cl.Runs, tr, dry, out(env), env.IO.ErrOut)
 			if err != nil || !watch {
 				return err
 			}
@@ -191,68 +241,49 @@ workers' command. Flags left out keep the API's defaults (see README: TrainingRu
 	f.StringVar(&s.Queue, "queue", "", "Kueue LocalQueue that admits the run (label "+v1alpha1.LabelQueueName+"): it starts when Kueue admits it, on the admitted flavor")
 	f.Int32Var(&ttl, "ttl-seconds-after-finished", 0, "delete the run this long after it ends")
 	f.BoolVarP(&watch, "watch", "w", false, "follow the run until it ends (exit 0 Succeeded, 1 Failed)")
-	f.BoolVar(&dryRun, "dry-run", false, "print the TrainingRun as YAML instead of creating it")
+	addDryRunFlag(cmd, &dryRun)
 	_ = cmd.RegisterFlagCompletionFunc("framework", cobra.FixedCompletions(append(slices.Clone(framework.Shipped), v1alpha1.FrameworkNone), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("restart-scope", cobra.FixedCompletions([]cobra.Completion{"Gang", "Index"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func newGetCommand(env *cli.Env) *cobra.Command {
-	var (
-		output string
-		all    bool
-	)
+	var req cli.GetRequest
 	cmd := &cobra.Command{
 		Use:     "get [RUN...]",
 		Aliases: []string{"list", "ls"},
 		Short:   "List TrainingRuns, or show some",
+		Long: `List the runs of the namespace, or show those named, with kubectl get's flags: -o for the
+output (the table, wide, json, yaml, name, jsonpath=…, go-template=…, custom-columns=…), -l to
+select by label, -w to print each change until interrupted, -A for every namespace,
+--no-headers, --sort-by.`,
 		Example: `  launcher get
-  launcher get -A
+  launcher get -A -l team=research
   launcher get llm -o wide
-  launcher get llm -o yaml`,
+  launcher get llm -o jsonpath='{.status.lastFailure.cause}'
+  launcher get -o custom-columns=NAME:.metadata.name,ATTEMPT:.status.attempt --sort-by=.status.attempt
+  launcher get llm -w`,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := cli.ParseFormat(output)
-			if err != nil {
-				return err
-			}
 			cl, err := env.Clients()
 			if err != nil {
 				return err
 			}
-			if all {
-				if len(args) > 0 {
-					return cli.UsageError("--all-namespaces lists every run; it takes no names")
-				}
-				cl.Runs = &cli.Runs{REST: cl.Runs.REST} // no namespace: the whole cluster
-			}
-			var runs []v1alpha1.TrainingRun
-			if len(args) == 0 {
-				if runs, err = cl.Runs.List(cmd.Context()); err != nil {
-					return err
-				}
-				if len(runs) == 0 && (format == cli.FormatTable || format == cli.FormatWide) {
-					if all {
-						fmt.Fprintln(env.IO.ErrOut, "No trainingruns found.")
-					} else {
-						fmt.Fprintf(env.IO.ErrOut, "No trainingruns found in namespace %s.\n", cl.Namespace)
-					}
-					return nil
-				}
-			}
-			for _, name := range args {
-				r, err := cl.Runs.Get(cmd.Context(), name)
-				if err != nil {
-					return err
-				}
-				runs = append(runs, *r)
-			}
-			return cli.PrintRuns(out(env), runs, cli.PrintOptions{Format: format, Now: env.Now(), Single: len(args) == 1, AllNamespaces: all})
+			req.Names = args
+			req.Print.Now = env.Now()
+			return cli.Get(cmd.Context(), cl, req, out(env), env.IO.ErrOut)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: "+strings.Join(cli.Formats, "|"))
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the runs of every namespace")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(cli.Formats, cobra.ShellCompDirectiveNoFileComp))
+	f := cmd.Flags()
+	f.StringVarP(&req.Print.Output, "output", "o", "", "output format: "+strings.Join(cli.GetOutputs, "|"))
+	f.BoolVarP(&req.AllNamespaces, "all-namespaces", "A", false, "list the runs of every namespace")
+	f.StringVarP(&req.Selector, "selector", "l", "", "label selector of the runs to list (e.g. team=research,tier!=batch)")
+	f.BoolVarP(&req.Watch, "watch", "w", false, "after the list, print each change of the runs until interrupted")
+	f.BoolVar(&req.Print.NoHeaders, "no-headers", false, "leave out the table's header")
+	f.StringVar(&req.Print.SortBy, "sort-by", "", "sort by the value at this JSONPath (e.g. .status.attempt, {.metadata.creationTimestamp})")
+	f.BoolVar(&req.Print.ShowLabels, "show-labels", false, "add a column with every label of the run")
+	f.StringSliceVarP(&req.Print.LabelColumns, "label-columns", "L", nil, "add a column with the value of each of these labels")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"table", "wide", "json", "yaml", "name", "jsonpath=", "go-template=", "custom-columns="}, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
 	return cmd
 }
 
@@ -260,7 +291,7 @@ func newDescribeCommand(env *cli.Env) *cobra.Command {
 	return &cobra.Command{
 		Use:               "describe RUN",
 		Short:             "Show a run in detail: spec, attempts with verdicts and evidence, excluded nodes, events",
-		Args:              cobra.ExactArgs(1),
+		Args:              oneRun,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			run, events, err := runWithEvents(cmd.Context(), env, args[0])
@@ -281,7 +312,7 @@ func newWatchCommand(env *cli.Env) *cobra.Command {
 each attempt ended. It uses the API server's watch, not polling. The exit code says how the
 run ended: 0 Succeeded, 1 Failed (the verdict is printed), 2 usage or API errors (also a
 --timeout that expired). Ctrl-C stops watching, not the run.`,
-		Args:              cobra.ExactArgs(1),
+		Args:              oneRun,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := env.Clients()
@@ -312,7 +343,7 @@ pod's attempt now, from its pods and their nodes, and say what part the pod play
 		Example: `  launcher explain llm
   launcher explain llm --attempt 1
   launcher explain pod/llm-3-x7k2p`,
-		Args:              cobra.ExactArgs(1),
+		Args:              oneRun,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := env.Clients()
@@ -358,10 +389,17 @@ func newLogsCommand(env *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs RUN",
 		Short: "Print the logs of a run's workers",
+		Long: `Print the logs of a run's workers, each line prefixed with its index when there are several.
+--attempt K reads the pods of an earlier attempt that are still there; --previous reads each
+worker container's previous instance (for workers restarted in place, the attempt before).
+The workers are read --max-streams at a time; --follow keeps a stream open per worker, and
+refuses more workers than --max-streams.`,
 		Example: `  launcher logs llm --index 3
   launcher logs llm --attempt 1 --index 3 --tail 100
-  launcher logs llm -f`,
-		Args:              cobra.ExactArgs(1),
+  launcher logs llm --since 10m --timestamps
+  launcher logs llm --previous --index 0
+  launcher logs llm -f --max-streams 64`,
+		Args:              oneRun,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := env.Clients()
@@ -377,6 +415,10 @@ func newLogsCommand(env *cli.Env) *cobra.Command {
 	f.StringVarP(&o.Container, "container", "c", "", "container (default: the worker, the pod's first container)")
 	f.BoolVarP(&o.Follow, "follow", "f", false, "stream new lines as they come")
 	f.Int64Var(&o.Tail, "tail", -1, "lines from the end to show (-1: all)")
+	f.DurationVar(&o.Since, "since", 0, "only lines newer than this (e.g. 10m, 2h); 0 shows all")
+	f.BoolVar(&o.Timestamps, "timestamps", false, "start each line with its time (RFC 3339)")
+	f.BoolVarP(&o.Previous, "previous", "p", false, "each worker container's previous instance (for a worker restarted in place, the attempt before)")
+	f.IntVar(&o.MaxStreams, "max-streams", cli.DefaultMaxStreams, "log streams open at once, at most (one per worker)")
 	return cmd
 }
 
@@ -388,7 +430,7 @@ func newTimelineCommand(env *cli.Env) *cobra.Command {
 		Long: `Draw a run's attempts and restarts as a Gantt chart in the terminal, from status.attempts
 and the run's events. --html FILE writes the same chart as a standalone HTML page (inline
 SVG, no external assets).`,
-		Args:              cobra.ExactArgs(1),
+		Args:              oneRun,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			run, events, err := runWithEvents(cmd.Context(), env, args[0])
@@ -456,7 +498,7 @@ func newSuspendCommand(env *cli.Env, suspend bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "suspend RUN...",
 		Short:             "Stop every worker of runs without counting a failure",
-		Args:              cobra.MinimumNArgs(1),
+		Args:              someRuns,
 		ValidArgsFunction: completeRuns(env),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := env.Clients()

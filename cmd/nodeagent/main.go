@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
@@ -92,6 +93,7 @@ func newCommand() *cobra.Command {
 	f.BoolVar(&cfg.GPU.RequireGPU, "require-gpu", false, "exit when NVML cannot be loaded instead of running without GPU monitoring")
 	f.DurationVar(&cfg.GPU.HealthInterval, "gpu-health-interval", 10*time.Second, "period of the GPU health poll")
 	f.DurationVar(&cfg.ReleaseTimeout, "release-timeout", shutdown.DefaultReleaseTimeout, "longest a shutdown is held back while pods are marked (keep below logind's InhibitDelayMaxSec)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", agentlease.RenewInterval, "how often the agent renews its heartbeat Lease (a renewal holds for four): the controller's sign that the agent is on the node")
 	f.BoolVar(&cfg.TaintUnhealthyGPU, "taint-unhealthy-gpu", false, "also taint a node NoSchedule after a fatal GPU fault")
 	f.StringVar(&cfg.HTTPAddr, "http-address", ":8082", `address of /healthz, /readyz and /metrics ("" disables)`)
 	f.BoolVar(&cfg.SimulateHardware, "simulate-hardware", false, "TEST ONLY (kwok nodes): mock NVML and GPU allocations guessed from pod specs")

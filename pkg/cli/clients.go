@@ -15,10 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -92,15 +94,16 @@ func (e *Env) Clients() (*Clients, error) {
 }
 
 // ErrNoConfig: there is no kubeconfig, no --server, and this is not a pod.
-var ErrNoConfig = errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG.\n" +
-	"For a local cluster with fake GPU nodes run `make cluster-up`: it prints the kubeconfig path to use")
+var ErrNoConfig = errors.New("no cluster configured: pass --kubeconfig, set KUBECONFIG, or put your cluster's kubeconfig in ~/.kube/config " +
+	"(`kubectl config view` shows what kubectl would use).\n" +
+	"For a local cluster with fake GPU nodes, `make cluster-up` in a faultline checkout starts one and prints its kubeconfig path.")
 
 // checkConfig refuses to go on without any configuration, where client-go would fall back
 // to http://localhost:8080 and report a confusing connection error.
 func (e *Env) checkConfig() error {
 	if p := e.Flags.KubeConfig; p != nil && *p != "" {
 		if _, err := os.Stat(*p); err != nil {
-			return fmt.Errorf("kubeconfig %s: %w; `make cluster-up` prints the path of the local cluster's", *p, errors.Unwrap(err))
+			return UsageError("kubeconfig %s: %v: pass the path of an existing kubeconfig (the local dev cluster's is the path `make cluster-up` prints)", *p, errors.Unwrap(err))
 		}
 	}
 	if s := e.Flags.APIServer; s != nil && *s != "" {
@@ -177,19 +180,82 @@ func (r *Runs) Get(ctx context.Context, name string) (*v1alpha1.TrainingRun, err
 
 // List reads every run of the namespace, sorted by name.
 func (r *Runs) List(ctx context.Context) ([]v1alpha1.TrainingRun, error) {
-	list := &v1alpha1.TrainingRunList{}
-	if err := r.req("get").Do(ctx).Into(list); err != nil {
-		return nil, r.wrap(err, "")
+	list, err := r.ListWith(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
 	}
 	return list.Items, nil
+}
+
+// ListWith reads the runs that opts select (a label selector, a field selector); the list's
+// resourceVersion is where a watch of the same runs starts.
+func (r *Runs) ListWith(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.TrainingRunList, error) {
+	list := &v1alpha1.TrainingRunList{}
+	if err := r.req("get").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list); err != nil {
+		return nil, r.wrap(err, "")
+	}
+	return list, nil
+}
+
+// Watch calls fn with each run that opts select as it changes after resourceVersion, until
+// ctx ends (then it returns nil) or fn fails. It rides out the API server's closing a
+// watch, as kubectl get -w does.
+func (r *Runs) Watch(ctx context.Context, resourceVersion string, opts metav1.ListOptions, fn func(watch.EventType, *v1alpha1.TrainingRun) error) error {
+	lw := cache.NewFilteredListWatchFromClient(r.REST, v1alpha1.ResourceTrainingRun, r.Namespace, func(o *metav1.ListOptions) {
+		o.LabelSelector, o.FieldSelector = opts.LabelSelector, opts.FieldSelector
+	})
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, resourceVersion, lw)
+	if err != nil {
+		return r.wrap(err, "")
+	}
+	defer rw.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-rw.ResultChan():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the watch of trainingruns ended")
+			}
+			switch e.Type {
+			case watch.Error:
+				return r.wrap(apierrors.FromObject(e.Object), "")
+			case watch.Bookmark:
+				continue
+			}
+			run, ok := e.Object.(*v1alpha1.TrainingRun)
+			if !ok {
+				continue
+			}
+			if err := fn(e.Type, run); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // Create creates a run from its JSON as given, asking the server to refuse unknown or
 // duplicate fields rather than drop them: a typo in a spec must not pass silently.
 func (r *Runs) Create(ctx context.Context, body []byte) (*v1alpha1.TrainingRun, error) {
+	return r.create(ctx, body, false)
+}
+
+// CreateDryRun asks the API server to check a run as Create would, through its whole
+// validation and admission, and to store nothing; it returns what would have been stored.
+func (r *Runs) CreateDryRun(ctx context.Context, body []byte) (*v1alpha1.TrainingRun, error) {
+	return r.create(ctx, body, true)
+}
+
+func (r *Runs) create(ctx context.Context, body []byte, dryRun bool) (*v1alpha1.TrainingRun, error) {
 	out := &v1alpha1.TrainingRun{}
-	err := r.req("post").Param("fieldValidation", metav1.FieldValidationStrict).
-		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).Do(ctx).Into(out)
+	q := r.req("post").Param("fieldValidation", metav1.FieldValidationStrict)
+	if dryRun {
+		q = q.Param("dryRun", metav1.DryRunAll)
+	}
+	err := q.SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).Do(ctx).Into(out)
 	if err != nil {
 		return nil, r.wrap(err, "")
 	}

@@ -21,6 +21,9 @@ const (
 	ExitRunFailed = 1
 	// ExitUsage: bad usage, or an error from the API server or the connection to it.
 	ExitUsage = 2
+	// ExitDiffers: `launcher convert` printed the TrainingRuns, but one would not behave as
+	// its source did (what differs is on standard error).
+	ExitDiffers = 3
 )
 
 // ExitError ends a command with Code. Err, when set, is what to tell the person; a nil
@@ -72,16 +75,21 @@ func Message(err error, server string) (string, int) {
 	}
 	switch {
 	case clientcmd.IsEmptyConfig(err):
-		return "no cluster configured: pass --kubeconfig or set KUBECONFIG.\n" +
-			"For a local cluster with fake GPU nodes run `make cluster-up`: it prints the kubeconfig path to use.", code
+		return ErrNoConfig.Error(), code
 	case Unreachable(err):
 		where := "the Kubernetes API server"
 		if server != "" {
 			where += " at " + server
 		}
-		return fmt.Sprintf("cannot reach %s (%s).\n"+
-			"Is the cluster running? For a local one run `make cluster-up` and pass the kubeconfig it prints "+
-			"with --kubeconfig (or export KUBECONFIG).", where, rootCause(err)), code
+		// Where the user is decides what helps: the local dev cluster is on this machine;
+		// anywhere else it is the kubeconfig's context or the way to the cluster.
+		hint := "Is the cluster up, and is it the one you mean? `kubectl config current-context` names the kubeconfig's context " +
+			"(--context picks another), `kubectl cluster-info` tries the same address."
+		if loopback(server) {
+			hint = "Is the cluster running? For a local one run `make cluster-up` and pass the kubeconfig it prints " +
+				"with --kubeconfig (or export KUBECONFIG)."
+		}
+		return fmt.Sprintf("cannot reach %s (%s).\n%s", where, rootCause(err), hint), code
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -141,6 +149,20 @@ func Unreachable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// loopback reports whether the API server's address is on this machine, as the local dev
+// cluster's is.
+func loopback(server string) bool {
+	u, err := url.Parse(server)
+	if err != nil || u.Hostname() == "" {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
 }
 
 // rootCause is the innermost message of a connection error ("connection refused").

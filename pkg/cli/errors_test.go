@@ -32,6 +32,11 @@ func TestMessage(t *testing.T) {
 		"unreachable": {fmt.Errorf("list: %w", refused),
 			"cannot reach the Kubernetes API server at https://127.0.0.1:6443 (connection refused).\n" +
 				"Is the cluster running? For a local one run `make cluster-up` and pass the kubeconfig it prints with --kubeconfig (or export KUBECONFIG).", ExitUsage},
+		"unreachable, a remote cluster": {fmt.Errorf("list: %w", &url.Error{Op: "Get", URL: "https://10.0.0.1:6443/apis", Err: &net.OpError{
+			Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}}),
+			"cannot reach the Kubernetes API server at https://10.0.0.1:6443 (connection refused).\n" +
+				"Is the cluster up, and is it the one you mean? `kubectl config current-context` names the kubeconfig's context (--context picks another), " +
+				"`kubectl cluster-info` tries the same address.", ExitUsage},
 		"invalid lists every field": {fmt.Errorf("create: %w", invalid),
 			"the API server rejected trainingrun \"zero\":\n" +
 				"  spec.workers: Invalid value: 0: spec.workers in body should be greater than or equal to 1\n" +
@@ -45,7 +50,11 @@ func TestMessage(t *testing.T) {
 		"plain error is kept": {errors.New("boom"), "boom", ExitUsage},
 	} {
 		t.Run(name, func(t *testing.T) {
-			msg, code := Message(tc.err, "https://127.0.0.1:6443")
+			server := "https://127.0.0.1:6443"
+			if name == "unreachable, a remote cluster" {
+				server = "https://10.0.0.1:6443"
+			}
+			msg, code := Message(tc.err, server)
 			if msg != tc.msg || code != tc.code {
 				t.Errorf("Message() = %q, %d\nwant        %q, %d", msg, code, tc.msg, tc.code)
 			}

@@ -146,7 +146,7 @@ func advice(run *v1alpha1.TrainingRun, v *v1alpha1.FailureVerdict, attempt int32
 	case v1alpha1.CausePreemption, v1alpha1.CauseEviction:
 		s = "Kubernetes took the pods back (preemption or node pressure): give the run a higher priorityClass, or queue it with Kueue so that it is suspended rather than killed."
 	case v1alpha1.CauseNodeLost:
-		s = fmt.Sprintf("node %s went away or stopped reporting: check it; later attempts run elsewhere if the node stays NotReady.", orNone(v.Node))
+		s = fmt.Sprintf("node %s went away or stopped reporting past its workers' toleration of an unreachable node (or its node agent went silent too): check it; later attempts run elsewhere if the node stays NotReady. A node that comes back within that toleration (a kubelet restart) costs no restart: shorten it (tolerations, node.kubernetes.io/unreachable) to restart sooner.", orNone(v.Node))
 	case v1alpha1.CauseAppExit:
 		s = "the program failed on its own: read its output with " + logs + ", fix it and submit the run again."
 	case v1alpha1.CauseOOMKilled:

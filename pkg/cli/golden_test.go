@@ -35,29 +35,84 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// TestGoldenGet: `get` prints through cli-runtime's printers, as kubectl get does: the
+// table and its wide columns, json, yaml, name, jsonpath and go templates, custom columns,
+// without headers, sorted by a field, with labels, across namespaces.
 func TestGoldenGet(t *testing.T) {
 	runs := []v1alpha1.TrainingRun{*pendingRun(), *failedRun(), *succeededRun()}
+	labelled := func() []v1alpha1.TrainingRun {
+		out := []v1alpha1.TrainingRun{*pendingRun(), *failedRun(), *succeededRun()}
+		out[1].Labels = map[string]string{"team": "research"}
+		out[2].Labels = map[string]string{"team": "infra", "tier": "batch"}
+		return out
+	}
 	for name, tc := range map[string]struct {
-		format Format
-		runs   []v1alpha1.TrainingRun
-		single bool
-		all    bool
+		runs []v1alpha1.TrainingRun
+		o    PrintOptions
 	}{
-		"get-table":          {FormatTable, runs, false, false},
-		"get-wide":           {FormatWide, runs, false, false},
-		"get-name":           {FormatName, runs, false, false},
-		"get-yaml":           {FormatYAML, []v1alpha1.TrainingRun{*succeededRun()}, true, false},
-		"get-json":           {FormatJSON, []v1alpha1.TrainingRun{*pendingRun()}, false, false},
-		"get-single":         {FormatTable, []v1alpha1.TrainingRun{*runningRun()}, true, false},
-		"get-all-namespaces": {FormatTable, runs, false, true},
+		"get-table":                     {runs, PrintOptions{}},
+		"get-wide":                      {runs, PrintOptions{Output: "wide"}},
+		"get-name":                      {runs, PrintOptions{Output: "name"}},
+		"get-yaml":                      {[]v1alpha1.TrainingRun{*succeededRun()}, PrintOptions{Output: "yaml", Single: true}},
+		"get-json":                      {[]v1alpha1.TrainingRun{*pendingRun()}, PrintOptions{Output: "json"}},
+		"get-single":                    {[]v1alpha1.TrainingRun{*runningRun()}, PrintOptions{Single: true}},
+		"get-all-namespaces":            {runs, PrintOptions{AllNamespaces: true}},
+		"get-no-headers":                {runs, PrintOptions{NoHeaders: true}},
+		"get-sort-by":                   {runs, PrintOptions{SortBy: ".status.attempt"}},
+		"get-sort-by-age":               {runs, PrintOptions{SortBy: "{.metadata.creationTimestamp}", Output: "name"}},
+		"get-jsonpath":                  {runs, PrintOptions{Output: `jsonpath={range .items[*]}{.metadata.name}{"\t"}{.status.phase}{"\n"}{end}`}},
+		"get-jsonpath-single":           {[]v1alpha1.TrainingRun{*failedRun()}, PrintOptions{Output: "jsonpath={.status.lastFailure.cause}", Single: true}},
+		"get-go-template":               {runs, PrintOptions{Output: `go-template={{range .items}}{{.metadata.name}} {{.spec.workers}}{{"\n"}}{{end}}`}},
+		"get-custom-columns":            {runs, PrintOptions{Output: "custom-columns=NAME:.metadata.name,ATTEMPT:.status.attempt,EXCLUDED:.status.excludedNodes[*],QUEUE:{.metadata.labels.kueue\\.x-k8s\\.io/queue-name}"}},
+		"get-custom-columns-no-headers": {runs, PrintOptions{Output: "custom-columns=NAME:.metadata.name", NoHeaders: true}},
+		"get-show-labels":               {labelled(), PrintOptions{ShowLabels: true, LabelColumns: []string{"team"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := PrintRuns(&b, tc.runs, PrintOptions{Format: tc.format, Now: now, Single: tc.single, AllNamespaces: tc.all}); err != nil {
+			tc.o.Now = now
+			if err := PrintRuns(&b, tc.runs, tc.o); err != nil {
 				t.Fatal(err)
 			}
 			golden(t, name, b.Bytes())
 		})
+	}
+}
+
+// TestGoldenGetWatch: `get -w` prints the list, then a row for each change under the same
+// header, as kubectl get -w; -o yaml prints each object.
+func TestGoldenGetWatch(t *testing.T) {
+	for name, o := range map[string]PrintOptions{"get-watch": {}, "get-watch-yaml": {Output: "yaml"}} {
+		t.Run(name, func(t *testing.T) {
+			o.Now, o.Watch = now, true
+			p, err := NewRunPrinter(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := p.Print(&b, []v1alpha1.TrainingRun{*pendingRun()}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []*v1alpha1.TrainingRun{runningRun(), failedRun()} {
+				if err := p.PrintChange(&b, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			golden(t, name, b.Bytes())
+		})
+	}
+}
+
+// TestGetOutputRefused: an output format, a template or a sort key that cannot be used is a
+// usage error that names it, before anything is asked of the API server.
+func TestGetOutputRefused(t *testing.T) {
+	for _, o := range []PrintOptions{
+		{Output: "xml"}, {Output: "wide=1"}, {Output: "jsonpath={.metadata.name"}, {Output: "custom-columns=NAME"},
+		{Output: "custom-columns="}, {SortBy: "{.status.attempt"}, {Output: "custom-columns-file=/nonexistent"},
+	} {
+		_, err := NewRunPrinter(o)
+		if msg, code := Message(err, ""); code != ExitUsage {
+			t.Errorf("%+v: exit %d (%s), want a usage error", o, code, msg)
+		}
 	}
 }
 

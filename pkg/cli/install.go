@@ -40,7 +40,7 @@ var installComponents = map[string]string{"crd": "crd", "admission": "admission"
 var InstallComponents = []string{"crd", "admission", "controller", "agent"}
 
 // OptionalComponents are installed only when named: kueue, the Kueue integration's RBAC (for a
-// cluster that runs Kueue; README.md "Queueing with Kueue").
+// cluster that runs Kueue; docs/deploy.md, "Queueing with Kueue").
 var OptionalComponents = []string{"kueue"}
 
 // FieldManager is the launcher's name in managedFields.

@@ -21,20 +21,21 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // evidence
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's heartbeat
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
 			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", // the pods' roles
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
-			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
+			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "DaemonSet", "FlowSchema",
 		}},
 		"crd only":              {InstallOptions{Components: []string{"crd"}}, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ClusterRole", "ClusterRole", "ClusterRole"}},
 		"kueue only when named": {InstallOptions{Components: []string{"kueue"}}, []string{"ClusterRole", "ClusterRoleBinding"}},
 		// The agent without the controller still gets the namespace it runs in.
 		"agent adds its namespace": {InstallOptions{Components: []string{"agent", "crd"}}, []string{
 			"CustomResourceDefinition", "CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRole", "ClusterRole",
-			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "FlowSchema",
+			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "DaemonSet", "FlowSchema",
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -34,7 +36,21 @@ type LogsOptions struct {
 	Follow    bool
 	// Tail is the number of lines from the end, -1 for all.
 	Tail int64
+	// Since shows only the lines written this long ago or later; 0 shows all.
+	Since time.Duration
+	// Timestamps starts each line with the time the runtime read it (RFC 3339).
+	Timestamps bool
+	// Previous reads each worker container's previous instance: for a worker restarted in
+	// place, the process of the attempt before (kubectl logs --previous).
+	Previous bool
+	// MaxStreams caps the log streams open at once (one per worker): without --follow the
+	// workers are read that many at a time; with it, more workers than that is an error,
+	// since every stream stays open.
+	MaxStreams int
 }
+
+// DefaultMaxStreams is --max-streams' default.
+const DefaultMaxStreams = 32
 
 // Logs streams the logs of a run's workers to out, each line prefixed with its index when
 // there are several. Pods whose logs cannot be read are reported on errOut; Logs fails
@@ -76,11 +92,19 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 		}
 		return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
 	})
+	maxStreams := o.MaxStreams
+	if maxStreams <= 0 {
+		maxStreams = DefaultMaxStreams
+	}
+	if o.Follow && len(pods) > maxStreams {
+		return UsageError("--follow keeps one stream open per worker: %d workers, but --max-streams is %d: raise it, or follow one worker with --index", len(pods), maxStreams)
+	}
 	simulated := map[string]bool{}
 	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
-		ok int
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ok   int
+		slot = make(chan struct{}, maxStreams)
 	)
 	prefix := len(pods) > 1
 	for i := range pods {
@@ -90,8 +114,10 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 			continue
 		}
 		wg.Add(1)
+		slot <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-slot }()
 			err := streamPod(ctx, kube, pod, o, out, &mu, prefix)
 			mu.Lock()
 			defer mu.Unlock()
@@ -160,11 +186,7 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 	if container == "" && len(pod.Spec.Containers) > 0 {
 		container = pod.Spec.Containers[0].Name
 	}
-	opts := &corev1.PodLogOptions{Container: container, Follow: o.Follow}
-	if o.Tail >= 0 {
-		opts.TailLines = &o.Tail
-	}
-	rc, err := kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, opts).Stream(ctx)
+	rc, err := kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, podLogOptions(o, container)).Stream(ctx)
 	if err != nil {
 		return err
 	}
@@ -184,6 +206,19 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 		return err
 	}
 	return nil
+}
+
+// podLogOptions is what the kubelet is asked for one worker's container.
+func podLogOptions(o LogsOptions, container string) *corev1.PodLogOptions {
+	opts := &corev1.PodLogOptions{Container: container, Follow: o.Follow, Timestamps: o.Timestamps, Previous: o.Previous}
+	if o.Tail >= 0 {
+		opts.TailLines = ptr.To(o.Tail)
+	}
+	if o.Since > 0 {
+		// The kubelet counts whole seconds: round up, so that nothing asked for is left out.
+		opts.SinceSeconds = ptr.To(int64((o.Since + time.Second - 1) / time.Second))
+	}
+	return opts
 }
 
 func logError(err error) string {

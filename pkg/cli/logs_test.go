@@ -1,9 +1,28 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/fake"
+	restfake "k8s.io/client-go/rest/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 // TestMadeFor: the pods that ran an attempt are labelled with it, or, for an attempt that
@@ -19,5 +38,65 @@ func TestMadeFor(t *testing.T) {
 	}
 	if got := madeFor(runningRun(), 2); !cmp.Equal(got, []string{"2"}) {
 		t.Errorf("recreated attempt 2: %v, want [2]", got)
+	}
+}
+
+// TestPodLogOptions: --since (rounded up to the kubelet's whole seconds), --timestamps,
+// --previous and --tail reach the kubelet's log request.
+func TestPodLogOptions(t *testing.T) {
+	got := podLogOptions(LogsOptions{Tail: 100, Since: 1500 * time.Millisecond, Timestamps: true, Previous: true, Follow: true}, "worker")
+	want := &corev1.PodLogOptions{Container: "worker", Follow: true, Timestamps: true, Previous: true, TailLines: ptr.To[int64](100), SinceSeconds: ptr.To[int64](2)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PodLogOptions (-want +got):\n%s", diff)
+	}
+	if got := podLogOptions(LogsOptions{Tail: -1}, "w"); got.TailLines != nil || got.SinceSeconds != nil {
+		t.Errorf("no --tail, no --since: %+v, want neither", got)
+	}
+}
+
+// TestLogsMaxStreams: --follow refuses more workers than --max-streams (each stream stays
+// open) before opening any; without --follow every worker is read, that many at a time.
+func TestLogsMaxStreams(t *testing.T) {
+	run := runningRun()
+	objs := []runtime.Object{}
+	for i := range 5 {
+		objs = append(objs, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("llm-%d", i), Namespace: run.Namespace, Labels: map[string]string{
+				v1alpha1.LabelRun: run.Name, v1alpha1.LabelAttempt: strconv.Itoa(int(run.Status.Attempt)), batchv1.JobCompletionIndexAnnotation: strconv.Itoa(i),
+			}},
+			Spec:   corev1.PodSpec{NodeName: "gpu-node-1", Containers: []corev1.Container{{Name: "worker"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1"}})
+	kube := fake.NewClientset(objs...)
+	runs := &Runs{REST: fakeRunsREST(t, run), Namespace: run.Namespace}
+	var out, errOut bytes.Buffer
+	err := Logs(context.Background(), kube, runs, run.Name, LogsOptions{Index: -1, Tail: -1, Follow: true, MaxStreams: 4}, &out, &errOut)
+	if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, "5 workers, but --max-streams is 4") {
+		t.Errorf("follow 5 workers with 4 streams: exit %d, %q", code, msg)
+	}
+	if err := Logs(context.Background(), kube, runs, run.Name, LogsOptions{Index: -1, Tail: -1, MaxStreams: 2}, &out, &errOut); err != nil {
+		t.Fatalf("%v (stderr %s)", err, errOut.String())
+	}
+	if n := strings.Count(out.String(), "fake logs"); n != 5 {
+		t.Errorf("read %d workers' logs, want all 5:\n%s", n, out.String())
+	}
+}
+
+// fakeRunsREST serves one run, as the API server would to Runs.Get.
+func fakeRunsREST(t *testing.T, run *v1alpha1.TrainingRun) *restfake.RESTClient {
+	t.Helper()
+	body, err := json.Marshal(forOutput(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &restfake.RESTClient{
+		NegotiatedSerializer: serializer.NewCodecFactory(clientScheme).WithoutConversion(),
+		GroupVersion:         v1alpha1.GroupVersion,
+		Client: restfake.CreateHTTPClient(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": []string{"application/json"}},
+				Body: io.NopCloser(bytes.NewReader(body))}, nil
+		}),
 	}
 }

@@ -53,7 +53,7 @@ func waitingRun() *v1alpha1.TrainingRun {
 func TestGoldenQueue(t *testing.T) {
 	var b bytes.Buffer
 	runs := []v1alpha1.TrainingRun{*admittedRun(), *preemptedRun(), *waitingRun(), *succeededRun()}
-	if err := PrintRuns(&b, runs, PrintOptions{Format: FormatWide, Now: now}); err != nil {
+	if err := PrintRuns(&b, runs, PrintOptions{Output: "wide", Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "get-wide-queued", b.Bytes())

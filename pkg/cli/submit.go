@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -50,8 +52,10 @@ func Documents(r io.Reader, source string) ([]*unstructured.Unstructured, error)
 
 // Submit creates the runs as written (the API server validates them strictly) and prints a
 // line for each. The namespace is the document's, else the command's; a document in
-// another namespace than an explicit --namespace is refused, as kubectl does.
-func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, explicitNS bool, out io.Writer) ([]*v1alpha1.TrainingRun, error) {
+// another namespace than an explicit --namespace is refused, as kubectl does. With a dry
+// run nothing is created: client checks each run here (decoded strictly, then ValidateRun),
+// server has the API server check it and store nothing; each line then says so.
+func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, explicitNS bool, dry DryRun, out, errOut io.Writer) ([]*v1alpha1.TrainingRun, error) {
 	var made []*v1alpha1.TrainingRun
 	for _, u := range docs {
 		ns := u.GetNamespace()
@@ -66,21 +70,73 @@ func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, 
 		if err != nil {
 			return made, err
 		}
-		r := &Runs{REST: runs.REST, Namespace: ns}
-		run, err := r.Create(ctx, body)
-		if err != nil {
-			return made, err
+		var run *v1alpha1.TrainingRun
+		switch dry {
+		case DryRunClient:
+			if run, err = checkClient(u.GetName(), body, errOut); err != nil {
+				return made, err
+			}
+		case DryRunServer:
+			r := &Runs{REST: runs.REST, Namespace: ns}
+			if run, err = r.CreateDryRun(ctx, body); err != nil {
+				return made, err
+			}
+		default:
+			r := &Runs{REST: runs.REST, Namespace: ns}
+			if run, err = r.Create(ctx, body); err != nil {
+				return made, err
+			}
 		}
-		fmt.Fprintln(out, created(run))
+		fmt.Fprintln(out, created(run)+dryRunNote(dry))
 		made = append(made, run)
 	}
 	return made, nil
 }
 
-// Create submits one run built in Go (from `launcher run`'s flags).
-func Create(ctx context.Context, runs *Runs, run *v1alpha1.TrainingRun, out io.Writer) (*v1alpha1.TrainingRun, error) {
+// checkClient decodes a run strictly (a field the API does not have is an error, as the API
+// server's strict field validation makes it) and validates it, printing its warnings.
+func checkClient(name string, body []byte, errOut io.Writer) (*v1alpha1.TrainingRun, error) {
+	run := &v1alpha1.TrainingRun{}
+	if err := sigsyaml.UnmarshalStrict(body, run); err != nil {
+		_, detail, found := strings.Cut(err.Error(), "json: ")
+		if !found {
+			detail = err.Error()
+		}
+		return nil, UsageError("trainingrun %q is not valid: %s", name, detail)
+	}
+	warnings, err := ValidateRun(run)
+	for _, w := range warnings {
+		fmt.Fprintln(errOut, "warning: "+w)
+	}
+	return run, err
+}
+
+func dryRunNote(dry DryRun) string {
+	switch dry {
+	case DryRunClient:
+		return " (dry run)"
+	case DryRunServer:
+		return " (server dry run)"
+	}
+	return ""
+}
+
+// Create submits one run built in Go (from `launcher run`'s flags). With a dry run it
+// creates nothing and prints the run as YAML: client as built and checked here, server as
+// the API server would store it, its defaults filled in.
+func Create(ctx context.Context, runs *Runs, run *v1alpha1.TrainingRun, dry DryRun, out, errOut io.Writer) (*v1alpha1.TrainingRun, error) {
 	if run.Namespace == "" {
 		run.Namespace = runs.Namespace
+	}
+	warnings, err := ValidateRun(run)
+	for _, w := range warnings {
+		fmt.Fprintln(errOut, "warning: "+w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if dry == DryRunClient {
+		return run, YAML(out, run)
 	}
 	m, err := manifest(run)
 	if err != nil {
@@ -91,6 +147,15 @@ func Create(ctx context.Context, runs *Runs, run *v1alpha1.TrainingRun, out io.W
 		return nil, err
 	}
 	r := &Runs{REST: runs.REST, Namespace: run.Namespace}
+	if dry == DryRunServer {
+		got, err := r.CreateDryRun(ctx, body)
+		if err != nil {
+			return nil, err
+		}
+		stored := got.DeepCopy()
+		stored.UID, stored.ResourceVersion, stored.Generation = "", "", 0
+		return got, YAML(out, stored)
+	}
 	got, err := r.Create(ctx, body)
 	if err != nil {
 		return nil, err

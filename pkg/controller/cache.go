@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // The cache holds every worker pod of every run and every Node of the cluster, so each field
@@ -22,8 +23,9 @@ import (
 var stripManagedFields = cache.TransformStripManagedFields()
 
 // slimPod keeps of a pod what the controller reads (exitclass, the teardown, the trace): its
-// metadata without managed fields; of its spec the node and each container's name and
-// GPUs; of its status the phase, reason, message, start, conditions and
+// metadata without managed fields; of its spec the node, each container's name and GPUs,
+// and its toleration of an unreachable node (how long a node may be silent before its
+// workers count as lost); of its status the phase, reason, message, start, conditions and
 // the containers' states. The rest grows with the gang or the run's history and is read by
 // nobody here: the containers' environment carries the framework's rendezvous (TF_CONFIG
 // lists every worker, so the cache would grow with the gang's square), the affinity every
@@ -39,6 +41,7 @@ func slimPod(obj any) (any, error) {
 		NodeName:       p.Spec.NodeName,
 		InitContainers: slimContainers(p.Spec.InitContainers),
 		Containers:     slimContainers(p.Spec.Containers),
+		Tolerations:    exitclass.UnreachableTolerations(p.Spec.Tolerations),
 	}
 	p.Status = corev1.PodStatus{
 		Phase:                 p.Status.Phase,

@@ -16,10 +16,13 @@ import (
 )
 
 // The cached pod keeps everything exitclass and the teardown read (labels, annotations,
-// finalizers, node, GPU requests, status) and loses the rest: the environment, the
+// finalizers, node, GPU requests, the toleration of an unreachable node, status) and loses
+// the rest: the environment, the
 // affinity, volumes, images, addresses and managed fields.
 func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	gpu := corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")}
+	// DefaultTolerationSeconds' own: how long the pod's workers outlive their node's silence.
+	unreachable := corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}
 	full := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "llm-1-0-abc", Namespace: "ml", UID: "u",
@@ -45,7 +48,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"gpu-node-1"}}}}},
 			}}},
-			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}, unreachable},
 		},
 		Status: corev1.PodStatus{
 			Phase:      corev1.PodFailed,
@@ -76,6 +79,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 		NodeName:       "gpu-node-3",
 		InitContainers: []corev1.Container{{Name: "init"}},
 		Containers:     []corev1.Container{{Name: "worker", Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu}}},
+		Tolerations:    []corev1.Toleration{unreachable},
 	}
 	want.Status.PodIPs, want.Status.QOSClass = nil, ""
 	cs := &want.Status.ContainerStatuses[0]

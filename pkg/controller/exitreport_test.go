@@ -101,8 +101,8 @@ func TestWithReportedExit(t *testing.T) {
 			if diff := cmp.Diff(corev1.ContainerState{Terminated: tc.want}, got.Status.ContainerStatuses[0].State); diff != "" {
 				t.Errorf("the worker's state (-want +got):\n%s", diff)
 			}
-			if !exitclass.Failed(got, nil) || exitclass.Failed(tc.pod, nil) {
-				t.Errorf("exitclass.Failed: %t with the report, %t without; want true, false", exitclass.Failed(got, nil), exitclass.Failed(tc.pod, nil))
+			if !exitclass.Failed(got, nil, time.Time{}) || exitclass.Failed(tc.pod, nil, time.Time{}) {
+				t.Errorf("exitclass.Failed: %t with the report, %t without; want true, false", exitclass.Failed(got, nil, time.Time{}), exitclass.Failed(tc.pod, nil, time.Time{}))
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -24,8 +25,10 @@ import (
 
 	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
+	"github.com/faultline-dev/faultline/pkg/runmetrics"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
@@ -106,6 +109,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			// Nodes are only read (exitclass.FactsOfNode), for every distinct node of a run's
 			// pods at every reconcile: no copy of each.
 			&corev1.Node{}: {Transform: slimNode, UnsafeDisableDeepCopy: ptr.To(true)},
+			// The node agents' heartbeats (package agentlease), read with the nodes' facts:
+			// whatever namespace the controller is limited to, they are in the agents'.
+			&coordinationv1.Lease{}: {
+				Namespaces:            map[string]cache.Config{agentlease.Namespace: {}},
+				Label:                 labels.SelectorFromSet(agentlease.Labels()),
+				UnsafeDisableDeepCopy: ptr.To(true),
+			},
 		},
 	}
 	if opts.Kueue {
@@ -166,6 +176,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	// The runs' remaining restart budgets, for dashboards: read from the cache at each scrape.
+	budgets := runmetrics.Collector{List: func(ctx context.Context) ([]v1alpha1.TrainingRun, error) {
+		list := &v1alpha1.TrainingRunList{}
+		err := mgr.GetCache().List(ctx, list)
+		return list.Items, err
+	}}
+	if err := metrics.Registry.Register(budgets); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	if err := indexPods(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("index pods: %w", err)
 	}
@@ -173,6 +192,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	// that first decision wait for its sync.
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{}); err != nil {
 		return fmt.Errorf("node informer: %w", err)
+	}
+	if _, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{}); err != nil {
+		return fmt.Errorf("node agent heartbeat informer: %w", err)
 	}
 	if err := indexMaintenance(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("index for maintenance: %w", err)

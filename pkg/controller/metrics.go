@@ -13,6 +13,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 var (
@@ -118,7 +119,7 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 	if !ok || name == "" {
 		return
 	}
-	failed := podFailed(p)
+	failed := exitclass.Failed(p, nil, now) // the pod alone: no event of its node wakes the clock
 	// A worker of a pod that restarts in place that exited on its own: its status never
 	// shows it (the pod is back at its barrier), its node agent's report does, and names
 	// the attempt it ran.

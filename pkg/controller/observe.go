@@ -6,12 +6,14 @@ import (
 	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
@@ -163,28 +165,27 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 			// Other errors: facts unknown, which exitclass treats as no evidence.
 			continue
 		}
-		facts[name] = exitclass.FactsOfNode(node)
+		f := exitclass.FactsOfNode(node)
+		f.Agent = r.agentHeartbeat(ctx, name)
+		facts[name] = f
 	}
 	return facts
+}
+
+// agentHeartbeat is the heartbeat of node's agent from the cache, nil if it has none (or the
+// cache cannot say: no agent is then assumed, which only makes a lost node wait for its
+// pods' toleration).
+func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass.Heartbeat {
+	l := &coordinationv1.Lease{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err != nil {
+		return nil
+	}
+	return agentlease.Heartbeat(l, node)
 }
 
 func metav1IsControlledBy(obj client.Object, run *v1alpha1.TrainingRun) bool {
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Controller != nil && *ref.Controller && ref.UID == run.UID {
-			return true
-		}
-	}
-	return false
-}
-
-// podFailed reports whether a pod has a failed container or phase: what an informer event
-// alone tells (the failure clock); judging uses exitclass.Failed, which knows lost nodes.
-func podFailed(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
 			return true
 		}
 	}

@@ -9,7 +9,9 @@ package controller
 // power than creating a Job, which makes pods of any template too, and admission confines
 // those creations to workers of runs controlled by a Job. Its leader-election Lease is a Role's
 // in its own namespace: a cluster-wide grant would let it take kube-controller-manager's or
-// kube-scheduler's Lease, or write node heartbeats in kube-node-lease. It lists events only to
+// kube-scheduler's Lease, or write node heartbeats in kube-node-lease. It reads (lists and
+// watches) the node agents' heartbeats there too (package agentlease); admission keeps it from
+// writing them (deploy/admission/nodeagent.yaml). It lists events only to
 // say why a Job creates no pods (the Job controller's FailedCreate events).
 //
 // It patches a run only to write the restart scope and success policy its framework chose
@@ -44,4 +46,4 @@ package controller
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=faultline-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update,namespace=faultline-system

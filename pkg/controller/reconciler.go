@@ -178,13 +178,34 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	}
 	// In Gang scope the first failure ends the attempt. In Index scope the Job controller
 	// replaces failed indexes itself; the run fails only when the Job gives up.
-	judge := slices.ContainsFunc(workers, func(p *corev1.Pod) bool { return exitclass.Failed(p, obs.nodes) })
+	now := r.now().Time
+	judge := slices.ContainsFunc(workers, func(p *corev1.Pod) bool { return exitclass.Failed(p, obs.nodes, now) })
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
 		judge = jobFailed(obs.job)
 	}
 	if judge {
 		return r.judge(ctx, run, obs)
 	}
+	res, err := r.trackRunning(ctx, run, obs)
+	if at := exitclass.LostAt(workers, obs.nodes, now); !at.IsZero() && err == nil {
+		// A worker's node is unreachable, within its bound: no object changes when the
+		// bound runs out, so look again then.
+		res.RequeueAfter = earliest(res.RequeueAfter, at.Sub(now))
+	}
+	return res, err
+}
+
+// earliest is the sooner of two requeues, zero meaning none.
+func earliest(a, b time.Duration) time.Duration {
+	if a == 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// trackRunning follows an attempt none of whose workers has failed: a planned maintenance,
+// readiness.
+func (r *Reconciler) trackRunning(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	if run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
 		res, done, err := r.plan(ctx, run, obs)
 		if done || err != nil {
@@ -193,9 +214,7 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		if res.RequeueAfter > 0 {
 			// A scheduled maintenance becomes due then; the progress's own requeue may be sooner.
 			got, err := r.updateProgress(ctx, run, obs)
-			if got.RequeueAfter == 0 || res.RequeueAfter < got.RequeueAfter {
-				got.RequeueAfter = res.RequeueAfter
-			}
+			got.RequeueAfter = earliest(got.RequeueAfter, res.RequeueAfter)
 			return got, err
 		}
 	}

@@ -187,7 +187,7 @@ func podGone(p *corev1.Pod, nodes map[string]exitclass.NodeFacts) bool {
 // end while their finalizers go.
 func splitRunning(pods []*corev1.Pod) (running, others []*corev1.Pod) {
 	for _, p := range pods {
-		if podLive(p) && p.DeletionTimestamp == nil && !podFailed(p) && !podStopping(p) {
+		if podLive(p) && p.DeletionTimestamp == nil && !exitclass.Failed(p, nil, time.Time{}) && !podStopping(p) {
 			running = append(running, p)
 		} else {
 			others = append(others, p)

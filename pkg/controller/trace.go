@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -75,7 +76,7 @@ func agentTraceparent(run *v1alpha1.TrainingRun, pod *corev1.Pod) string {
 // verdict names the root pod, the best guess of the episode the plugin's hints belong to.
 func failedPodWithEpisode(run *v1alpha1.TrainingRun, pods []*corev1.Pod) *corev1.Pod {
 	for _, p := range pods {
-		if podFailed(p) && agentTraceparent(run, p) != "" {
+		if exitclass.Failed(p, nil, time.Time{}) && agentTraceparent(run, p) != "" {
 			return p
 		}
 	}

@@ -1,5 +1,5 @@
-// Package coreclient is a client of the pods and nodes of the core/v1 API, and of the
-// TrainingRuns (read-only), and nothing else.
+// Package coreclient is a client of the pods and nodes of the core/v1 API, of the
+// TrainingRuns (read-only) and of the node agent's heartbeat Lease, and nothing else.
 //
 // client-go's clientset links every API group of Kubernetes (their types, their typed
 // clients, their apply configurations) and registers them all in its scheme at start. The
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,6 +40,9 @@ func init() {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 }
 
 // Client reads and patches pods and nodes, and reads TrainingRuns.
@@ -47,6 +51,8 @@ type Client struct {
 	// runs is faultline.dev/v1alpha1's: the node agent reads the runs' decisions of an
 	// in-place restart there.
 	runs rest.Interface
+	// leases is coordination.k8s.io/v1's: the node agent's heartbeat.
+	leases rest.Interface
 }
 
 // New returns a client of cfg's API server. cfg's rate limits apply.
@@ -69,7 +75,34 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s client: %w", v1alpha1.GroupVersion, err)
 	}
-	return &Client{rest: rc, runs: runs}, nil
+	lc := rest.CopyConfig(fc)
+	lc.GroupVersion = &coordinationv1.SchemeGroupVersion
+	leases, err := rest.RESTClientFor(lc)
+	if err != nil {
+		return nil, fmt.Errorf("%s client: %w", coordinationv1.SchemeGroupVersion, err)
+	}
+	return &Client{rest: rc, runs: runs, leases: leases}, nil
+}
+
+// GetLease reads one Lease.
+func (c *Client) GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	err := c.leases.Get().Namespace(namespace).Resource("leases").Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
+// CreateLease creates a Lease.
+func (c *Client) CreateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	err := c.leases.Post().Namespace(l.Namespace).Resource("leases").Body(l).Do(ctx).Into(out)
+	return out, err
+}
+
+// UpdateLease updates a Lease (its resourceVersion guards against a lost update).
+func (c *Client) UpdateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	err := c.leases.Put().Namespace(l.Namespace).Resource("leases").Name(l.Name).Body(l).Do(ctx).Into(out)
+	return out, err
 }
 
 // ListTrainingRuns lists TrainingRuns of every namespace.

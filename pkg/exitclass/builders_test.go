@@ -225,3 +225,19 @@ func resourceOne() resource.Quantity { return *resource.NewQuantity(1, resource.
 func worker(i int, code int32, t time.Time) *podBuilder {
 	return makePod("r-" + strconv.Itoa(i)).index(i).node("gpu-" + strconv.Itoa(i)).exit(code).finishedAt(t)
 }
+
+func (b *podBuilder) created(t time.Time) *podBuilder {
+	b.p.CreationTimestamp = metav1.NewTime(t)
+	return b
+}
+
+// toleratesUnreachable gives the pod a toleration of node.kubernetes.io/unreachable for
+// seconds (negative: for ever), as DefaultTolerationSeconds gives every pod 300.
+func (b *podBuilder) toleratesUnreachable(seconds int64) *podBuilder {
+	t := corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+	if seconds >= 0 {
+		t.TolerationSeconds = &seconds
+	}
+	b.p.Spec.Tolerations = append(b.p.Spec.Tolerations, t)
+	return b
+}

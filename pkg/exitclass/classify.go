@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -23,9 +24,13 @@ func Classify(obs Observation) Verdict {
 	var scratch podFailure
 	recs := make([]PeerFailure, 0, len(obs.Pods))
 	meta := make([]failureMeta, 0, len(obs.Pods))
+	var mentions []mention
 	for i, pod := range obs.Pods {
-		if pod == nil || !scratch.assess(pod, obs.Nodes, obs.Hints) {
+		if pod == nil || !scratch.assess(pod, obs.Nodes, obs.Hints, obs.Now) {
 			continue
+		}
+		if scratch.named >= 0 {
+			mentions = append(mentions, mention{rec: len(recs), index: scratch.named, hint: scratch.hint})
 		}
 		recs = append(recs, scratch.peerRecord())
 		meta = append(meta, failureMeta{pos: i, tier: scratch.rootTier()})
@@ -34,9 +39,10 @@ func Classify(obs Observation) Verdict {
 		return Verdict{Class: v1alpha1.ClassUnknown, Cause: v1alpha1.CauseUnknown, Index: -1}
 	}
 
+	names := nameRoot(mentions, recs, meta)
 	ri := chooseRoot(recs, meta)
 	var root podFailure
-	root.assess(obs.Pods[meta[ri].pos], obs.Nodes, obs.Hints)
+	root.assess(obs.Pods[meta[ri].pos], obs.Nodes, obs.Hints, obs.Now)
 	v := Verdict{
 		Class:      root.cause.Class(),
 		Cause:      root.cause,
@@ -49,7 +55,8 @@ func Classify(obs Observation) Verdict {
 		XID:        root.evidenceXID(),
 		FailedAt:   root.failedAt,
 		Basis:      root.basisPhrase(),
-		Evidence:   root.describe(),
+		Evidence:   append(append(root.describe(), root.outputLines()...), names.evidence(recs)...),
+		NamedBy:    names.namedBy(ri),
 		Conclusive: root.conclusive,
 	}
 	v.Evidence = appendIndependent(v.Evidence, obs, &root, recs, meta, ri)
@@ -77,6 +84,7 @@ type failureMeta struct {
 // Root candidate tiers, best first.
 const (
 	tierInfrastructure uint8 = iota // has infrastructure evidence
+	tierNamed                       // the worker the failed pods' messages all name (named.go)
 	tierOwnFailure                  // anything but a mere peer-failure message
 	tierPeerOnly                    // only says that a peer failed
 )
@@ -93,8 +101,8 @@ func (f *podFailure) rootTier() uint8 {
 }
 
 // chooseRoot returns the position in recs of the root: the earliest failure with
-// infrastructure evidence, else the earliest failure that is not merely a peer-failure
-// message, else the earliest failure.
+// infrastructure evidence, else the worker the failed pods' messages name, else the
+// earliest failure that is not merely a peer-failure message, else the earliest failure.
 func chooseRoot(recs []PeerFailure, meta []failureMeta) int {
 	best := 0
 	for i := 1; i < len(recs); i++ {
@@ -107,13 +115,28 @@ func chooseRoot(recs []PeerFailure, meta []failureMeta) int {
 
 // failedBefore orders failures by time (unknown last), then index (unknown last), then name.
 func failedBefore(a, b *PeerFailure) bool {
-	if !a.FailedAt.Equal(b.FailedAt) {
+	if !sameInstant(a.FailedAt, b.FailedAt) {
 		return earlier(a.FailedAt, b.FailedAt)
 	}
 	if a.Index != b.Index {
 		return compareIndex(a.Index, b.Index) < 0
 	}
 	return a.Pod < b.Pod
+}
+
+// sameInstant: the same time, or two times in the same second of which one is known only to
+// the second. The API server keeps a container's finishedAt to the second; the runtime (the
+// node agent's report) to the nanosecond: 12:00:50 may be later than 12:00:50.300, and only
+// two times to the nanosecond order exits within a second.
+func sameInstant(a, b time.Time) bool {
+	if a.Equal(b) {
+		return true
+	}
+	if a.IsZero() || b.IsZero() {
+		return false
+	}
+	sa, sb := a.Truncate(time.Second), b.Truncate(time.Second)
+	return sa.Equal(sb) && (a.Equal(sa) || b.Equal(sb))
 }
 
 // compareIndex orders completion indexes with unknown (-1) last.
@@ -149,7 +172,7 @@ func appendIndependent(evidence []string, obs Observation, root *podFailure, rec
 			return append(evidence, "… and "+strconv.Itoa(len(independent)-n)+" more peers with evidence of their own")
 		}
 		var f podFailure
-		f.assess(obs.Pods[meta[i].pos], obs.Nodes, obs.Hints)
+		f.assess(obs.Pods[meta[i].pos], obs.Nodes, obs.Hints, obs.Now)
 		evidence = append(evidence, f.who()+" has evidence of its own: "+string(f.cause)+
 			" ("+f.basisPhrase()+"); the root stays "+root.who())
 	}

@@ -723,7 +723,21 @@ func TestClassifyLostPods(t *testing.T) {
 			pods:      []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").obj()},
 			nodes:     map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: &silent}},
 			want:      infra(v1alpha1.CauseNodeLost, "r-3", 3, 0),
-			wantBasis: "and its node is NotReady",
+			wantBasis: "and its node has been unreachable for 2 s",
+			wantEvidence: []string{"node gpu-3: unreachable (node.kubernetes.io/unreachable) since 12:01:00.500, for 2 s; " +
+				"the pod tolerates 0 s, no node agent heartbeat"},
+		},
+		"past its toleration of the node's silence": {
+			pods:  []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").toleratesUnreachable(1).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: &silent}},
+			want:  infra(v1alpha1.CauseNodeLost, "r-3", 3, 0),
+		},
+		"its node agent silent too, within the toleration": {
+			pods: []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").toleratesUnreachable(300).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: &silent,
+				Agent: &Heartbeat{RenewedAt: at(0), Duration: time.Second}}},
+			want:         infra(v1alpha1.CauseNodeLost, "r-3", 3, 0),
+			wantEvidence: []string{"the pod tolerates 300 s, its node agent silent since 12:01:00.000 (heartbeat expired at 12:01:01.000)"},
 		},
 		"running on a node that is gone": {
 			pods:  []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").obj()},
@@ -740,24 +754,70 @@ func TestClassifyLostPods(t *testing.T) {
 
 // TestFailedIsClassifysDefinition: Failed says of one pod what Classify counts as failed.
 func TestFailedIsClassifysDefinition(t *testing.T) {
-	lost := map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true}}
+	lost := map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: ptrTime(at(0))}}
 	for name, tc := range map[string]struct {
 		pod   *corev1.Pod
 		nodes map[string]NodeFacts
 		want  bool
 	}{
-		"running":                {makePod("r-3").node("gpu-3").obj(), nil, false},
-		"exit 1":                 {worker(3, 1, at(1)).obj(), nil, true},
-		"succeeded":              {worker(3, 0, at(1)).obj(), lost, false},
-		"on an unreachable node": {makePod("r-3").node("gpu-3").obj(), lost, true},
-		"unknown node facts":     {makePod("r-3").node("gpu-3").obj(), nil, false},
-		"deleted, node NotReady": {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {NotReady: true}}, true},
-		"deleted, node Ready":    {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {}}, false},
+		"a phase Unknown pod whose node is gone": {makePod("r-3").node("gpu-3").phase(corev1.PodUnknown).obj(), map[string]NodeFacts{"gpu-3": {Gone: true}}, true},
+		"running":                                {makePod("r-3").node("gpu-3").obj(), nil, false},
+		"exit 1":                                 {worker(3, 1, at(1)).obj(), nil, true},
+		"succeeded":                              {worker(3, 0, at(1)).obj(), lost, false},
+		"on an unreachable node":                 {makePod("r-3").node("gpu-3").obj(), lost, true},
+		"unknown node facts":                     {makePod("r-3").node("gpu-3").obj(), nil, false},
+		"deleted, node NotReady":                 {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {NotReady: true}}, true},
+		"deleted, node Ready":                    {makePod("r-3").node("gpu-3").deleting(at(1)).obj(), map[string]NodeFacts{"gpu-3": {}}, false},
 	} {
-		got := Failed(tc.pod, tc.nodes)
-		classified := Classify(Observation{Pods: []*corev1.Pod{tc.pod}, Nodes: tc.nodes}).RootPod != ""
+		got := Failed(tc.pod, tc.nodes, at(2))
+		classified := Classify(Observation{Pods: []*corev1.Pod{tc.pod}, Nodes: tc.nodes, Now: at(2)}).RootPod != ""
 		if got != tc.want || got != classified {
 			t.Errorf("%s: Failed = %v, Classify counts it %v; want %v", name, got, classified, tc.want)
 		}
+	}
+}
+
+// TestAnUnreachableNodeIsNotLostWithinItsBound: a node that blinks (a kubelet that restarts,
+// a heartbeat that comes late) is not a lost one: its pods count as lost only once the node
+// has stayed unreachable for as long as they tolerate it, or once its node agent has gone
+// silent too; never a pod created after the node went silent; and LostAt says when.
+func TestAnUnreachableNodeIsNotLostWithinItsBound(t *testing.T) {
+	since := at(10)
+	unreachable := func(agent *Heartbeat) map[string]NodeFacts {
+		return map[string]NodeFacts{"gpu-3": {NotReady: true, Unreachable: true, UnreachableSince: &since, Agent: agent}}
+	}
+	alive := &Heartbeat{RenewedAt: at(55), Duration: 40 * time.Second} // until at(95)
+	silent := &Heartbeat{RenewedAt: at(5), Duration: 40 * time.Second} // expired at(45)
+	pod := func() *podBuilder { return makePod("r-3").index(3).node("gpu-3").created(at(0)) }
+	for name, tc := range map[string]struct {
+		pod    *corev1.Pod
+		nodes  map[string]NodeFacts
+		now    time.Time
+		want   bool
+		lostAt time.Time // zero: never, without a change
+	}{
+		"within the default toleration, agent alive":  {pod().toleratesUnreachable(300).obj(), unreachable(alive), at(60), false, at(95)},
+		"within the default toleration, no agent":     {pod().toleratesUnreachable(300).obj(), unreachable(nil), at(60), false, at(310)},
+		"past the toleration, agent alive":            {pod().toleratesUnreachable(30).obj(), unreachable(alive), at(40), true, time.Time{}},
+		"agent silent, within the toleration":         {pod().toleratesUnreachable(300).obj(), unreachable(silent), at(46), true, time.Time{}},
+		"agent silent before the node: at the node's": {pod().toleratesUnreachable(300).obj(), unreachable(&Heartbeat{RenewedAt: at(0), Duration: time.Second}), at(9), false, at(10)},
+		"tolerated for ever, agent alive":             {pod().toleratesUnreachable(-1).obj(), unreachable(alive), at(60), false, at(95)},
+		"tolerated for ever, no agent":                {pod().toleratesUnreachable(-1).obj(), unreachable(nil), at(500), false, time.Time{}},
+		"no toleration: lost at once":                 {pod().obj(), unreachable(alive), at(10), true, time.Time{}},
+		"created after the node went silent":          {pod().created(at(11)).obj(), unreachable(silent), at(500), false, time.Time{}},
+		"back within the bound":                       {pod().toleratesUnreachable(300).obj(), map[string]NodeFacts{"gpu-3": {}}, at(60), false, time.Time{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := Failed(tc.pod, tc.nodes, tc.now); got != tc.want {
+				t.Errorf("Failed at %s = %v, want %v", clock(tc.now), got, tc.want)
+			}
+			v := Classify(Observation{Pods: []*corev1.Pod{tc.pod}, Nodes: tc.nodes, Now: tc.now, SettleDeadline: tc.now})
+			if (v.RootPod != "") != tc.want || tc.want && v.Cause != v1alpha1.CauseNodeLost {
+				t.Errorf("Classify: root %q cause %s, want failed=%v (NodeLost)", v.RootPod, v.Cause, tc.want)
+			}
+			if got := LostAt([]*corev1.Pod{tc.pod}, tc.nodes, tc.now); !got.Equal(tc.lostAt) {
+				t.Errorf("LostAt = %v, want %v", got, tc.lostAt)
+			}
+		})
 	}
 }

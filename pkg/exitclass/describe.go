@@ -173,6 +173,8 @@ func (f *podFailure) describeNode(ev []string) []string {
 	switch {
 	case f.facts.Gone:
 		ev = append(ev, node+"the Node object is gone")
+	case f.facts.Unreachable:
+		ev = append(ev, node+f.unreachableLine())
 	case f.facts.NotReady:
 		ev = append(ev, node+"NotReady")
 	}
@@ -180,6 +182,44 @@ func (f *podFailure) describeNode(ev []string) []string {
 		ev = append(ev, node+"cordoned (unschedulable)")
 	}
 	return ev
+}
+
+// unreachableLine says how long the node has been unreachable and why that counts (or not)
+// as the pod's loss: its toleration, its agent's heartbeat.
+func (f *podFailure) unreachableLine() string {
+	line := "unreachable (" + corev1.TaintNodeUnreachable + ")"
+	since := f.facts.UnreachableSince
+	if since != nil {
+		line += " since " + clock(*since)
+		if !f.now.IsZero() && f.now.After(*since) {
+			line += ", for " + seconds(f.now.Sub(*since))
+		}
+	}
+	var why []string
+	if d, forever := unreachableToleration(f.pod); forever {
+		why = append(why, "the pod tolerates that for ever")
+	} else {
+		why = append(why, "the pod tolerates "+seconds(d))
+	}
+	if hb := f.facts.Agent; hb != nil {
+		if exp := hb.ExpiresAt(); f.now.Before(exp) {
+			why = append(why, "its node agent renewed its heartbeat at "+clock(hb.RenewedAt))
+		} else {
+			why = append(why, "its node agent silent since "+clock(hb.RenewedAt)+" (heartbeat expired at "+clock(exp)+")")
+		}
+	} else {
+		why = append(why, "no node agent heartbeat")
+	}
+	line += "; " + strings.Join(why, ", ")
+	if since != nil && f.pod.CreationTimestamp.Time.After(*since) {
+		line += "; the pod was created after that (not counted)"
+	}
+	return line
+}
+
+// seconds renders a duration in whole seconds, as a person reads a wait.
+func seconds(d time.Duration) string {
+	return strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10) + " s"
 }
 
 // basisPhrase is the deciding fact as a phrase completing "exited 143 (SIGTERM) …".
@@ -218,8 +258,11 @@ func (f *podFailure) basisPhrase() string {
 	case basisNodeGPU:
 		return "on a node with an unhealthy GPU (" + v1alpha1.NodeConditionGPUHealthy + "=False, reason " + f.facts.GPUUnhealthyReason + ")"
 	case basisNodeLost:
-		if f.facts.Gone {
+		switch {
+		case f.facts.Gone:
 			return "and its node is gone"
+		case f.facts.Unreachable && f.facts.UnreachableSince != nil && f.now.After(*f.facts.UnreachableSince):
+			return "and its node has been unreachable for " + seconds(f.now.Sub(*f.facts.UnreachableSince))
 		}
 		return "and its node is NotReady"
 	case basisHint:

@@ -9,11 +9,24 @@
 //
 // A pod has failed when its phase is Failed, when a container (init containers included) has
 // terminated with a non-zero exit code, when a container's state is ContainerStatusUnknown,
-// or when it is lost: its node is Gone or Unreachable (the node lifecycle controller's
-// node.kubernetes.io/unreachable taint: nothing has heard from its kubelet, and nothing will
-// report the pod's end), or it is being deleted (deletionTimestamp) while its node is
-// NotReady. Succeeded and running pods are not failures. Failed applies this test alone. A pod whose node is missing from
+// or when it is lost with its node: the node is Gone, or the pod is being deleted
+// (deletionTimestamp) while its node is NotReady (nothing will confirm its end), or the node
+// has stayed unreachable (the node lifecycle controller's node.kubernetes.io/unreachable
+// taint: nothing has heard from its kubelet, and nothing will report the pod's end) past the
+// pod's bound. Succeeded and running pods are not failures. Failed applies this test alone,
+// and is the one definition the controller uses. A pod whose node is missing from
 // Observation.Nodes has unknown node facts, which is not the same as a gone node.
+//
+// An unreachable node is not a lost one at once: a kubelet that restarts (an upgrade, a crash
+// loop, a configuration change) or a heartbeat that comes late leaves its node unreachable
+// for a moment while every worker runs on, and Kubernetes itself waits before it evicts
+// anything. The bound is the pod's own toleration of node.kubernetes.io/unreachable (300 s
+// unless the pod says otherwise; for ever with no tolerationSeconds; none without a
+// toleration), counted from when the node turned unreachable, or the moment the node's agent
+// has gone silent too (its heartbeat Lease expired, NodeFacts.Agent), whichever comes first:
+// two processes silent at once are a dead or cut-off machine, not a restarting kubelet. A
+// pod created after its node turned unreachable is never lost by it. Now is the
+// observation's time; LostAt says when a pod within its bound would be lost.
 //
 // The exit that stands for a pod is its earliest non-zero container exit, else a container
 // whose state the kubelet lost, else any terminated container (a program that handles SIGTERM
@@ -21,6 +34,19 @@
 // without one (lost, or rejected at admission) takes the earliest time recorded by its
 // InfrastructureFault or DisruptionTarget condition, its deletion or its node turning
 // unreachable, else its time is unknown and sorts after every known time.
+//
+// # The node agent's report of an exit
+//
+// The node agent reports the exit of every failed worker of its node, where it follows the
+// container runtime's events (v1alpha1.AnnotationWorkerExit): for a pod that restarts in
+// place the controller puts it in the pod's status (which never shows that exit) before
+// Classify sees the pod; beside a status that shows the same exit (the same container ID,
+// node and exit code) Classify reads it for two things the status cannot hold: its
+// finishedAt to the nanosecond (the API keeps the second), which replaces the status's when
+// both fall in the same second, and its message, which holds the kubelet's (the log's last
+// 80 lines, 2 KiB) and, above it, the lines that matter from further up the log (the first
+// Python traceback, the framework's error and fatal records: pkg/nodeagent/termmsg); the
+// hints read it instead.
 //
 // # One pod's own cause
 //
@@ -74,12 +100,18 @@
 //     exit → GPUFault. This is node-level (the pod's own GPU may be healthy) and so weaker
 //     than rule 1, but still infrastructure. It is not limited to pods requesting
 //     nvidia.com/gpu, since GPUs allocated through DRA do not show up as that resource.
-//  8. The node Gone or NotReady → NodeLost.
-//  9. A hint matching the termination message of the pod's failing container: an
-//     application cause counts as that application cause. Hints are tried in order; the
-//     first match wins. A PeerFailure hint marks the pod as a peer (below) and decides
-//     nothing else. A hint with an infrastructure cause is the program's own word, not node
-//     evidence: it is noted and skipped (the hints after it still match).
+//  8. The node Gone or NotReady → NodeLost (the verdict says how long an unreachable node
+//     had been so, the pod's toleration and its agent's heartbeat).
+//  9. A hint matching the termination message of the pod's failing container (or the
+//     agent's report of it, above): an application cause counts as that application cause.
+//     Hints are tried in order; the first match wins. A PeerFailure hint marks the pod as a
+//     peer (below) and decides nothing else; when its pattern has the named group
+//     HintGroupPeer (and HintGroupRole), the match also names the worker that failed (see
+//     "Root cause across the gang"), and a message that names the very pod that printed it
+//     is that pod's own failure, not a peer's (a coordination service tells the worker it
+//     lost the same as the others): no hint decides it, and the rules below do. A hint with
+//     an infrastructure cause is the program's own word, not node evidence: it is noted and
+//     skipped (the hints after it still match).
 //  10. Otherwise the exit code alone: 143 or 137 (SIGTERM/SIGKILL from someone), a lost
 //     container, exit 0 in a failed pod, or only a PeerFailure message → Unknown; any other
 //     non-zero exit → AppExit.
@@ -101,12 +133,25 @@
 //
 // # Root cause across the gang
 //
-// The root is the earliest failure with infrastructure evidence; else the earliest failure
-// that is not merely a PeerFailure message; else the earliest failure (whose cause is then
-// Unknown: PeerFailure is never a root cause). Earliest means by failure time, ties broken by
-// lowest completion index, then pod name. A node that died under one worker explains the
-// coordination errors of the other 255, and in collective communication the worker on the
-// broken node is often the last to exit, hence infrastructure first.
+// The root is the earliest failure with infrastructure evidence; else the worker the failed
+// pods' messages name as the one that failed; else the earliest failure that is not merely
+// a PeerFailure message; else the earliest failure (whose cause is then Unknown: PeerFailure
+// is never a root cause). Earliest means by failure time, ties broken by lowest completion
+// index, then pod name; two times in the same second of which one is known only to the
+// second (the API's) count as a tie against one to the nanosecond (the agent's report). A
+// node that died under one worker explains the coordination errors of the other 255, and in
+// collective communication the worker on the broken node is often the last to exit, hence
+// infrastructure first.
+//
+// A named worker is the root whatever its exit code and whenever it exited, its own cause
+// its own: XLA's coordination service aborts every process of a JAX gang (exit 134) in the
+// same second, the failed one too when it is still there, and says which task it lost. A
+// name is a completion index, or, when the hint captures a role and the run lays its
+// indexes out in roles (v1alpha1.AnnotationRoles), an index within that role (a role or
+// number the layout lacks names nobody). Every mention
+// must name the same index and that pod must have failed; names that disagree, or name a
+// worker that has not failed, decide nothing. The evidence says which pods named whom, and
+// Verdict.NamedBy counts the mentions of the root.
 //
 // Every other failed pod is listed in Verdict.Peers, attributed to the root (cause
 // PeerFailure) and sorted by index, unknown indexes last: the non-specific exits (143/137
@@ -127,10 +172,11 @@
 // # Evidence and explanation
 //
 // Verdict.Evidence has one fact per line about the root, including facts that did not count
-// and why (an unreadable annotation, a shutdown announced after the exit), then a line for
-// each of up to eight peers with independent evidence. Verdict.Basis is the deciding fact as
-// a phrase, and Verdict.Explain renders one paragraph from the verdict. Times are UTC, as
-// 15:04:05.000.
+// and why (an unreadable annotation, a shutdown announced after the exit), the first error
+// in its output (a Python traceback's exception line), what the failed pods' messages name,
+// then a line for each of up to eight peers with independent evidence. Verdict.Basis is the
+// deciding fact as a phrase, and Verdict.Explain renders one paragraph from the verdict.
+// Times are UTC, as 15:04:05.000.
 //
 // # XIDs
 //

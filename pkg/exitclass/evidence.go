@@ -46,6 +46,16 @@ type podFailure struct {
 	basis      basis
 	conclusive bool
 	peerHint   bool // the termination message matched a PeerFailure hint
+	// named is the completion index that the PeerFailure hint's match names as the worker
+	// that failed (attempt.NoIndex: none); selfNamed says it named this very pod, whose
+	// message then tells its own failure, not a peer's (named.go).
+	named     int
+	selfNamed bool
+	// msg is the failing container's termination message the hints were matched against.
+	msg string
+
+	// now is the observation's time: how long a lost node has been unreachable.
+	now time.Time
 
 	// lifeStart is when the failing container started, else when the pod was created: a
 	// signal from before it (an earlier incarnation's, or a node's long before) is stale.
@@ -72,17 +82,13 @@ type podFailure struct {
 // assess fills f with the failure of pod and reports whether the pod has failed; f is left
 // untouched when it has not. It works in place so that one scratch podFailure serves a
 // whole gang.
-func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints []Hint) bool {
-	var facts NodeFacts
-	known := false
-	if pod.Spec.NodeName != "" {
-		facts, known = nodes[pod.Spec.NodeName]
-	}
+func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints []Hint, now time.Time) bool {
+	facts, known := nodeOf(pod, nodes)
 	term, msg := failingContainer(pod)
-	if !isFailed(pod, term, facts, known) {
+	if !isFailed(pod, term, facts, known, now) {
 		return false
 	}
-	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term}
+	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term, now: now}
 	f.gather(hints, msg)
 	f.failedAt = f.failureTime()
 	f.lifeStart = term.startedAt
@@ -94,7 +100,9 @@ func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints [
 }
 
 // gather collects pod-level facts: conditions, the evidence annotation (parsed once), and
-// the first hint matching msg, the failing container's termination message.
+// the first hint matching msg, the failing container's termination message (or the node
+// agent's report of the same exit, which keeps more of it: withAgentReport), with the
+// worker it names as the one that failed.
 func (f *podFailure) gather(hints []Hint, msg string) {
 	for i := range f.pod.Status.Conditions {
 		c := &f.pod.Status.Conditions[i]
@@ -122,6 +130,8 @@ func (f *podFailure) gather(hints []Hint, msg string) {
 			}
 		}
 	}
+	msg = f.withAgentReport(msg)
+	f.msg, f.named = msg, attempt.NoIndex
 	// Regular expressions cost; most pods of a large gang carry no message at all.
 	if msg != "" {
 		for i := range hints {
@@ -140,6 +150,14 @@ func (f *podFailure) gather(hints []Hint, msg string) {
 			}
 			f.hint = h
 			f.peerHint = h.Cause == v1alpha1.CausePeerFailure
+			if f.peerHint {
+				f.named = namedIndex(h, msg, f.pod)
+				// A coordination service tells the worker it lost the same as the others
+				// (XLA aborts them all): a message that names this very worker as the one
+				// that failed is its own failure, not a peer's.
+				f.selfNamed = f.named >= 0 && f.named == f.index
+				f.peerHint = !f.selfNamed
+			}
 			break
 		}
 	}

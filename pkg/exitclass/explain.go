@@ -38,6 +38,12 @@ func (v Verdict) Explain() string {
 	if v.Basis != "" {
 		b.WriteString(" " + v.Basis)
 	}
+	switch {
+	case v.NamedBy == 1:
+		b.WriteString(" (1 failed worker's output names it as the one that failed)")
+	case v.NamedBy > 1:
+		b.WriteString(" (" + strconv.Itoa(v.NamedBy) + " failed workers' output names it as the one that failed)")
+	}
 	b.WriteString("; " + v.peersPhrase())
 	b.WriteString(" → " + strings.ToLower(string(v.Class)) + ": " + string(v.Cause))
 	if !v.Final {

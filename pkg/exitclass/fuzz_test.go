@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -107,6 +108,35 @@ func fuzzObservation(data []byte) Observation {
 	for i := range nPods {
 		obs.Pods = append(obs.Pods, fuzzPod(r, i))
 	}
+	// Read last, so that the inputs of the corpus written before keep their meaning: an
+	// unreachable node, the agent's heartbeat, the pods' creation and toleration.
+	for _, n := range fuzzNodes[1:] {
+		facts, ok := obs.Nodes[n]
+		if !ok {
+			continue
+		}
+		if facts.Unreachable = r.byte()%3 == 1; facts.Unreachable {
+			if at := r.timeOrZero(); !at.IsZero() {
+				facts.UnreachableSince = &at
+			}
+		}
+		if r.bool() {
+			facts.Agent = &Heartbeat{RenewedAt: t0.Add(time.Duration(r.byte()) * 250 * time.Millisecond), Duration: time.Duration(r.byte()%4) * 10 * time.Second}
+		}
+		obs.Nodes[n] = facts
+	}
+	for _, p := range obs.Pods {
+		p.CreationTimestamp = metav1.NewTime(r.timeOrZero())
+		switch r.byte() % 4 {
+		case 1:
+			p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(r.byte() % 90))}}
+		case 2:
+			p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} // for ever
+		case 3:
+			p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}
+		}
+	}
 	return obs
 }
 
@@ -181,7 +211,7 @@ func fuzzPod(r *fuzzBytes, i int) *corev1.Pod {
 
 // The oracles below restate the package doc's definitions independently of the code.
 
-func oracleFailed(p *corev1.Pod, nodes map[string]NodeFacts) bool {
+func oracleFailed(p *corev1.Pod, nodes map[string]NodeFacts, now time.Time) bool {
 	if p.Status.Phase == corev1.PodFailed {
 		return true
 	}
@@ -198,7 +228,41 @@ func oracleFailed(p *corev1.Pod, nodes map[string]NodeFacts) bool {
 		}
 	}
 	facts, known := nodes[p.Spec.NodeName]
-	return p.DeletionTimestamp != nil && p.Spec.NodeName != "" && known && (facts.Gone || facts.NotReady)
+	if p.Spec.NodeName == "" || !known {
+		return false
+	}
+	return facts.Gone || p.DeletionTimestamp != nil && facts.NotReady || oracleLostUnreachable(p, facts, now)
+}
+
+// oracleLostUnreachable: the pod's node is unreachable, it ran there before that, and the
+// node has stayed so for as long as the pod tolerates, or its agent's heartbeat expired.
+func oracleLostUnreachable(p *corev1.Pod, facts NodeFacts, now time.Time) bool {
+	if !facts.Unreachable {
+		return false
+	}
+	since := facts.UnreachableSince
+	if since != nil && p.CreationTimestamp.Time.After(*since) {
+		return false
+	}
+	if a := facts.Agent; a != nil {
+		expired := a.RenewedAt.Add(a.Duration)
+		if !now.Before(expired) && (since == nil || !now.Before(*since)) {
+			return true
+		}
+	}
+	if since == nil {
+		return false
+	}
+	tolerate, forever := time.Duration(0), false
+	for _, t := range p.Spec.Tolerations {
+		switch {
+		case t.Key == corev1.TaintNodeUnreachable && t.TolerationSeconds != nil:
+			tolerate = time.Duration(*t.TolerationSeconds) * time.Second
+		case t.Key == "" && t.Operator == corev1.TolerationOpExists && t.Effect == "":
+			forever = true
+		}
+	}
+	return !forever && !now.Before(since.Add(tolerate))
 }
 
 // oracleAppEvidence: the pod carries explicit application evidence of some kind: OOMKilled,
@@ -245,7 +309,7 @@ func FuzzClassify(f *testing.F) {
 
 		failed := map[string]*corev1.Pod{}
 		for _, p := range obs.Pods {
-			if oracleFailed(p, obs.Nodes) {
+			if oracleFailed(p, obs.Nodes, obs.Now) {
 				failed[p.Name] = p
 			}
 		}

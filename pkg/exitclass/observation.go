@@ -55,7 +55,22 @@ type NodeFacts struct {
 	// OutOfService: an operator tainted the node node.kubernetes.io/out-of-service, saying
 	// it is down: its pods' processes are gone, and the pod garbage collector deletes them.
 	OutOfService bool
+	// Agent is the heartbeat of the node's faultline agent (its Lease), nil when the node has
+	// none: no agent has run there. An agent is a process apart from the kubelet: while it
+	// renews its heartbeat, an unreachable node is a kubelet that restarts or a heartbeat
+	// that comes late, not a lost machine.
+	Agent *Heartbeat
 }
+
+// Heartbeat is the last renewal of a node agent's Lease.
+type Heartbeat struct {
+	RenewedAt time.Time
+	// Duration is how long the renewal holds: the agent renews well within it.
+	Duration time.Duration
+}
+
+// ExpiresAt is when the agent has gone silent unless it renews before.
+func (h *Heartbeat) ExpiresAt() time.Time { return h.RenewedAt.Add(h.Duration) }
 
 // FactsOfNode reads what Classify needs to know about a node from its Node object.
 func FactsOfNode(node *corev1.Node) NodeFacts {

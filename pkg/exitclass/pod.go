@@ -84,8 +84,8 @@ func earlier(a, b time.Time) bool {
 	}
 }
 
-// isFailed is the package's definition of a failed pod (see the package doc).
-func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool) bool {
+// isFailed is the package's definition of a failed pod at now (see the package doc).
+func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool, now time.Time) bool {
 	switch pod.Status.Phase {
 	case corev1.PodFailed:
 		return true
@@ -95,20 +95,146 @@ func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool) bo
 	if term.statusUnknown || (term.found && term.exitCode != 0) {
 		return true
 	}
-	return known && (facts.Gone || facts.Unreachable || pod.DeletionTimestamp != nil && facts.NotReady)
+	return known && isLost(pod, facts, now)
 }
 
-// Failed reports whether pod has failed by this package's definition (see the package doc),
-// given what is known of the nodes: the same test Classify applies, for a caller that must
-// know when to classify.
-func Failed(pod *corev1.Pod, nodes map[string]NodeFacts) bool {
-	var facts NodeFacts
-	known := false
-	if pod.Spec.NodeName != "" {
-		facts, known = nodes[pod.Spec.NodeName]
+// isLost reports whether the pod's workers are lost with its node at now: the node is gone,
+// the pod is being deleted while its node is NotReady (nothing will confirm its end), or the
+// node has stayed unreachable past lostAt.
+func isLost(pod *corev1.Pod, facts NodeFacts, now time.Time) bool {
+	if facts.Gone || pod.DeletionTimestamp != nil && facts.NotReady {
+		return true
 	}
+	at := lostAt(pod, facts)
+	return !at.IsZero() && !now.Before(at)
+}
+
+// lostAt is when a pod on an unreachable node counts as lost with it, zero when it does not
+// (the node is reachable, or the pod is newer than its unreachability, or it tolerates the
+// node's silence for ever while the node's agent still renews its heartbeat).
+//
+// An unreachable node is not a lost one: a kubelet that restarts (an upgrade, a crash loop, a
+// configuration change) or a heartbeat that comes late leaves the node unreachable for a
+// moment while every worker runs on. Kubernetes itself waits before it evicts anything: the
+// pod's toleration of node.kubernetes.io/unreachable (300 s unless the pod says otherwise).
+// So a pod is lost once the node has been unreachable for as long as the pod tolerates, or
+// sooner once the node's agent, a process apart from the kubelet, has gone silent too
+// (its heartbeat expired): two silent processes are a dead or cut-off machine, not a
+// kubelet that restarts. A pod created after its node turned unreachable never counts as
+// lost by it: it was never seen running there.
+func lostAt(pod *corev1.Pod, facts NodeFacts) time.Time {
+	if !facts.Unreachable {
+		return time.Time{}
+	}
+	var since time.Time
+	if facts.UnreachableSince != nil {
+		since = *facts.UnreachableSince
+		if pod.CreationTimestamp.Time.After(since) {
+			return time.Time{}
+		}
+	}
+	var at time.Time
+	if facts.Agent != nil {
+		at = later(facts.Agent.ExpiresAt(), since)
+	}
+	if tolerated, forever := unreachableToleration(pod); !since.IsZero() && !forever {
+		if bound := since.Add(tolerated); at.IsZero() || bound.Before(at) {
+			at = bound
+		}
+	}
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// unreachableToleration is how long the pod tolerates its node's node.kubernetes.io/unreachable
+// NoExecute taint before the taint manager would evict it: its tolerationSeconds (the
+// DefaultTolerationSeconds admission plugin gives every pod 300 s), none without a
+// toleration, for ever with one that has no tolerationSeconds.
+func unreachableToleration(pod *corev1.Pod) (d time.Duration, forever bool) {
+	found := false
+	for i := range pod.Spec.Tolerations {
+		t := &pod.Spec.Tolerations[i]
+		if !toleratesUnreachable(t) {
+			continue
+		}
+		if t.TolerationSeconds == nil {
+			return 0, true
+		}
+		if s := time.Duration(max(*t.TolerationSeconds, 0)) * time.Second; !found || s > d {
+			d, found = s, true
+		}
+	}
+	return d, false
+}
+
+// UnreachableTolerations are the tolerations of ts that Classify reads (those of the
+// node.kubernetes.io/unreachable NoExecute taint, which bound how long a pod tolerates its
+// node's silence), for a cache that keeps no more of a pod than it reads.
+func UnreachableTolerations(ts []corev1.Toleration) []corev1.Toleration {
+	var out []corev1.Toleration
+	for i := range ts {
+		if toleratesUnreachable(&ts[i]) {
+			out = append(out, ts[i])
+		}
+	}
+	return out
+}
+
+// toleratesUnreachable: the toleration matches the node.kubernetes.io/unreachable:NoExecute
+// taint (which has no value), as the taint manager matches it.
+func toleratesUnreachable(t *corev1.Toleration) bool {
+	if t.Effect != "" && t.Effect != corev1.TaintEffectNoExecute {
+		return false
+	}
+	switch t.Operator {
+	case corev1.TolerationOpExists:
+		return t.Key == "" || t.Key == corev1.TaintNodeUnreachable
+	case corev1.TolerationOpEqual, "":
+		return t.Key == corev1.TaintNodeUnreachable && t.Value == ""
+	}
+	return false
+}
+
+// Failed reports whether pod has failed by this package's definition (see the package doc)
+// at now, given what is known of the nodes: the same test Classify applies, for a caller
+// that must know when to classify. It is the one definition: the controller asks it of an
+// informer's pod alone (nodes nil) as well as of an attempt's.
+func Failed(pod *corev1.Pod, nodes map[string]NodeFacts, now time.Time) bool {
+	facts, known := nodeOf(pod, nodes)
 	term, _ := failingContainer(pod)
-	return isFailed(pod, term, facts, known)
+	return isFailed(pod, term, facts, known, now)
+}
+
+// LostAt is the earliest time after now at which one of pods, running on a node that is
+// unreachable now, will count as lost with it if nothing changes (see the package doc);
+// zero if none will. Nothing else wakes a caller then: no object changes when a toleration
+// runs out or an agent's heartbeat expires.
+func LostAt(pods []*corev1.Pod, nodes map[string]NodeFacts, now time.Time) time.Time {
+	var first time.Time
+	for _, p := range pods {
+		facts, known := nodeOf(p, nodes)
+		if !known || !facts.Unreachable {
+			continue
+		}
+		if at := lostAt(p, facts); at.After(now) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+func nodeOf(pod *corev1.Pod, nodes map[string]NodeFacts) (NodeFacts, bool) {
+	if pod.Spec.NodeName == "" {
+		return NodeFacts{}, false
+	}
+	f, ok := nodes[pod.Spec.NodeName]
+	return f, ok
 }
 
 // requestsGPU reports whether any container asks for nvidia.com/gpu.

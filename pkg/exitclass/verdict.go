@@ -24,6 +24,9 @@ type Verdict struct {
 	Basis string
 	// Evidence holds human-readable lines, one fact each.
 	Evidence []string
+	// NamedBy is how many failed pods' messages (the root's own included) name the root as
+	// the worker that failed (a PeerFailure hint's named group); 0 when none does.
+	NamedBy int
 	// Peers are the other failed pods, all attributed to the root (cause PeerFailure), sorted
 	// by index (unknown indexes last).
 	Peers []PeerFailure

@@ -48,6 +48,9 @@ type DaemonConfig struct {
 	TaintUnhealthyGPU bool
 	// HTTPAddr serves /healthz, /readyz and /metrics ("" disables).
 	HTTPAddr string
+	// HeartbeatInterval is how often the agent renews its heartbeat Lease (zero:
+	// agentlease.RenewInterval); a renewal holds for four intervals.
+	HeartbeatInterval time.Duration
 	// TEST ONLY. SimulateHardware replaces NVML with gpusim and the kubelet's PodResources
 	// with SimulatedOwners: for kwok nodes, which have neither.
 	SimulateHardware bool
@@ -95,6 +98,18 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
 		return fmt.Errorf("sync the cache of the pods on node %s: %w", cfg.Node, context.Cause(ctx))
+	}
+	// The heartbeat first: it says an agent is on this node while the rest starts (a wait
+	// for the TrainingRuns can take 20 s). It lasts as long as the agent.
+	if leases, ok := cfg.Client.(Leases); ok {
+		heartbeatDone := make(chan struct{})
+		go func() {
+			defer close(heartbeatDone)
+			RunHeartbeat(ctx, HeartbeatConfig{Client: leases, Node: cfg.Node, Interval: cfg.HeartbeatInterval, Logger: log})
+		}()
+		defer func() { cancel(); <-heartbeatDone }()
+	} else {
+		log.Warn("no heartbeat: the agent's client cannot write Leases; the controller takes this node's agent for gone")
 	}
 	writer, err := NewWriter(WriterConfig{
 		Client: cfg.Client, Node: cfg.Node, Pods: pods, TaintUnhealthyGPU: cfg.TaintUnhealthyGPU,

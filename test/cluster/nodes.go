@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,55 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string) error {
 		return false, nil
 	})
 	return err
+}
+
+// NodeUnhealthy says what keeps a node from being healthy as the API sees it, "" when it is:
+// Ready True, not cordoned, none of the taints the control plane puts on a node it does not
+// trust (node.kubernetes.io/*: not-ready, unreachable, unschedulable, the pressure taints,
+// out-of-service), and its GPUs not marked unhealthy by its agent. A test hands a node to
+// the next only so: the node lifecycle controller takes its taints off a few seconds after
+// the kubelet's Ready, and a pod scheduled before that would be judged by a blink that is
+// over.
+func NodeUnhealthy(n *corev1.Node) string {
+	var why []string
+	ready := false
+	for _, c := range n.Status.Conditions {
+		switch {
+		case c.Type == corev1.NodeReady:
+			ready = c.Status == corev1.ConditionTrue
+			if !ready {
+				why = append(why, fmt.Sprintf("Ready=%s (%s)", c.Status, c.Reason))
+			}
+		case c.Type == v1alpha1.NodeConditionGPUHealthy && c.Status == corev1.ConditionFalse:
+			why = append(why, fmt.Sprintf("%s=False (%s)", c.Type, c.Reason))
+		}
+	}
+	if !ready && len(why) == 0 {
+		why = append(why, "no Ready condition")
+	}
+	if n.Spec.Unschedulable {
+		why = append(why, "cordoned")
+	}
+	for _, t := range n.Spec.Taints {
+		if strings.HasPrefix(t.Key, "node.kubernetes.io/") || t.Key == v1alpha1.TaintGPUUnhealthy {
+			why = append(why, "taint "+t.Key+":"+string(t.Effect))
+		}
+	}
+	return strings.Join(why, ", ")
+}
+
+// WaitNodeHealthy returns once the node is healthy as the API sees it (see NodeUnhealthy), or
+// says what it saw last when ctx ends.
+func (c *Cluster) WaitNodeHealthy(ctx context.Context, name string) error {
+	last, err := c.WaitNode(ctx, name, func(n *corev1.Node) (bool, error) { return NodeUnhealthy(n) == "", nil })
+	if err != nil {
+		why := "never seen"
+		if last != nil {
+			why = NodeUnhealthy(last)
+		}
+		return fmt.Errorf("node %s not healthy (%s): %w", name, why, err)
+	}
+	return nil
 }
 
 // AddNode creates one fake node of that name, with taints, and waits until it is Ready: a

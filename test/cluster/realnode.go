@@ -126,6 +126,8 @@ type RealNode struct {
 	containerd   *Process
 	kubelet      *Process
 	devicePlug   *Process
+	// kubeletStopped is when StopKubelet stopped the kubelet.
+	kubeletStopped time.Time
 }
 
 // dir is a path under the node's state directory.
@@ -539,14 +541,34 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 // carries the features it declares (Node.status.declaredFeatures, from its gates). The gates
 // stay for later starts of the node's kubelet (ReviveNode) until changed again.
 func (rn *RealNodes) RestartKubelet(ctx context.Context, c *Cluster, n *RealNode, gates map[string]bool) error {
+	rn.StopKubelet(n)
+	return rn.StartKubelet(ctx, c, n, gates)
+}
+
+// KubeletRunning reports whether node n's kubelet runs (StopKubelet stops it).
+func (n *RealNode) KubeletRunning() bool { return n.kubeletStopped.IsZero() }
+
+// StopKubelet stops node n's kubelet alone, as a kubelet upgrade or crash does: the node's
+// pods run on (containerd holds them), and its node agent with them; the API hears nothing
+// from the node until StartKubelet.
+func (rn *RealNodes) StopKubelet(n *RealNode) {
 	n.kubelet.Stop()
+	n.kubeletStopped = time.Now()
+}
+
+// StartKubelet starts node n's kubelet again after StopKubelet, with these feature gates
+// (see RestartKubelet), and returns once it has written a Ready heartbeat of its own and the
+// node is healthy again as the API sees it (cluster.NodeUnhealthy: the node lifecycle
+// controller has taken off the taints it put on a silent node).
+func (rn *RealNodes) StartKubelet(ctx context.Context, c *Cluster, n *RealNode, gates map[string]bool) error {
 	// Heartbeats have a resolution of one second: only one from a later second than the
 	// old kubelet's end can be the new kubelet's.
-	fresh := time.Now().Truncate(time.Second).Add(time.Second)
+	fresh := n.kubeletStopped.Truncate(time.Second).Add(time.Second)
 	n.featureGates = gates
 	if err := rn.startKubelet(ctx, c, n); err != nil {
 		return fmt.Errorf("restart the kubelet of %s with feature gates %v: %w", n.Name, gates, err)
 	}
+	n.kubeletStopped = time.Time{}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	_, err := c.WaitNode(wctx, n.Name, func(node *corev1.Node) (bool, error) {
@@ -559,6 +581,9 @@ func (rn *RealNodes) RestartKubelet(ctx context.Context, c *Cluster, n *RealNode
 	})
 	if err != nil {
 		return fmt.Errorf("%s: no Ready heartbeat from its restarted kubelet: %w\n%s", n.Name, err, n.kubelet.Tail(30))
+	}
+	if err := c.WaitNodeHealthy(wctx, n.Name); err != nil {
+		return fmt.Errorf("after its kubelet's restart: %w", err)
 	}
 	return nil
 }
@@ -580,7 +605,7 @@ func (c *Cluster) CancelShutdown(ctx context.Context, n *RealNode) error {
 			return fmt.Errorf("the kubelet of %s took no new inhibitor lock after the cancelled shutdown: %w", n.Name, ctx.Err())
 		}
 	}
-	return c.WaitNodeReady(ctx, n.Name)
+	return c.WaitNodeHealthy(ctx, n.Name)
 }
 
 // LabelRealNode is "true" on real nodes.
@@ -732,7 +757,9 @@ func (rn *RealNodes) ReviveNode(ctx context.Context, c *Cluster, n *RealNode) er
 	}
 	if rn.spec.GPUs > 0 {
 		n.GPUs = nil
-		return rn.startDevicePlugin(ctx, c, n)
+		if err := rn.startDevicePlugin(ctx, c, n); err != nil {
+			return err
+		}
 	}
 	return nil
 }

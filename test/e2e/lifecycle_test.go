@@ -103,14 +103,20 @@ func TestE2ERecreatedRunUnderTheSameNameNeverOverlaps(t *testing.T) {
 
 // TestE2ENodeLostRestartsTheGang: a node dies hard (kwok stops simulating it: no heartbeat,
 // and its pods stay Running in the API forever). Once the node lifecycle controller marks it
-// unreachable, the run is judged NodeLost and restarts; the teardown cannot see the old
-// workers stop, so it waits and says so (Stalled, NodeUnreachable, naming the node and the
-// fix); once the operator taints the node out-of-service, the gang runs elsewhere.
+// unreachable and the workers' toleration of that (2 s here) has run out, the run is judged
+// NodeLost and restarts (a kwok node has no node agent whose silence would say so sooner);
+// the teardown cannot see the old workers stop, so it waits and says so (Stalled,
+// NodeUnreachable, naming the node and the fix); once the operator taints the node
+// out-of-service, the gang runs elsewhere.
 func TestE2ENodeLostRestartsTheGang(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns, _ := scenario(t)
 	node, onNode := dedicatedNode(ctx, t, c, "lost-"+ns)
-	run, pods := runningRun(ctx, t, c, ns, newRun("node-lost", 2, onNode))
+	tolerate := func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.Tolerations = append(r.Spec.Template.Spec.Tolerations, corev1.Toleration{
+			Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](2)})
+	}
+	run, pods := runningRun(ctx, t, c, ns, newRun("node-lost", 2, onNode, tolerate))
 	for i, p := range pods {
 		if p.Spec.NodeName != node {
 			t.Fatalf("index %d runs on %s, want the dedicated node %s", i, p.Spec.NodeName, node)

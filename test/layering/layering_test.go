@@ -21,6 +21,8 @@ var forbidden = map[string][]string{
 	// Pure decisions: no client, no process.
 	"pkg/exitclass": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller"},
 	"pkg/policy":    {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller"},
+	// A conversion is pure too: the decoded object in, the run out.
+	"pkg/convert": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller", module + "pkg/cli", module + "pkg/framework"},
 	// The API is types only: a client of it need not take client-go along.
 	"api/v1alpha1": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/"},
 }

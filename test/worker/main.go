@@ -14,6 +14,10 @@
 //	--fail oom        allocate until the container's memory limit kills it (OOMKilled)
 //	--fail message    print --message on stderr (e.g. a framework's error), exit 1
 //
+// With --replay NAME, every index of the attempt replays instead, once the whole gang has
+// registered, the output its index printed in a recorded real gang and exits with its code
+// at its time (replay.go; the recordings are package realoutput's).
+//
 // With --heartbeats-only the coordinator notices a lost task only when its heartbeats stop
 // for --heartbeat-timeout, as XLA's does: the other tasks live on meanwhile, as real ones do.
 // With --sigterm-delay a worker goes on for a while after SIGTERM, as one that saves a
@@ -40,6 +44,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/faultline-dev/faultline/pkg/framework/hinttest/realoutput"
 )
 
 // Environment the worker reads. FAULTLINE_* come from every faultline attempt (pkg/
@@ -77,6 +83,7 @@ type config struct {
 	index, world                   int
 	failIndex, failAttempt         int
 	fail, message                  string
+	replay                         string
 	failAfter, heartbeat, timeout  time.Duration
 	registerTimeout                time.Duration
 	heartbeatsOnly                 bool
@@ -100,6 +107,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.failAttempt, "fail-attempt", 1, "the attempt in which it fails (0: every attempt)")
 	fs.StringVar(&c.fail, "fail", "exit", "how it fails: exit, oom or message")
 	fs.StringVar(&c.message, "message", "", "what --fail message prints on stderr")
+	fs.StringVar(&c.replay, "replay", "", "replay this index's output and exit of a recorded real gang ("+strings.Join(realoutput.Names(), ", ")+") in attempt --fail-attempt")
 	fs.DurationVar(&c.failAfter, "fail-after", 2*time.Second, "how long after the gang registered it fails")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 500*time.Millisecond, "heartbeat interval")
 	fs.DurationVar(&c.timeout, "heartbeat-timeout", 10*time.Second, "the coordinator's heartbeat timeout")
@@ -114,6 +122,11 @@ func parse(args []string) (config, error) {
 	case "exit", "oom", "message":
 	default:
 		return c, fmt.Errorf("--fail %q: want exit, oom or message", c.fail)
+	}
+	if c.replay != "" {
+		if _, err := realoutput.Load(c.replay); err != nil {
+			return c, fmt.Errorf("--replay: %w", err)
+		}
 	}
 	c.run = os.Getenv(envRun)
 	var err error
@@ -251,6 +264,11 @@ func run(c config) int {
 			switch m.Op {
 			case opStart:
 				logf("worker %d: rendezvous complete: %d tasks registered %v (attempt %s)", c.index, len(m.Tasks), m.Tasks, c.attempt)
+				if c.replay != "" && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+					// The recording's own output from here on: nothing of the coordinator's.
+					rec, _ := realoutput.Load(c.replay)
+					return replayer{out: os.Stdout, sleep: sleepUntil}.replay(rec, c.index, time.Now())
+				}
 				if c.failIndex == c.index && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
 					logf("worker %d: will fail (%s) in %s", c.index, c.fail, c.failAfter)
 					failAt = time.After(c.failAfter)

@@ -3,7 +3,11 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/faultline-dev/faultline/pkg/framework/hinttest/realoutput"
 )
 
 // The worker forms its gang from whichever framework's environment the pod has: the jax
@@ -80,5 +84,42 @@ func TestParseReadsTheAttemptFileWhenNamed(t *testing.T) {
 				t.Errorf("attempt %q, %v; want %q", c.attempt, err, tc.want)
 			}
 		})
+	}
+}
+
+// --replay prints the recorded worker's output line by line at its original offsets from
+// the gang's start, and exits with its code when its output ended: worker 2 of the JAX gang
+// whose every process was aborted, 14.167487 s after the recorded gang's first line.
+func TestReplay(t *testing.T) {
+	rec, err := realoutput.Load("jax-0.11.2-cpu-worker2-raises")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	var waits []time.Time
+	r := replayer{out: &out, sleep: func(t time.Time) { waits = append(waits, t) }}
+	if code := r.replay(rec, 2, start); code != 134 {
+		t.Errorf("exit code %d, want 134", code)
+	}
+	if out.String() != rec.Workers[2].Log {
+		t.Errorf("printed %q, want the recorded log", out.String())
+	}
+	if want := start.Add(14*time.Second + 167487*time.Microsecond); len(waits) == 0 || !waits[len(waits)-1].Equal(want) {
+		t.Errorf("exits at %v, want %s", waits[len(waits)-1:], want)
+	}
+	if !waits[0].Equal(start.Add(time.Second)) { // its first line, DEVCHECK 02:26:37, a second after the gang's first
+		t.Errorf("first line at %s, want a second after the start", waits[0])
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i].Before(waits[i-1]) {
+			t.Fatalf("line %d printed at %s, before the line above it (%s)", i, waits[i], waits[i-1])
+		}
+	}
+	if code := r.replay(rec, 4, start); code != 2 {
+		t.Errorf("an index the recording lacks: exit %d, want 2", code)
+	}
+	if _, err := parse([]string{"--replay", "nonesuch"}); err == nil {
+		t.Error("--replay of an unknown recording: no error")
 	}
 }

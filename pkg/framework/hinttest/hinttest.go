@@ -3,10 +3,14 @@
 package hinttest
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
 
 // Case is one message and the cause the hints must give it.
@@ -19,6 +23,10 @@ type Case struct {
 	Message string
 	// Want is the cause of the first hint that must match; empty means no hint may match.
 	Want v1alpha1.Cause
+	// Named is the task the matching hint names as the one that failed (its named groups
+	// role and peer, exitclass.HintGroupPeer): "2", or "worker:1" with a role; empty when
+	// it names none.
+	Named string
 }
 
 // Run checks every case against hints, in their order, and that every hint of mustCover
@@ -37,7 +45,8 @@ func Run(t *testing.T, fw string, hints []framework.HintPattern, cases map[strin
 			if tc.Source == "" {
 				t.Fatal("case names no upstream source")
 			}
-			h, ok := m.Match(framework.TerminationMessageTail(tc.Message))
+			msg := framework.TerminationMessageTail(tc.Message)
+			h, ok := m.Match(msg)
 			switch {
 			case tc.Want == "" && ok:
 				t.Errorf("matched the %s hint /%s/ (%s); want no hint to match (source: %s)", h.Cause, h.Pattern, h.Description, tc.Source)
@@ -48,6 +57,9 @@ func Run(t *testing.T, fw string, hints []framework.HintPattern, cases map[strin
 			}
 			if ok {
 				used[h.Pattern] = true
+				if got := Named(h, msg); got != tc.Named {
+					t.Errorf("the hint /%s/ names %q as the task that failed; want %q (source: %s)", h.Pattern, got, tc.Named, tc.Source)
+				}
 			}
 		})
 	}
@@ -56,4 +68,34 @@ func Run(t *testing.T, fw string, hints []framework.HintPattern, cases map[strin
 			t.Errorf("hint /%s/ (%s) is matched first by no case: add the real message it is for", h.Pattern, h.Cause)
 		}
 	}
+}
+
+// Named is the task that msg, matched by h, names as the one that failed: the hint's named
+// groups (exitclass.HintGroupRole and HintGroupPeer) as "role:peer", or "peer" without a
+// role; "" when it names none.
+func Named(h framework.HintPattern, msg string) string {
+	re := regexp.MustCompile(h.Pattern)
+	m := re.FindStringSubmatch(msg)
+	pi := re.SubexpIndex(exitclass.HintGroupPeer)
+	if m == nil || pi < 0 || m[pi] == "" {
+		return ""
+	}
+	if ri := re.SubexpIndex(exitclass.HintGroupRole); ri >= 0 && m[ri] != "" {
+		return m[ri] + ":" + m[pi]
+	}
+	return m[pi]
+}
+
+// KubeletCut is what the kubelet keeps of a failed container's log as its termination
+// message (FallbackToLogsOnError): the last 80 lines, 2 KiB of them.
+func KubeletCut(log string) string { return framework.TerminationMessageTail(log) }
+
+// AgentKept is what the node agent's exit report keeps of the same log: the kubelet's tail,
+// and before it the lines that matter from further up (termmsg.Kept).
+func AgentKept(log string) string {
+	text := strings.TrimSuffix(log, "\n")
+	if text == "" {
+		return ""
+	}
+	return termmsg.Kept(strings.Split(text, "\n"))
 }

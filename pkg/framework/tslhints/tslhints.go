@@ -1,8 +1,18 @@
 // Package tslhints holds the failure hints of the coordination service that TensorFlow and
-// JAX share (XLA's TSL: xla/tsl/distributed_runtime/coordination/), and of the gRPC layer
-// both speak to their peers over. Process 0 (JAX) or the chief (TensorFlow) runs the
-// service; every task registers with it, sends it heartbeats and polls it for errors, and
-// the service ends every task when one is lost.
+// JAX share (XLA's TSL: xla/tsl/distributed_runtime/coordination/, which JAX 0.11 runs from
+// xla/pjrt/distributed/coordination/), and of the gRPC layer both speak to their peers over.
+// Process 0 (JAX) or the chief (TensorFlow) runs the service; every task registers with it,
+// sends it heartbeats and polls it for errors, and the service ends every task when one is
+// lost: XLA aborts each process (SIGABRT, exit 134) in the same second, the lost one too when
+// it is still there.
+//
+// Where the service names the task it lost, the hint names it too (the named groups peer
+// and role, exitclass.HintGroupPeer): TensorFlow and older XLA write a task
+// "/job:worker/replica:0/task:1", JAX 0.11 "1", its process id, which is the pod's
+// completion index (the jax plugin sets JAX_PROCESS_ID to it); a TensorFlow job that the
+// run lays out as a role numbers within the role. The verdict then takes the worker every
+// failed pod names as the root, and a message that names the worker printing it is that
+// worker's own failure.
 //
 // Only messages that name another task's loss are hints. Left out on purpose, because a
 // task's own error or a start-up problem produces them too:
@@ -15,8 +25,9 @@
 //     (coordination_service_error_util.cc, TrimCoordinationErrorMessage): its own words
 //     allow a local cause, and it also ends a start-up that never reached the leader
 //     ("failed to connect to all addresses"). When the leader died, the gRPC detail after it
-//     says "Socket closed", which GRPCPeerClosed matches.
-//   - "Barrier timed out": this task may be the slow one.
+//     says "Socket closed" or "Stream removed", which GRPCPeerClosed matches.
+//   - "Barrier timed out" and "Shutdown barrier has failed" that name no single task: this
+//     task may be the slow one.
 package tslhints
 
 import (
@@ -24,14 +35,25 @@ import (
 	"github.com/faultline-dev/faultline/pkg/framework"
 )
 
+// taskName matches a task as the coordination service names it, capturing the hint's named
+// groups: TensorFlow's and older XLA's "/job:jax_worker/replica:0/task:3" (GetTaskName),
+// current XLA's bare task id "3".
+const taskName = `(?:/job:(?P<role>[\w-]+)/replica:\d+/task:)?(?P<peer>\d+)`
+
 // Coordination returns hints for the coordination service's messages about a lost or
 // restarted task. The texts are those of coordination_service.cc and
-// coordination_service_agent.cc:
+// coordination_service_agent.cc (TSL's, and XLA's pjrt copy that JAX 0.11 runs):
 //
-//	Task /job:jax_worker/replica:0/task:3 heartbeat timeout. This indicates that the remote
-//	task has failed, got preempted, or crashed unexpectedly. ...       (CheckHeartbeatTimeout)
+//	Task 3 heartbeat timeout. This indicates that the remote task has failed, got
+//	preempted, or crashed unexpectedly. ...                           (CheckHeartbeatTimeout)
 //	The following tasks are unhealthy (stopped sending heartbeats):
-//	/job:jax_worker/replica:0/task:3 ...                               (CheckHeartbeatTimeout)
+//	3
+//	The tasks have crashed. ...                                       (CheckHeartbeatTimeout)
+//	Barrier timed out. Id: Shutdown::<id>::0. ...
+//	# of tasks that reached the barrier: 1/4.
+//	The first task at the barrier: 2. Some timed out task names:
+//	1
+//	0                                                                   (CheckBarrierTimeout)
 //	Coordination service has stopped. RegisterTask() from task: ... failed. ...
 //	                                        (RegisterTaskAsync, and every other RPC handler)
 //	/job:worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation.
@@ -41,21 +63,35 @@ import (
 //	Leader incarnation ID mismatch: the coordination  leader (usually slice 0 task 0) has
 //	restarted. ...                              (the agent's heartbeat loop; two spaces sic)
 //
-// The incarnation messages replaced "Duplicate task registration" of older TensorFlow: a
-// task's new process met the old one's registration, i.e. its predecessor died. A heartbeat
-// timeout may reach the stale task itself when it was frozen or cut off rather than dead;
-// that is no fault of its program either.
+// The heartbeat messages name the task the service stopped hearing from (it died, froze or
+// was cut off: no fault of this task's program either way); the unhealthy list names it
+// when it is the only one. A barrier that timed out names the odd task out: the only one
+// that reached the shutdown barrier left the program early (JAX's atexit shutdown after an
+// exception: the fixtures' raising worker 2), and the only one that did not reach a barrier
+// the others reached is the one that hung or never started. The incarnation messages
+// replaced "Duplicate task registration" of older TensorFlow: a task's new process met the
+// old one's registration, i.e. its predecessor died.
 func Coordination() []framework.HintPattern {
 	return []framework.HintPattern{
 		{
-			Pattern:     `/task:\d+ heartbeat timeout\. This indicates that the remote task has failed`,
+			Pattern:     `Task ` + taskName + ` heartbeat timeout\. This indicates that the remote task has failed`,
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "the coordination service stopped hearing from a task: it died, froze or was cut off",
 		},
 		{
-			Pattern:     `The following tasks are unhealthy \(stopped sending heartbeats\)`,
+			Pattern:     `The following tasks are unhealthy \(stopped sending heartbeats\):\n(?:` + taskName + `\nThe tasks have crashed)?`,
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "the coordination service lost other tasks and ended this one",
+		},
+		{
+			Pattern:     `Barrier timed out\. Id: Shutdown[^\n]*\n# of tasks that reached the barrier: 1/\d+\.\nThe first task at the barrier: ` + taskName + `\.`,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "one task reached the shutdown barrier alone: it left the program early (an exception, its end) and the service ended the others",
+		},
+		{
+			Pattern:     `Barrier timed out\. Id: [^\n]*\n# of tasks that reached the barrier: \d+/\d+\.\nThe first task at the barrier: [^\n]*Some timed out task names:\n` + taskName + `\n(?:[^/\d\n]|\n|$)`,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "every task but one reached a barrier: the one that did not hung, died or never started",
 		},
 		{
 			Pattern:     `Coordination service has stopped\.`,
@@ -70,19 +106,28 @@ func Coordination() []framework.HintPattern {
 	}
 }
 
-// GRPCPeerClosed returns the hint for gRPC's UNAVAILABLE "Socket closed", the detail a
-// call carries when the connection to its peer closed under it: the peer's process (a
-// TensorFlow server, JAX's coordination service) went away. TensorFlow and XLA print the
-// detail as gRPC's debug string, {grpc_message:"Socket closed", grpc_status:14} in current
-// gRPC and "grpc_message":"Socket closed" (JSON) in older releases; only that form is
-// matched, so that a program's own "socket closed" elsewhere does not count.
+// GRPCPeerClosed returns the hints for gRPC's UNAVAILABLE "Socket closed" and "Stream
+// removed", the details a call carries when the connection to its peer closed, or its
+// stream was reset, under it: the peer's process (a TensorFlow server, JAX's coordination
+// service) went away. TensorFlow and XLA print the detail as gRPC's debug string,
+// {grpc_message:"Socket closed", grpc_status:14} in current gRPC and
+// "grpc_message":"Socket closed" (JSON) in older releases; only that form is matched, so
+// that a program's own "socket closed" elsewhere does not count. TensorFlow names the peer
+// the call went to ("Additional GRPC error information from remote target
+// /job:worker/replica:0/task:2", grpc_util.h): the first hint names it.
 //
 // gRPC's "failed to connect to all addresses" is deliberately not a hint: it is what a
 // start-up with a wrong address or port says, as well as a peer not up yet.
 func GRPCPeerClosed() []framework.HintPattern {
+	const closed = `grpc_message"?:\s?"(?:Socket closed|Stream removed)"`
 	return []framework.HintPattern{
 		{
-			Pattern:     `grpc_message"?:\s?"Socket closed"`,
+			Pattern:     `Additional GRPC error information from remote target /job:(?P<role>[\w-]+)/replica:\d+/task:(?P<peer>\d+)[^\n]*\n[^\n]*` + closed,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "gRPC: a task's server closed the connection under a call (its process went away)",
+		},
+		{
+			Pattern:     closed,
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "gRPC: the peer closed the connection under a call (its process went away)",
 		},

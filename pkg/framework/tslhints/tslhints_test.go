@@ -12,6 +12,8 @@ const (
 	agent   = "xla/tsl/distributed_runtime/coordination/coordination_service_agent.cc"
 	errutil = "xla/tsl/distributed_runtime/coordination/coordination_service_error_util.cc (TrimCoordinationErrorMessage)"
 	jaxDoc  = "jax docs/fault_tolerance.rst (the example output of a killed process)"
+
+	pjrtService = "xla/pjrt/distributed/coordination/coordination_service.cc"
 )
 
 func TestHints(t *testing.T) {
@@ -22,7 +24,8 @@ func TestHints(t *testing.T) {
 			Message: "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Task /job:jax_worker/replica:0/task:1 heartbeat timeout. " +
 				"This indicates that the remote task has failed, got preempted, or crashed unexpectedly. Check the task logs for an " +
 				"earlier error or scheduler events (e.g. preemption, eviction) to debug further.",
-			Want: v1alpha1.CausePeerFailure,
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "jax_worker:1",
 		},
 		"unhealthy tasks, propagated to the survivors": {
 			Source: jaxDoc + "; " + service + " (CheckHeartbeatTimeout)",
@@ -33,7 +36,8 @@ func TestHints(t *testing.T) {
 				"/job:jax_worker/replica:0/task:3\n" +
 				"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.\n\n" +
 				"RPC: /tensorflow.CoordinationService/PollForError",
-			Want: v1alpha1.CausePeerFailure,
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "jax_worker:3",
 		},
 		"the leader's service stopped": {
 			Source: service + " (RegisterTaskAsync)",
@@ -77,6 +81,64 @@ func TestHints(t *testing.T) {
 				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n" +
 				":{\"created\":\"@1700000000.123456789\",\"description\":\"Error received from peer ipv4:10.4.2.7:2222\"," +
 				"\"file\":\"external/com_github_grpc_grpc/src/core/lib/surface/call.cc\",\"file_line\":1056,\"grpc_message\":\"Socket closed\",\"grpc_status\":14}",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:2",
+		},
+
+		// JAX 0.11 (XLA's pjrt copy of the service, xla/pjrt/distributed/coordination), which
+		// names a task by its id, as the fixtures recorded it (hinttest testdata/frameworks).
+		"JAX 0.11: a task's heartbeats stopped, in the shutdown barrier's result": {
+			Source: pjrtService + " (CheckHeartbeatTimeout, SetTaskError, MakeShutdownBarrierError); fixture jax-0.11.2-cpu-worker2-exits",
+			Message: "F1127 02:27:02.731976    2348 client.h:86] Terminating process because the JAX distributed service detected fatal errors. This most likely " +
+				"indicates that another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all " +
+				"the previous output. absl::Status: INTERNAL: Shutdown barrier has failed.\n" +
+				"Barrier result: 'INTERNAL: Barrier failed because: task is set to ERROR: UNAVAILABLE: Task 2 heartbeat timeout. This indicates that the remote " +
+				"task has failed, got preempted, or crashed unexpectedly. Check the task logs for an earlier error or scheduler events (e.g. preemption, eviction) " +
+				"to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']. Barrier Id: Shutdown::6071502456883559662::0, Task: 2",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "2",
+		},
+		"JAX 0.11: the unhealthy task, as the service propagates it": {
+			Source: pjrtService + " (CheckHeartbeatTimeout); fixture jax-0.11.2-cpu-worker2-exits",
+			Message: "E1127 02:27:02.731576    2306 coordination_service.cc:1518] [6071502456883559662] Use error polling to propagate the following error to all " +
+				"tasks: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n2\nThe tasks have crashed. Check the task logs for an " +
+				"earlier error, or scheduler events (e.g. preemption, eviction) to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "2",
+		},
+		"several unhealthy tasks: none named": {
+			Source: service + " (CheckHeartbeatTimeout: up to three names)",
+			Message: "UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:2\n/job:worker/replica:0/task:3\n" +
+				"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"JAX 0.11: one task alone reached the shutdown barrier": {
+			Source: pjrtService + " (CheckBarrierTimeout, MakeShutdownBarrierError); fixture jax-0.11.2-cpu-worker2-raises",
+			Message: "F1127 02:26:50.167439    1750 client.h:86] Terminating process because the JAX distributed service detected fatal errors. This most likely " +
+				"indicates that another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all " +
+				"the previous output. absl::Status: INTERNAL: Shutdown barrier has failed.\n" +
+				"Barrier result: 'DEADLINE_EXCEEDED: Barrier timed out. Id: Shutdown::11599707994269862077::0. This usually happens because a task triggered the " +
+				"barrier too early or too slowly. Please look at the task logs (both timed out and first task) to debug further.\n" +
+				"# of tasks that reached the barrier: 1/4.\nThe first task at the barrier: 2. Some timed out task names:\n1\n0\n" +
+				" [type.googleapis.com/tensorflow.BarrierError='\\n\\x1eShutdown::11599707994269862077'] [type.googleapis.com/tensorflow.CoordinationServiceError='']",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "2",
+		},
+		"TensorFlow: every task but one reached a barrier": {
+			Source: service + " (CheckBarrierTimeout: the first two pending tasks are listed)",
+			Message: "DEADLINE_EXCEEDED: Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0. This usually happens because a task triggered the barrier " +
+				"too early or too slowly. Please look at the task logs (both timed out and first task) to debug further.\n" +
+				"# of tasks that reached the barrier: 3/4.\nThe first task at the barrier: /job:worker/replica:0/task:0. Some timed out task names:\n" +
+				"/job:worker/replica:0/task:3\n",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:3",
+		},
+		"gRPC reset the stream to the leader": {
+			Source: errutil + "; grpc src/core/ext/transport/chttp2/transport/chttp2_transport.cc (\"Stream removed\")",
+			Message: "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is " +
+				"experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /tensorflow.CoordinationService/PollForError:\n" +
+				":UNKNOWN:Error received from peer ipv4:10.4.0.12:1234 {grpc_message:\"Stream removed\", grpc_status:14}",
 			Want: v1alpha1.CausePeerFailure,
 		},
 
@@ -100,6 +162,12 @@ func TestHints(t *testing.T) {
 		"a collective aborted by this worker's own shape error": {
 			Source:  "tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort: \"Collective ops is aborted by: \")",
 			Message: "tensorflow.python.framework.errors_impl.InvalidArgumentError: Collective ops is aborted by: Shape mismatch in the collective instance 100. Op at device /job:worker/replica:0/task:1/device:CPU:0 expected shape [10] but another member in the group expected the same key 100 with shape [20]",
+		},
+		"several tasks did not reach the shutdown barrier": {
+			Source: service + " (CheckBarrierTimeout)",
+			Message: "INTERNAL: Shutdown barrier has failed.\nBarrier result: 'DEADLINE_EXCEEDED: Barrier timed out. Id: Shutdown::7::0. This usually " +
+				"happens because a task triggered the barrier too early or too slowly. Please look at the task logs (both timed out and first task) to debug further.\n" +
+				"# of tasks that reached the barrier: 2/4.\nThe first task at the barrier: 0. Some timed out task names:\n2\n3\n",
 		},
 		"the shutdown barrier timed out": {
 			Source: service + " (ShutdownTaskAsync: MakeShutdownBarrierError)",

@@ -17,6 +17,7 @@ import (
 	kubelettypes "k8s.io/kubelet/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
@@ -73,8 +74,43 @@ func ExitReport(pod *corev1.Pod, st *runtimeapi.ContainerStatus, attempt int, ba
 	if ran != attempt {
 		return report, fmt.Sprintf("the worker ran attempt %d, not attempt %d, which the run is in", ran, attempt), false
 	}
-	report = v1alpha1.WorkerExit{
-		Attempt:     int32(attempt),
+	return workerExit(st, name, attempt, node), "", true
+}
+
+// RecreatedExitReport is ExitReport for a worker of a pod that does not restart in place
+// (its run recreates the gang's pods): the pod's status keeps the exit, with what the
+// kubelet keeps of the log (its last 80 lines, 2 KiB) and a time to the second. The report
+// beside it adds what the status cannot hold: the lines that matter from further up the log
+// (termmsg.ReadReport, which Exited puts in) and the runtime's time to the nanosecond, which
+// orders exits within one second; exitclass reads it for the container it names. Reported:
+// a non-zero exit of a worker container of a run's pod that is not being deleted, in the
+// attempt the pod was made for. Pure.
+func RecreatedExitReport(pod *corev1.Pod, st *runtimeapi.ContainerStatus, node string) (report v1alpha1.WorkerExit, why string, ok bool) {
+	name := st.GetLabels()[kubelettypes.KubernetesContainerNameLabel]
+	n, numbered := attempt.Number(pod)
+	switch {
+	case st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED:
+		return report, "the container has not exited", false
+	case st.GetExitCode() == 0:
+		return report, "exit 0: nothing to explain", false
+	case st.GetLabels()[kubelettypes.KubernetesPodUIDLabel] != string(pod.UID):
+		return report, "the container is another pod's", false
+	case pod.Labels[v1alpha1.LabelRun] == "" || !numbered:
+		return report, "not a pod of a run's attempt", false
+	case pod.DeletionTimestamp != nil:
+		// Whoever deletes the pod stopped its workers (the controller ending an attempt it
+		// has judged, a drain): a report per worker of a large gang would say nothing new.
+		return report, "the pod is being deleted", false
+	case !isWorker(pod, name):
+		return report, fmt.Sprintf("%q is not a worker container of the pod", name), false
+	}
+	return workerExit(st, name, int(n), node), "", true
+}
+
+// workerExit is the report of the exit st of the worker container name in attempt n.
+func workerExit(st *runtimeapi.ContainerStatus, name string, n int, node string) v1alpha1.WorkerExit {
+	report := v1alpha1.WorkerExit{
+		Attempt:     int32(n),
 		Container:   name,
 		ContainerID: st.GetId(),
 		ExitCode:    st.GetExitCode(),
@@ -86,7 +122,7 @@ func ExitReport(pod *corev1.Pod, st *runtimeapi.ContainerStatus, attempt int, ba
 	if st.GetStartedAt() > 0 {
 		report.StartedAt = nanoTime(st.GetStartedAt())
 	}
-	return report, "", true
+	return report
 }
 
 // ranAttempt is the attempt pod's workers last ran (see ExitReport), 0 if none since the
@@ -231,21 +267,34 @@ func (w *ExitWatcher) Exited(ctx context.Context, ev *runtimeapi.ContainerEventR
 		return // not a pod's container (or the sandbox's own)
 	}
 	pod, err := w.pods.Pods(ns).Get(name)
-	if err != nil || !hasBarrier(pod) {
+	if err != nil {
 		return
 	}
-	n, open, ok := w.decisions.For(pod)
-	if !ok {
-		return
+	var (
+		report v1alpha1.WorkerExit
+		why    string
+		n      int
+		ok     bool
+	)
+	if hasBarrier(pod) {
+		var open, decided bool
+		if n, open, decided = w.decisions.For(pod); !decided {
+			return
+		}
+		report, why, ok = ExitReport(pod, st, n, open, w.node)
+	} else {
+		report, why, ok = RecreatedExitReport(pod, st, w.node)
+		n = int(report.Attempt)
 	}
-	report, why, ok := ExitReport(pod, st, n, open, w.node)
 	if !ok {
 		w.log.Debug("container exit not reported", "pod", podRef(pod), "container", st.GetId(), "exitCode", st.GetExitCode(), "reason", why)
 		return
 	}
-	// The container's termination message (or its log's tail), which the framework hints
-	// read: the kubelet removes the container before the pod's status could show it.
-	if msg, err := termmsg.Read(st); err != nil {
+	// The container's termination message (or its log's tail, with the lines that matter
+	// from further up), which the framework hints read: the kubelet removes the container of
+	// a pod that restarts in place before the pod's status could show it, and keeps only 2
+	// KiB of the log for the others.
+	if msg, err := termmsg.ReadReport(st); err != nil {
 		w.log.Warn("read a worker's termination message; reporting its exit without it", "pod", podRef(pod), "container", report.Container, "error", err)
 	} else {
 		report.Message = termmsg.Message(report.Message, msg)

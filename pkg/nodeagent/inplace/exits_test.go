@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -222,5 +225,97 @@ func TestExitWatcherUnsupportedRuntime(t *testing.T) {
 	w.Run(ctx)
 	if ctx.Err() != nil || status.Code(got) != codes.Unimplemented {
 		t.Fatalf("Run returned after %v with Unsupported(%v); want it to return at once, told Unimplemented", ctx.Err(), got)
+	}
+}
+
+// recreatedPod is a worker pod of attempt 3 of run llm that does not restart in place.
+func recreatedPod() *corev1.Pod {
+	p := makePod().worker("worker", "containerd://w2", running).obj()
+	p.Spec.InitContainers = nil
+	p.Labels = map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelAttempt: "3"}
+	return p
+}
+
+func TestRecreatedExitReport(t *testing.T) {
+	notRun := recreatedPod()
+	notRun.Labels = nil
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		st   *runtimeapi.ContainerStatus
+		want *v1alpha1.WorkerExit
+	}{
+		"a worker of a run's pod exits 134": {
+			pod: recreatedPod(), st: exitOf("w2", "worker", 134),
+			want: &v1alpha1.WorkerExit{Attempt: 3, Container: "worker", ContainerID: "w2", ExitCode: 134, Reason: "Error",
+				StartedAt: "2026-11-26T03:00:00Z", FinishedAt: "2026-11-26T03:01:30.000000123Z", Node: "n1"},
+		},
+		"exit 0":          {pod: recreatedPod(), st: exitOf("w2", "worker", 0)},
+		"a sidecar":       {pod: recreatedPod(), st: exitOf("side", "sidecar", 1)},
+		"a pod of no run": {pod: notRun, st: exitOf("w2", "worker", 1)},
+		"a pod being deleted": {pod: func() *corev1.Pod { p := recreatedPod(); p.DeletionTimestamp = &metav1.Time{Time: finished}; return p }(),
+			st: exitOf("w2", "worker", 143)},
+		"another pod's container": {pod: func() *corev1.Pod { p := recreatedPod(); p.UID = "uid-9"; return p }(), st: exitOf("w2", "worker", 1)},
+		"still running": {pod: recreatedPod(),
+			st: func() *runtimeapi.ContainerStatus { s := exitOf("w2", "worker", 1); s.State = run; return s }()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, why, ok := RecreatedExitReport(tc.pod, tc.st, "n1")
+			switch {
+			case tc.want == nil && ok:
+				t.Fatalf("reported %+v, want no report", got)
+			case tc.want == nil && why == "":
+				t.Error("no reason given for not reporting")
+			case tc.want != nil && !ok:
+				t.Fatalf("not reported (%s), want %+v", why, *tc.want)
+			case tc.want != nil:
+				if diff := cmp.Diff(*tc.want, got); diff != "" {
+					t.Errorf("report (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+// A worker of a pod that does not restart in place is reported too (the pod's status keeps
+// its exit, and only 2 KiB of its log): the report keeps its traceback from above the long
+// abort that ends its log, which the kubelet's tail loses.
+func TestExitWatcherRecreatedPod(t *testing.T) {
+	pod := recreatedPod()
+	var log strings.Builder
+	log.WriteString("2026-11-26T03:01:00.000000000Z stderr F Traceback (most recent call last):\n")
+	log.WriteString("2026-11-26T03:01:00.000000000Z stderr F   File \"/app/train.py\", line 121, in <module>\n")
+	log.WriteString("2026-11-26T03:01:00.000000000Z stderr F RuntimeError: worker 2 fails on purpose\n")
+	for i := range 60 {
+		log.WriteString("2026-11-26T03:01:10.000000000Z stderr F     @     0x7f4c2612d7d4  absl::log_internal::LogMessage::SendToLog() frame " + strconv.Itoa(i) + "\n")
+	}
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(logPath, []byte(log.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := exitOf("w2", "worker", 134)
+	st.LogPath = logPath
+	st.Annotations = map[string]string{termmsg.AnnotationPath: "/dev/termination-log", termmsg.AnnotationPolicy: string(corev1.TerminationMessageFallbackToLogsOnError)}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := idx.Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeEvents{FakeRuntime: &FakeRuntime{}, events: []*runtimeapi.ContainerEventResponse{
+		{ContainerId: "w2", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, ContainersStatuses: []*runtimeapi.ContainerStatus{st}},
+	}}
+	got := &reports{}
+	noDecision := decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 0, false, false })
+	w := NewExitWatcher(src, corelisters.NewPodLister(idx), noDecision, got, "n1", nil)
+	if err := w.follow(context.Background()); err == nil {
+		t.Fatal("follow returned no error at the stream's end")
+	}
+	if len(got.got) != 1 {
+		t.Fatalf("reported %d exits, want the worker's", len(got.got))
+	}
+	ex := got.got[0]
+	if ex.Attempt != 3 || ex.ExitCode != 134 || ex.ContainerID != "w2" {
+		t.Errorf("report %+v, want attempt 3 (the pod's), exit 134 of w2", ex)
+	}
+	if !strings.Contains(ex.Message, "RuntimeError: worker 2 fails on purpose") || !strings.Contains(ex.Message, "frame 59") {
+		t.Errorf("the report's message %q: want the traceback from above the tail, and the tail", ex.Message)
 	}
 }

@@ -48,6 +48,21 @@ const (
 // (every pod's Secrets are there), only the logs. A file or log it cannot read otherwise is
 // an error.
 func Read(st *runtimeapi.ContainerStatus) (string, error) {
+	msg, useLog, err := fileMessage(st)
+	if err != nil || !useLog {
+		return msg, err
+	}
+	msg, err = logTail(st.GetLogPath())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("log of container %s: %w", st.GetMetadata().GetName(), err)
+	}
+	return msg, nil
+}
+
+// fileMessage is the message in st's termination message file, and whether the kubelet
+// would read st's log instead (useLog): its policy falls back, it exited non-zero, and the
+// file is empty or not there.
+func fileMessage(st *runtimeapi.ContainerStatus) (msg string, useLog bool, err error) {
 	path, policy := st.GetAnnotations()[AnnotationPath], st.GetAnnotations()[AnnotationPolicy]
 	name := st.GetMetadata().GetName()
 	// A container that could not even start has no log to fall back to.
@@ -57,25 +72,18 @@ func Read(st *runtimeapi.ContainerStatus) (string, error) {
 			if m.GetContainerPath() != path {
 				continue
 			}
-			msg, err := readAtMost(m.GetHostPath(), MaxFileBytes)
+			b, err := readAtMost(m.GetHostPath(), MaxFileBytes)
 			switch {
 			case errors.Is(err, os.ErrNotExist):
 			case err != nil:
-				return "", fmt.Errorf("termination message of container %s: %w", name, err)
-			case len(msg) > 0 || !fallback:
-				return string(msg), nil
+				return "", false, fmt.Errorf("termination message of container %s: %w", name, err)
+			case len(b) > 0 || !fallback:
+				return string(b), false, nil
 			}
 			break
 		}
 	}
-	if !fallback || st.GetLogPath() == "" {
-		return "", nil
-	}
-	msg, err := logTail(st.GetLogPath())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("log of container %s: %w", name, err)
-	}
-	return msg, nil
+	return "", fallback && st.GetLogPath() != "", nil
 }
 
 // logWindow is how much of a log's end logTail reads: the last MaxLogLines lines' last

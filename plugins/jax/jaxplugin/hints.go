@@ -2,6 +2,7 @@ package jaxplugin
 
 import (
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/framework/gloohints"
 	"github.com/faultline-dev/faultline/pkg/framework/gpuhints"
 	"github.com/faultline-dev/faultline/pkg/framework/tslhints"
 )
@@ -19,16 +20,26 @@ import (
 //	heartbeats):
 //	/job:jax_worker/replica:0/task:3
 //
-// (JAX's fault tolerance guide). The first line is not a hint by itself: it wraps whatever
+// (JAX's fault tolerance guide; JAX 0.11 names the task by its process id: "... (stopped
+// sending heartbeats):\n3"). The first line is not a hint by itself: it wraps whatever
 // status the service propagated, this process's own error included ("Polled an error from
 // coordination service (this can be an error from this or another task)"); the status it
 // carries decides. When process 0, which hosts the service, dies, the status is "Failed to
 // send RPC to coordination service ..." with gRPC's "Socket closed" detail
-// (tslhints.GRPCPeerClosed). NCCL collectives report a lost peer too
-// (gpuhints.NCCLPeerLoss).
+// (tslhints.GRPCPeerClosed). Collectives report a lost peer too: Gloo on the CPU
+// (gloohints.PeerLoss), NCCL on the GPU (gpuhints.NCCLPeerLoss).
+//
+// The coordination service's task id is the process id, JAX_PROCESS_ID, which the plugin
+// sets to the pod's completion index: a task the service names (tslhints) is the pod with
+// that index. XLA aborts every process when it loses one (SIGABRT, exit 134), the failed
+// one too if it is still there (a Python exception leaves it in the shutdown barrier until
+// the others are ended with it): the name is what tells them apart, and the failed worker's
+// own traceback lies above the abort's stack trace, where the kubelet's 2 KiB tail does not
+// reach; the node agent's report keeps it.
 func Hints() []framework.HintPattern {
 	hints := gpuhints.CUDA()
 	hints = append(hints, tslhints.Coordination()...)
 	hints = append(hints, tslhints.GRPCPeerClosed()...)
+	hints = append(hints, gloohints.PeerLoss()...)
 	return append(hints, gpuhints.NCCLPeerLoss()...)
 }

@@ -160,7 +160,24 @@ func TestHints(t *testing.T) {
 				"see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. " +
 				"absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:3\n" +
 				"The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.",
-			Want: v1alpha1.CausePeerFailure,
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "jax_worker:3",
+		},
+		"JAX 0.11: another process crashed, and the survivor's all-gather failed first": {
+			Source: "xla/pjrt/distributed/coordination/coordination_service.cc (CheckHeartbeatTimeout); gloo/transport/tcp/pair.cc; fixture jax-0.11.2-cpu-worker2-exits",
+			Message: "ValueError: UNKNOWN: Gloo AllGather failed: [external/xla++third_party_ext+gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:6051\n" +
+				"E1127 02:27:02.731775    2348 coordination_service_agent.cc:288] Polled an error from coordination service (this can be an error from this or another task).\n" +
+				"F1127 02:27:02.731976    2348 client.h:86] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that " +
+				"another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. " +
+				"absl::Status: INTERNAL: Shutdown barrier has failed.\nBarrier result: 'INTERNAL: Barrier failed because: task is set to ERROR: UNAVAILABLE: Task 2 " +
+				"heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "2",
+		},
+		"JAX 0.11, CPU: a gloo collective lost its peer": {
+			Source:  "gloo/transport/tcp/pair.cc (Pair::read); jax/experimental/multihost_utils.py; fixture jax-0.11.2-cpu-worker2-exits",
+			Message: "ValueError: UNKNOWN: Gloo AllGather failed: [external/xla++third_party_ext+gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:6051",
+			Want:    v1alpha1.CausePeerFailure,
 		},
 		"process 0, the coordinator, died (JAX's fault tolerance guide)": {
 			Source: "jax docs/fault_tolerance.rst; xla/tsl/distributed_runtime/coordination/coordination_service_error_util.cc",

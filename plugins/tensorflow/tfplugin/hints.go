@@ -28,8 +28,13 @@ import (
 //
 // Peers. TensorFlow's multi-worker runtime uses XLA's coordination service
 // (tslhints.Coordination: a heartbeat timeout, a task restarted, the chief's service
-// stopped) and gRPC between tasks (tslhints.GRPCPeerClosed), and NCCL for collectives
-// (gpuhints.NCCLPeerLoss). Deliberately not hints:
+// stopped, a barrier one task missed) and gRPC between tasks (tslhints.GRPCPeerClosed), and
+// NCCL for collectives (gpuhints.NCCLPeerLoss); MultiWorkerMirroredStrategy also checks its
+// peers itself (clusterCheck). Where these name the task that failed
+// ("/job:worker/replica:0/task:1"), the hints name it (exitclass.HintGroupPeer and
+// HintGroupRole): a task of MultiWorkerMirroredStrategy's worker job is the pod with that
+// completion index, a task of a parameter-server run's role is that role's pod with that
+// role index (the run's layout, v1alpha1.AnnotationRoles). Deliberately not hints:
 //   - "Collective ops is aborted by: <error>": TensorFlow aborts collectives for any error,
 //     this worker's own included; the error after the colon decides.
 //   - gRPC's "failed to connect to all addresses": a wrong address or port at start-up says
@@ -40,6 +45,7 @@ import (
 func Hints() []framework.HintPattern {
 	hints := gpuhints.CUDA()
 	hints = append(hints, terminationHints()...)
+	hints = append(hints, clusterCheck())
 	hints = append(hints, tslhints.Coordination()...)
 	hints = append(hints, tslhints.GRPCPeerClosed()...)
 	return append(hints, gpuhints.NCCLPeerLoss()...)
@@ -59,5 +65,19 @@ func terminationHints() []framework.HintPattern {
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "the worker checkpointed and exited because a termination notice reached the cluster",
 		},
+	}
+}
+
+// clusterCheck is MultiWorkerMirroredStrategy's own health check of its peers
+// (tensorflow/python/distribute/collective_all_reduce_strategy.py, _check_health): when a
+// peer stops answering it logs "Cluster check alive failed, /job:worker/replica:0/task:1 is
+// down, aborting collectives: <the RPC's error>" and aborts every collective with "cluster
+// check alive failed, /job:worker/replica:0/task:1 is down", which the training step
+// raises (inside "Collective ops is aborted by: ..."). Both name the peer.
+func clusterCheck() framework.HintPattern {
+	return framework.HintPattern{
+		Pattern:     `[Cc]luster check alive failed, /job:(?P<role>[\w-]+)/replica:\d+/task:(?P<peer>\d+) is down`,
+		Cause:       v1alpha1.CausePeerFailure,
+		Description: "MultiWorkerMirroredStrategy's health check found a peer down and aborted the collectives",
 	}
 }

@@ -290,13 +290,30 @@ func TestHints(t *testing.T) {
 			Source:  "xla/tsl/distributed_runtime/coordination/coordination_service.cc (CheckHeartbeatTimeout)",
 			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Task /job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.",
 			Want:    v1alpha1.CausePeerFailure,
+			Named:   "worker:1",
+		},
+		"MultiWorkerMirroredStrategy's health check found a peer down": {
+			Source: "tensorflow/python/distribute/collective_all_reduce_strategy.py (_check_health)",
+			Message: "ERROR:tensorflow:Cluster check alive failed, /job:worker/replica:0/task:2 is down, aborting collectives: Deadline Exceeded\n" +
+				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n:{\"created\":\"@1613785391.258566931\",\"description\":\"Deadline Exceeded\",\"grpc_status\":4}",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:2",
+		},
+		"a collective aborted by the health check": {
+			Source: "tensorflow/python/distribute/collective_all_reduce_strategy.py (_check_health: abort_collective_ops); " +
+				"tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: cluster check alive failed, /job:worker/replica:0/task:3 is down\n" +
+				"The error could be from a previous operation. Restart your program to reset.",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:3",
 		},
 		"a peer's server went away under a collective": {
 			Source: "tensorflow/core/distributed_runtime/rpc/grpc_util.h (FromGrpcStatus); tensorflow/core/common_runtime/base_collective_executor.cc (StartAbort)",
 			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: Socket closed\n" +
 				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n" +
 				":{\"created\":\"@1700000000.123456789\",\"description\":\"Error received from peer ipv4:10.4.2.7:2222\",\"file\":\"external/com_github_grpc_grpc/src/core/lib/surface/call.cc\",\"file_line\":1056,\"grpc_message\":\"Socket closed\",\"grpc_status\":14}",
-			Want: v1alpha1.CausePeerFailure,
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:2",
 		},
 		"the program's own fault wins over the peer messages after it": {
 			Source: "CUDA runtime cudaGetErrorString; tensorflow grpc_util.h",
@@ -327,7 +344,7 @@ func TestHints(t *testing.T) {
 			Source:  "CUDA runtime cudaGetErrorString (cudaErrorECCUncorrectable)",
 			Message: "tensorflow.python.framework.errors_impl.InternalError: CUDA error: uncorrectable ECC error encountered",
 		},
-	}, terminationHints())
+	}, append(terminationHints(), clusterCheck()))
 }
 
 // The hints survive the host's own checks (and compile there), over gRPC.

@@ -422,15 +422,31 @@ func (m *overlapMonitor) check(t *testing.T) {
 
 // scenario is a test's share of the package's real-node cluster: the cluster, a namespace of
 // its own (dumped if the test fails), and a context that ends after d or with the test.
+//
+// It starts once every real node is healthy as the API sees it (cluster.NodeUnhealthy): a
+// test that changed a node hands it back so in its cleanup, and a test never depends on the
+// order the tests run in.
 func scenario(t testing.TB, d time.Duration) (context.Context, *cluster.Cluster, string) {
 	t.Helper()
 	c := cluster.Shared(t)
+	hctx, hcancel := context.WithTimeout(context.Background(), nodeHealthTimeout)
+	defer hcancel()
+	for _, n := range c.Real.Nodes {
+		if err := c.WaitNodeHealthy(hctx, n.Name); err != nil {
+			t.Fatalf("a test left a real node unhealthy: %v", err)
+		}
+	}
 	ns := c.Namespace(t)
 	dumpOnFailure(t, c, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx, c, ns
 }
+
+// nodeHealthTimeout bounds a wait for a node to be healthy again: a kubelet's start (Ready in
+// about 1.3 s here, up to 30 s on a loaded machine) and the node lifecycle controller's next
+// pass (its node-monitor-period, 5 s here) that takes its taints off.
+const nodeHealthTimeout = 90 * time.Second
 
 // dumpOnFailure logs the namespace's pods and events, and the agents' logs, if the test failed.
 func dumpOnFailure(t testing.TB, c *cluster.Cluster, ns string) {

@@ -115,6 +115,9 @@ var inPlaceOnce struct {
 // worker would let the other pods' new workers run meanwhile.
 func sharedInPlaceShutdown(t *testing.T) *inPlaceScenario {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local control plane; skipped with -short")
+	}
 	inPlaceOnce.Do(func() {
 		inPlaceOnce.by = t.Name()
 		inPlaceOnce.sc = inPlaceShutdown(t, "inplace", "--sigterm-delay", "5s", "--sigterm-delay-index", "0")
@@ -165,11 +168,7 @@ func (sc *inPlaceScenario) events() []podEvent {
 // Running and checks the verdict. A watch of the run's pods records every change from the
 // announcement on. It brings the node back when the test ends.
 func inPlaceShutdown(t *testing.T, name string, workerArgs ...string) *inPlaceScenario {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dumpOnFailure(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	t.Cleanup(cancel)
+	ctx, c, ns := scenario(t, 4*time.Minute)
 	startController(t, c, ns)
 
 	// The workers notice a lost task by its heartbeats only, after 10 s: the controller's

@@ -134,7 +134,7 @@ func revive(t *testing.T, c *cluster.Cluster, n *cluster.RealNode) {
 	if err := startAgent(ctx, c, n); err != nil {
 		t.Errorf("restart the node agent of %s: %v", n.Name, err)
 	}
-	if err := c.WaitNodeReady(ctx, n.Name); err != nil {
-		t.Errorf("%s not Ready after its revival: %v", n.Name, err)
+	if err := c.WaitNodeHealthy(ctx, n.Name); err != nil {
+		t.Errorf("after its revival: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -225,6 +226,26 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	if got.Labels["example.com/gpu-class"] != "" || got.Spec.Unschedulable || len(got.Spec.Taints) != len(taints) || !got.Status.Capacity.Name(v1alpha1.ResourceGPU, "").Equal(*n.Status.Capacity.Name(v1alpha1.ResourceGPU, "")) {
 		t.Errorf("node %s changed despite the refusals: labels %v unschedulable %v taints %v capacity %v", node, got.Labels, got.Spec.Unschedulable, got.Spec.Taints, got.Status.Capacity)
 	}
+
+	// Its heartbeat: its own node's Lease, and no other (dry runs: the DaemonSet's agents
+	// are not running here, and nothing is left behind).
+	leases := asAgent.CoordinationV1().Leases(agentlease.Namespace)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := leases.Create(ctx, agentlease.New(node, time.Now(), agentlease.Duration), dry); err != nil {
+		t.Errorf("the agent's own heartbeat: %v", err)
+	}
+	other := cluster.NodeName(0)
+	forged := agentlease.New(other, time.Now(), agentlease.Duration)
+	_, err = leases.Create(ctx, forged, dry)
+	requireForbidden(t, "agent: the heartbeat of another node's agent", err, me, "may not write Lease "+agentlease.Namespace+"/"+other)
+	forged = agentlease.New(node, time.Now(), agentlease.Duration)
+	forged.Name = controller.LeaderElectionID
+	_, err = leases.Create(ctx, forged, dry)
+	requireForbidden(t, "agent: the controller's leader Lease", err, me, "may not write Lease "+agentlease.Namespace+"/"+controller.LeaderElectionID)
+	unlabelled := agentlease.New(node, time.Now(), agentlease.Duration)
+	unlabelled.Labels = map[string]string{"example.com/x": "y"}
+	_, err = leases.Create(ctx, unlabelled, dry)
+	requireForbidden(t, "agent: a heartbeat with other labels", err, me, "labelled app.kubernetes.io/name=faultline-nodeagent-heartbeat")
 }
 
 func taintPatch(t *testing.T, taints []corev1.Taint) []byte {

@@ -1,0 +1,82 @@
+// Package runmetrics exports what a dashboard needs to know of each TrainingRun that the
+// controller's event-driven metrics cannot say: the restart budget each run has left, per
+// failure class. The values are read from the runs when Prometheus scrapes, never kept, so
+// that they cannot drift from the cluster (a deleted run is simply gone).
+package runmetrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/policy"
+)
+
+// MetricBudgetRemaining is the gauge of the restarts a run has left, by class.
+const MetricBudgetRemaining = "faultline_restart_budget_remaining"
+
+var budgetDesc = prometheus.NewDesc(MetricBudgetRemaining,
+	"Restarts a TrainingRun that has not ended may still spend, by failure class (spec.failurePolicy.maxRestarts less status.restarts, never below 0), read from the runs at scrape time.",
+	[]string{"namespace", "run", "class"}, nil)
+
+// Lister lists the runs to report: the controller's client, of its namespace or the cluster.
+type Lister func(ctx context.Context) ([]v1alpha1.TrainingRun, error)
+
+// Collector reports each run's remaining budgets when scraped.
+type Collector struct {
+	List Lister
+	// Timeout bounds one scrape's list (default 10 s).
+	Timeout time.Duration
+}
+
+var _ prometheus.Collector = Collector{}
+
+func (c Collector) Describe(ch chan<- *prometheus.Desc) { ch <- budgetDesc }
+
+// Collect reports nothing when the runs cannot be listed: an absent series is a gap on the
+// dashboard, a made-up one a lie.
+func (c Collector) Collect(ch chan<- prometheus.Metric) {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	runs, err := c.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, m := range Budgets(runs) {
+		ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(m.Remaining), m.Namespace, m.Run, m.Class)
+	}
+}
+
+// Budget is one run's remaining restarts of one class.
+type Budget struct {
+	Namespace, Run, Class string
+	Remaining             int32
+}
+
+// Budgets are the remaining budgets of the runs that have not ended, the class named as
+// faultline_restarts_total labels it (Infrastructure, Application, Unknown).
+func Budgets(runs []v1alpha1.TrainingRun) []Budget {
+	var out []Budget
+	for i := range runs {
+		r := &runs[i]
+		if r.Status.Phase == v1alpha1.PhaseSucceeded || r.Status.Phase == v1alpha1.PhaseFailed {
+			continue
+		}
+		spent := map[v1alpha1.Class]int32{
+			v1alpha1.ClassInfrastructure: r.Status.Restarts.Infrastructure,
+			v1alpha1.ClassApplication:    r.Status.Restarts.Application,
+			v1alpha1.ClassUnknown:        r.Status.Restarts.Unknown,
+		}
+		for _, class := range []v1alpha1.Class{v1alpha1.ClassInfrastructure, v1alpha1.ClassApplication, v1alpha1.ClassUnknown} {
+			left := max(policy.Budget(r.Spec.FailurePolicy.MaxRestarts, class)-spent[class], 0)
+			out = append(out, Budget{Namespace: r.Namespace, Run: r.Name, Class: string(class), Remaining: left})
+		}
+	}
+	return out
+}
