@@ -24,6 +24,9 @@ CMDS     := $(notdir $(wildcard cmd/*))
 PLUGINS  := $(notdir $(wildcard plugins/*))
 # A whole `make test` (unit, integration, e2e) on a 2-core machine.
 TEST_TIMEOUT ?= 40m
+comma := ,
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: help
 help: ## List the targets.
@@ -34,6 +37,46 @@ build: ## Build every binary into bin/.
 	@mkdir -p $(BIN)
 	@for c in $(CMDS); do [ -f cmd/$$c/main.go ] && $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c; done; true
 	@for p in $(PLUGINS); do [ -f plugins/$$p/main.go ] && $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/faultline-plugin-$$p ./plugins/$$p; done; true
+
+# The release's images (pkg/image): the controller (launcher with the framework plugins), the
+# node agent and the barrier, for every platform of IMAGE_PLATFORMS, tagged $(VERSION), as OCI
+# image layouts in $(IMAGE_DIR)/<image>. No container engine and no base image: the binaries
+# built here, glibc's runtime for the agent (it needs cgo for NVML) and the CA bundle from
+# this machine's Debian packages. The same commit gives the same digests.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_DIR       := _output/images
+REGISTRY        ?= ghcr.io/faultline-dev
+REVISION        ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_LDFLAGS   := $(LDFLAGS) -X github.com/faultline-dev/faultline/pkg/version.Revision=$(REVISION)
+HOST_ARCH       := $(shell $(GO) env GOARCH)
+# The agent's C compiler per architecture: the native gcc, else Debian's cross compiler
+# (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross, or gcc-x86-64-linux-gnu
+# libc6-dev-amd64-cross on an arm64 machine).
+CC_amd64        ?= $(if $(filter amd64,$(HOST_ARCH)),gcc,x86_64-linux-gnu-gcc)
+CC_arm64        ?= $(if $(filter arm64,$(HOST_ARCH)),gcc,aarch64-linux-gnu-gcc)
+
+.PHONY: images
+images: ## Build the three images for linux/amd64 and linux/arm64 into _output/images (OCI layouts tagged with the version).
+	@for p in $(IMAGE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir=$(IMAGE_DIR)/bin/$${os}_$${arch}; mkdir -p $$dir; \
+		case $$arch in amd64) cc='$(CC_amd64)' ;; arm64) cc='$(CC_arm64)' ;; *) echo "no C compiler known for $$arch" >&2; exit 1 ;; esac; \
+		command -v $$cc >/dev/null || { echo "images: $$cc (the node agent's C compiler for $$arch) is missing; see CC_$$arch in the Makefile" >&2; exit 1; }; \
+		for c in launcher faultline-barrier; do \
+			GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $$dir/$$c ./cmd/$$c; \
+		done; \
+		for pl in $(PLUGINS); do \
+			[ -f plugins/$$pl/main.go ] || continue; \
+			GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $$dir/faultline-plugin-$$pl ./plugins/$$pl; \
+		done; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=1 CC=$$cc $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $$dir/nodeagent ./cmd/nodeagent; \
+	done
+	@$(GO) run ./hack/images -version '$(VERSION)' -revision '$(REVISION)' -registry '$(REGISTRY)' \
+		-bin-dir $(IMAGE_DIR)/bin -out $(IMAGE_DIR) -platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))'
+
+.PHONY: release
+release: images ## Push the images to REGISTRY (default ghcr.io/faultline-dev; credentials: ~/.docker/config.json).
+	$(GO) run ./hack/images -version '$(VERSION)' -revision '$(REVISION)' -registry '$(REGISTRY)' \
+		-bin-dir $(IMAGE_DIR)/bin -out $(IMAGE_DIR) -platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))' -push
 
 .PHONY: tools
 tools: ## Build every pinned tool: control plane, real nodes, kwok, Kueue, code generators (cached in _output/bin).

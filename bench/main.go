@@ -7,6 +7,8 @@
 //	a. application error → the gang failed: time, last pod gone, restarts wasted;
 //	b. node shutdown on one node (through the node agent) → every worker Running again;
 //	c. fatal GPU XID 79 on one GPU → the same;
+//	e. fatal GPU XID 79, its worker hung instead of exiting → the same (the systems that wait
+//	   for the framework's timeout get it added, as configured by -hang-timeout);
 //	d. steady state, runs × workers: the controller's CPU, RSS, API rate and decision
 //	   latency; the agents' XID-to-mark latency and RSS.
 //
@@ -35,6 +37,7 @@ const (
 	scenarioFailFlag     = "fail"
 	scenarioShutdownFlag = "shutdown"
 	scenarioXIDFlag      = "xid"
+	scenarioHungFlag     = "hung"
 	scenarioSteadyFlag   = "steady"
 )
 
@@ -43,7 +46,8 @@ func main() {
 	qps := flag.String("controller-manager-qps", "0,200", "comma-separated kube-controller-manager client QPS settings, one control plane each (0: the upstream default, 20/30)")
 	rounds := flag.Int("rounds", 2, "measurements per scenario, system and size")
 	systems := flag.String("systems", strings.Join([]string{flagFaultline, flagJob, flagJobSet, flagJobSetDefault}, ","), "systems to compare")
-	scenarios := flag.String("scenarios", strings.Join([]string{scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioSteadyFlag}, ","), "scenarios to run")
+	scenarios := flag.String("scenarios", strings.Join([]string{scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioHungFlag, scenarioSteadyFlag}, ","), "scenarios to run")
+	hangTimeout := flag.Duration("hang-timeout", 10*time.Minute, "scenario hung: the framework's timeout that ends a hung worker for the systems that wait for it (PyTorch's NCCL watchdog default); added to their measured restart, not waited")
 	failMax := flag.Int("fail-max-workers", 256, "run scenario a (application error) only up to this gang size")
 	steadyRuns := flag.Int("steady-runs", 100, "scenario d: runs")
 	steadyWorkers := flag.Int("steady-workers", 100, "scenario d: workers per run")
@@ -68,7 +72,7 @@ func main() {
 	if err != nil {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
-	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS,
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS, hangTimeout: *hangTimeout,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow,
 			gpusPerNode: *steadyGPUs, schedulerQPS: *steadySchedulerQPS}}
@@ -78,8 +82,8 @@ func main() {
 		}
 	}
 	for _, s := range cfg.scenarios {
-		if s != scenarioFailFlag && s != scenarioShutdownFlag && s != scenarioXIDFlag && s != scenarioSteadyFlag {
-			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (want %s, %s, %s or %s)", s, scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioSteadyFlag))
+		if s != scenarioFailFlag && s != scenarioShutdownFlag && s != scenarioXIDFlag && s != scenarioHungFlag && s != scenarioSteadyFlag {
+			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (want %s, %s, %s, %s or %s)", s, scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioHungFlag, scenarioSteadyFlag))
 		}
 	}
 	path := *out

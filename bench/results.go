@@ -19,6 +19,8 @@ const (
 	scenarioFail     = "time-to-fail"
 	scenarioShutdown = "node shutdown"
 	scenarioXID      = "GPU XID 79"
+	// scenarioHung: XID 79, and the worker on that GPU hangs instead of exiting (issue 42).
+	scenarioHung = "hung worker after a fatal XID"
 )
 
 // restartPhases are the spans of a restart, in order (pkg/tracing).
@@ -35,6 +37,10 @@ type sample struct {
 	wasted, crashes int
 	// gaveUp: the system failed the gang instead of restarting it.
 	gaveUp bool
+	// waited: the part of d that is a framework's timeout the system waits for before
+	// anything ends (a hung worker), as configured: added to the measured restart, not
+	// waited for.
+	waited time.Duration
 	phases map[string]time.Duration
 	// firstPodCreated, podsCreated, podsBound: from the new attempt's Job created to its
 	// first and its last pod created, and to its last pod bound (faultline's restarts; to
@@ -261,6 +267,7 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 			fmt.Fprintf(b, "![faultline's restart phases, %s](%s)\n\n", sc, p)
 		}
 	}
+	r.hungTable(b)
 	if r.steady != nil {
 		r.steady.markdown(b)
 	}
@@ -341,4 +348,53 @@ func phaseDurations(ss []sample, phase string) []time.Duration {
 		}
 	}
 	return ds
+}
+
+// hungTable: the hung worker after a fatal XID (issue 42). Only faultline acts on the node
+// agent's evidence; the others wait for the framework's timeout to end a process, which the
+// bench adds as configured rather than waits for, and says so.
+func (r *session) hungTable(b *strings.Builder) {
+	systems := r.systems(scenarioHung)
+	if len(systems) == 0 {
+		return
+	}
+	var timeout time.Duration
+	for _, s := range r.samples {
+		timeout = max(timeout, s.waited)
+	}
+	b.WriteString("### e. Hung worker after a fatal XID → every worker Running again\n\n")
+	fmt.Fprintf(b, "XID 79 on GPU 0 of one node, and its worker hangs in a CUDA call instead of exiting (its peers with it, in the collective): nothing exits. "+
+		"faultline ends the attempt on its node agent's evidence once the settle window is over, and stops the hung worker. "+
+		"The other systems see nothing until the framework's own timeout ends a process: here %s, configured (`-hang-timeout`; PyTorch's NCCL watchdog defaults to 10 min, users raise it to 30-60; "+
+		"JAX's coordination heartbeat to 100 s). The bench does not wait it out: it ends the hung worker at once as the watchdog would (SIGABRT, exit 134), "+
+		"measures the restart from there, and adds the timeout (*of which waited*).\n\n", wholeSecs(timeout))
+	b.WriteString("| workers | system | time-to-restart | of which waited (the framework's timeout, configured) | faultline ÷ this |\n| ---: | --- | ---: | ---: | ---: |\n")
+	d := func(s sample) time.Duration { return s.d }
+	for _, n := range r.sizes() {
+		ours := median(r.pick(sysFaultline, scenarioHung, n), d)
+		for _, sys := range systems {
+			ss := r.pick(sys, scenarioHung, n)
+			if len(ss) == 0 {
+				continue
+			}
+			waited := median(ss, func(s sample) time.Duration { return s.waited })
+			if slices.ContainsFunc(ss, func(s sample) bool { return s.gaveUp }) {
+				fmt.Fprintf(b, "| %d | %s | no restart: failed the gang after %s | %s | – |\n", n, sys, summarize(durations(ss, d)), wholeSecs(waited))
+				continue
+			}
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %s |\n", n, sys, summarize(durations(ss, d)), wholeSecs(waited), smallRatio(ours, median(ss, d)))
+		}
+	}
+	b.WriteString("\n")
+	r.writesTable(b, scenarioHung)
+	r.phaseTable(b, scenarioHung)
+}
+
+// smallRatio is ours / theirs to two significant digits: a few seconds against a framework's
+// timeout of minutes is a ratio that ratio's two decimals would show as 0.00.
+func smallRatio(ours, theirs time.Duration) string {
+	if ours <= 0 || theirs <= 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(ours.Seconds()/theirs.Seconds(), 'g', 2, 64) + "×"
 }

@@ -106,7 +106,7 @@ func TestQPSLabelStatesTheRateLimit(t *testing.T) {
 func TestGangNamesAreValid(t *testing.T) {
 	systems := []system{faultline{}, bareJob{}, jobSet{best: true}, jobSet{}}
 	seen := map[string]bool{}
-	for _, sc := range []string{scenarioFail, scenarioShutdown, scenarioXID} {
+	for _, sc := range []string{scenarioFail, scenarioShutdown, scenarioXID, scenarioHung} {
 		for _, s := range systems {
 			name := gangName(sc, s, 2048, 1)
 			if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
@@ -281,5 +281,34 @@ func requireRows(t *testing.T, table string, rows ...string) {
 		if !strings.Contains(table, row) {
 			t.Errorf("the table lacks %q:\n%s", row, table)
 		}
+	}
+}
+
+// The hung-worker table says which part of a system's time is the framework's timeout it
+// waits for, and that it is the configured one, added rather than waited.
+func TestHungTableSaysTheTimeoutIsConfigured(t *testing.T) {
+	r := &session{samples: []sample{
+		{system: sysFaultline, workers: 8, scenario: scenarioHung, d: 4 * time.Second},
+		{system: sysJobSet, workers: 8, scenario: scenarioHung, d: 605 * time.Second, waited: 600 * time.Second},
+		{system: sysJob, workers: 8, scenario: scenarioHung, d: 603 * time.Second, waited: 600 * time.Second},
+	}}
+	var b strings.Builder
+	r.hungTable(&b)
+	out := b.String()
+	for _, want := range []string{
+		"### e. Hung worker after a fatal XID",
+		"here 600 s, configured (`-hang-timeout`",
+		"| 8 | faultline | 4.00 s | 0 s | 1× |",
+		"| 8 | JobSet (FailJobSet) | 605.00 s | 600 s | 0.0066× |",
+		"| 8 | Indexed Job | 603.00 s | 600 s | 0.0066× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the hung table does not say %q:\n%s", want, out)
+		}
+	}
+	var none strings.Builder
+	(&session{}).hungTable(&none)
+	if none.Len() != 0 {
+		t.Errorf("a session without the scenario: %q", none.String())
 	}
 }

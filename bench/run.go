@@ -54,6 +54,9 @@ type config struct {
 	gpuQuota bool
 	// controllerQPS is faultline's controller's client rate limit (see controllerBurst).
 	controllerQPS int
+	// hangTimeout is the framework's timeout that ends a hung worker for the systems that
+	// wait for it (scenario hung): added to their measured restart, not waited.
+	hangTimeout time.Duration
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
@@ -65,7 +68,7 @@ func (c config) controllerBurst() int { return 2 * c.controllerQPS }
 
 // measuresFloor: the floor is what restarts (b, c) are compared with.
 func (c config) measuresFloor() bool {
-	return slices.Contains(c.scenarios, scenarioShutdownFlag) || slices.Contains(c.scenarios, scenarioXIDFlag)
+	return slices.Contains(c.scenarios, scenarioShutdownFlag) || slices.Contains(c.scenarios, scenarioXIDFlag) || slices.Contains(c.scenarios, scenarioHungFlag)
 }
 
 // binaries are built once for every session.
@@ -310,6 +313,8 @@ func (b *bench) scenarios(ctx context.Context) error {
 						err = b.profiled(ctx, s, n, r == 0, func() error { return b.timeToRestart(ctx, s, scenarioShutdown, n, r) })
 					case scenarioXIDFlag:
 						err = b.timeToRestart(ctx, s, scenarioXID, n, r)
+					case scenarioHungFlag:
+						err = b.timeToRestart(ctx, s, scenarioHung, n, r)
 					}
 					if err != nil {
 						return fmt.Errorf("%s, %s, %d workers: %w", sc, s.name(), n, err)

@@ -34,6 +34,9 @@ var (
 	// cudaError is how a worker ends when its GPU falls off the bus (XID 79): the CUDA
 	// runtime reports an error and the program exits 1, like a bug would.
 	cudaError = cluster.Failure{ExitCode: 1, Message: "RuntimeError: CUDA error: unspecified launch failure"}
+	// watchdogAbort is how a worker hung in a collective ends when PyTorch's NCCL watchdog's
+	// timeout runs out: it aborts the process (SIGABRT).
+	watchdogAbort = cluster.Failure{ExitCode: 134, Message: "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1042, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."}
 )
 
 func byName(name string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", name) }
@@ -249,7 +252,7 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		if _, err := b.agentOn(ctx, node); err != nil {
 			return err
 		}
-		if scenario == scenarioXID {
+		if scenario == scenarioXID || scenario == scenarioHung {
 			if err := b.onlyGangOn(ctx, node, pods); err != nil {
 				return err
 			}
@@ -261,11 +264,14 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 	}
 	start := time.Now()
 	var victims []*corev1.Pod
+	var waited time.Duration // a framework's timeout the system would wait for, added
 	switch scenario {
 	case scenarioShutdown:
 		victims, err = b.shutdown(ctx, s, node, pods)
 	case scenarioXID:
 		victims, err = b.xid(ctx, s, node, pods)
+	case scenarioHung:
+		victims, waited, err = b.hung(ctx, s, node, pods)
 	}
 	if err != nil {
 		return err
@@ -278,12 +284,12 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 	if err != nil {
 		return err
 	}
-	d := time.Since(start)
+	d := time.Since(start) + waited
 	after, err := b.apiWrites(ctx)
 	if err != nil {
 		return err
 	}
-	smp := sample{system: s.name(), workers: n, scenario: scenario, d: d, gaveUp: !restarted, writes: after.since(before)}
+	smp := sample{system: s.name(), workers: n, scenario: scenario, d: d, waited: waited, gaveUp: !restarted, writes: after.since(before)}
 	if restarted && isFaultline(s) {
 		// The run's own account of the restart, once it has recorded the Running attempt.
 		run, err := waitOwner(ctx, s, name, func(o runtime.Object) bool {
@@ -363,26 +369,50 @@ func ignoreNotFound(err error) error {
 func (b *bench) xid(ctx context.Context, s system, node string, pods map[int]*corev1.Pod) ([]*corev1.Pod, error) {
 	victim := pods[0]
 	if isFaultline(s) {
-		a, err := b.agentOn(ctx, node)
-		if err != nil {
+		var err error
+		if victim, err = b.injectXID79(ctx, node); err != nil {
 			return nil, err
 		}
-		if err := a.InjectXID(0, 79); err != nil {
-			return nil, err
-		}
-		// The agent hands GPU 0 to the node's oldest worker, as a device plugin would.
-		mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		markedHere := func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }
-		pods, err := b.c.WaitPods(mctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
-			return slices.ContainsFunc(p, markedHere), nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("the agent on %s marked no worker after XID 79 on GPU 0: %w (agent log %s)", node, err, a.LogPath)
-		}
-		victim = pods[slices.IndexFunc(pods, markedHere)]
 	}
 	return []*corev1.Pod{victim}, b.c.FailPod(ctx, namespace, victim.Name, cudaError)
+}
+
+// injectXID79 makes GPU 0 of node fall off the bus, and returns the worker the node's agent
+// marked for it.
+func (b *bench) injectXID79(ctx context.Context, node string) (*corev1.Pod, error) {
+	a, err := b.agentOn(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.InjectXID(0, 79); err != nil {
+		return nil, err
+	}
+	// The agent hands GPU 0 to the node's oldest worker, as a device plugin would.
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	markedHere := func(p *corev1.Pod) bool { return p.Spec.NodeName == node && infraMarked(p) }
+	pods, err := b.c.WaitPods(mctx, namespace, labels.Everything(), func(p []*corev1.Pod) (bool, error) {
+		return slices.ContainsFunc(p, markedHere), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the agent on %s marked no worker after XID 79 on GPU 0: %w (agent log %s)", node, err, a.LogPath)
+	}
+	return pods[slices.IndexFunc(pods, markedHere)], nil
+}
+
+// hung: GPU 0 of node falls off the bus (XID 79) and its worker hangs in a CUDA call, its
+// peers in the collective with it: no worker exits (issue 42). faultline's agent marks the
+// worker, and faultline ends the attempt on that evidence: nothing else happens to the pods.
+// The other systems see nothing until the framework's own timeout ends a process (PyTorch's
+// NCCL watchdog aborts it): the bench does not wait that long, it ends the victim at once as
+// the watchdog does and returns the configured timeout, which the measurement adds.
+func (b *bench) hung(ctx context.Context, s system, node string, pods map[int]*corev1.Pod) ([]*corev1.Pod, time.Duration, error) {
+	if isFaultline(s) {
+		victim, err := b.injectXID79(ctx, node)
+		return []*corev1.Pod{victim}, 0, err
+	}
+	victim := pods[0]
+	return []*corev1.Pod{victim}, b.cfg.hangTimeout, b.c.FailPod(ctx, namespace, victim.Name, watchdogAbort)
 }
 
 // onlyGangOn waits until the gang's pods are the only ones on node. The agent hands GPU 0 to
@@ -503,7 +533,7 @@ func gangName(scenario string, s system, n, round int) string {
 	return fmt.Sprintf("%s-%s-%d-%d", short, sys, n, round)
 }
 
-var shortScenario = map[string]string{scenarioFail: "fail", scenarioShutdown: "shutdown", scenarioXID: "xid"}
+var shortScenario = map[string]string{scenarioFail: "fail", scenarioShutdown: "shutdown", scenarioXID: "xid", scenarioHung: "hung"}
 
 // podsProgress is when, after since (the Job's creation), the first and the last of pods
 // were created, and the last was bound to a node. All are the API server's timestamps, to

@@ -43,6 +43,27 @@ func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
 	}
 }
 
+// TestNodeAgentPodConditionsAreItsOwn: the pod conditions the node agent may write are its
+// own two, named by their constants: InfrastructureFault (its evidence) and NoProgress (a
+// worker silent past its run's progress deadline); every other condition of a pod stays as
+// it was.
+func TestNodeAgentPodConditionsAreItsOwn(t *testing.T) {
+	raw, err := FS.ReadFile("admission/nodeagent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := string(raw)
+	want := `expression: "['` + v1alpha1.PodConditionInfrastructureFault + `', '` + v1alpha1.PodConditionNoProgress + `']"`
+	if !strings.Contains(policy, want) {
+		t.Errorf("admission/nodeagent.yaml: the agent's own pod conditions are not %q", want)
+	}
+	for _, side := range []string{"object", "oldObject"} {
+		if filter := side + ".status.?conditions.orValue([]).filter(c, !(c.type in variables.ownConditions))"; !strings.Contains(policy, filter) {
+			t.Errorf("admission/nodeagent.yaml: no %q: the pod conditions other than the agent's are not kept", filter)
+		}
+	}
+}
+
 // TestControllerRunPolicyCoversEverySpecField: the controller may write only
 // spec.restartScope and spec.successPolicy of a run (from unset); the policy keeps every other
 // field of the spec unchanged by naming it. A field added to TrainingRunSpec would be left

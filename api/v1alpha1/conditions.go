@@ -18,6 +18,16 @@ const (
 	// ConditionMaintenanceBlocked is True while a NodeMaintenance drains a node of the run's
 	// but the gang has no placement left off it: the run stays, rather than wait Pending.
 	ConditionMaintenanceBlocked = "MaintenanceBlocked"
+	// ConditionInPlaceWaiting is True while an attempt that restarts in place waits on named
+	// pods before its workers run (reason StoppingOldWorkers, then OpeningBarriers), with
+	// the deadline of each wait; reason InPlaceFallback names the pods whose wait ran out and
+	// whose indexes moved to new pods. False (reason BarrierOpen) once the attempt runs.
+	ConditionInPlaceWaiting = "InPlaceWaiting"
+	// ConditionInPlaceRestarts is False (reason BarrierImageUnpullable) once a run with
+	// restartMode Auto found its barrier image impossible to pull: its attempts recreate
+	// from then on, and the message names the image, the pod, the node and the kubelet's
+	// words. Absent while the run may restart in place.
+	ConditionInPlaceRestarts = "InPlaceRestarts"
 	// ConditionAdmitted, on a run that names a Kueue queue, is True while Kueue admits its
 	// Workload; False (reason Queued) while it waits, or after an eviction (its reason).
 	ConditionAdmitted = "Admitted"
@@ -55,6 +65,22 @@ const (
 	// place (the kubelet does not declare the feature, or the node agent is not ready for it).
 	ReasonInPlaceUnsupported = "InPlaceUnsupported"
 	ReasonProgressing        = "Progressing" // Stalled=False
+
+	// Reasons of InPlaceWaiting.
+	// ReasonStoppingOldWorkers: the gang's barrier waits for every old worker to stop.
+	ReasonStoppingOldWorkers = "StoppingOldWorkers"
+	// ReasonOpeningBarriers: the gang's go signal is given; the node agents open the pods'
+	// barriers.
+	ReasonOpeningBarriers = "OpeningBarriers"
+	// ReasonInPlaceFallback: a wait ran out (a worker that did not stop, a barrier nobody
+	// opened, a silent node agent): the pods it names moved to new pods elsewhere.
+	ReasonInPlaceFallback = "InPlaceFallback"
+	// ReasonBarrierOpen: every worker of the attempt runs it (InPlaceWaiting=False).
+	ReasonBarrierOpen = "BarrierOpen"
+	// ReasonBarrierImageUnpullable: a worker's barrier image cannot be pulled on its node:
+	// InPlaceRestarts=False for restartMode Auto (the attempt starts again without it), and
+	// Stalled for restartMode InPlace, which needs it.
+	ReasonBarrierImageUnpullable = "BarrierImageUnpullable"
 	// ReasonRolesPolicyMissing: the run's framework lays its pods out in roles, and the
 	// admission policy that labels them (RolesPolicyName) is not installed.
 	ReasonRolesPolicyMissing = "RolesPolicyMissing"

@@ -85,8 +85,9 @@ const FrameworkNone = "none"
 // silently ignored, so they are refused (backoff and settleSeconds are documented as Gang's:
 // Go clients send their zero values, which cannot be told from a choice).
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.rules) || size(self.failurePolicy.rules) == 0",message="spec.failurePolicy.rules have no effect with restartScope Index (the Job controller retries each index, see backoffLimitPerIndex, and the run fails when it gives up): remove them or use restartScope Gang",fieldPath=".failurePolicy.rules"
-// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.maxRestarts) || ((!has(self.failurePolicy.maxRestarts.infrastructure) || self.failurePolicy.maxRestarts.infrastructure == 10) && (!has(self.failurePolicy.maxRestarts.application) || self.failurePolicy.maxRestarts.application == 0) && (!has(self.failurePolicy.maxRestarts.unknown) || self.failurePolicy.maxRestarts.unknown == 1) && (!has(self.failurePolicy.maxRestarts.noProgress) || self.failurePolicy.maxRestarts.noProgress == 1))",message="spec.failurePolicy.maxRestarts has no effect with restartScope Index (retries are per index there: set backoffLimitPerIndex): remove it or use restartScope Gang",fieldPath=".failurePolicy.maxRestarts"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'InPlace'",message="spec.failurePolicy.restartMode InPlace applies to restartScope Gang (with Index the Job controller replaces each failed index): remove it or use restartScope Gang",fieldPath=".failurePolicy.restartMode"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.progressDeadlineSeconds)",message="spec.failurePolicy.progressDeadlineSeconds applies to restartScope Gang (with Index the Job controller replaces each failed index, and a silent index is no gang that stopped): remove it or use restartScope Gang",fieldPath=".failurePolicy.progressDeadlineSeconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.roles) || size(self.roles) == 0",message="spec.roles apply to restartScope Gang (with Index the Job controller creates every pod from spec.template): remove spec.roles or use restartScope Gang",fieldPath=".roles"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.restartScope) || has(self.restartScope)",message="spec.restartScope cannot be removed once set (the run started under it): create a new TrainingRun to change it",fieldPath=".restartScope"
 type TrainingRunSpec struct {
@@ -247,6 +248,22 @@ type FailurePolicy struct {
 	// +optional
 	SettleSeconds *int32 `json:"settleSeconds,omitempty"`
 
+	// ProgressDeadlineSeconds ends an attempt that has stopped making progress without
+	// ending: when no worker of a Running attempt has shown progress for this long, the
+	// attempt ends with cause NoProgress (class Unknown, on its own budget,
+	// maxRestarts.noProgress) and the gang restarts. A worker's progress is its own output:
+	// the node agent notes when each worker's log (its containers' logs under
+	// /var/log/pods) last grew, at the cost of a stat per worker every few seconds and no
+	// API write until a worker has been silent for the deadline. A gang whose every worker
+	// is blocked (a collective that never completes, a stuck filesystem, a deadlock in the
+	// input pipeline) is caught; a gang in which one worker still logs is not. Choose it
+	// above the longest silence of a healthy run (startup and compilation, a checkpoint, an
+	// evaluation): docs/cookbook.md, "Hangs". Unset: off. An attempt keeps the deadline it started with.
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=604800
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
 	// Rules are tried in order; the first that matches decides. The defaults apply after
 	// them: Infrastructure and Unknown → RestartRun, Application → FailRun.
 	// +listType=map
@@ -270,6 +287,14 @@ type RestartBudgets struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Unknown *int32 `json:"unknown,omitempty"`
+	// NoProgress is the budget of attempts that stopped making progress
+	// (failurePolicy.progressDeadlineSeconds, cause NoProgress): class Unknown, counted apart
+	// from the other Unknown failures, since a gang that hangs again and again is a program
+	// that deadlocks, not a run of bad luck.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NoProgress *int32 `json:"noProgress,omitempty"`
 }
 
 // Backoff: a restart starts the next attempt at once unless the failed attempt had itself
@@ -448,6 +473,10 @@ type RestartCounts struct {
 	Application int32 `json:"application,omitempty"`
 	// +optional
 	Unknown int32 `json:"unknown,omitempty"`
+	// NoProgress counts the restarts of attempts that stopped making progress (cause
+	// NoProgress), which spend maxRestarts.noProgress and not maxRestarts.unknown.
+	// +optional
+	NoProgress int32 `json:"noProgress,omitempty"`
 }
 
 // FailureVerdict is exitclass's verdict on a failure, as stored in status.
@@ -477,6 +506,13 @@ type FailureVerdict struct {
 	// PeerFailures is how many other workers failed because of this one.
 	// +optional
 	PeerFailures int32 `json:"peerFailures,omitempty"`
+	// StillRunning: the root worker had not exited when the attempt was judged: it hung on
+	// fatal infrastructure evidence (a fatal XID on its GPU, its GPU lost, its node's
+	// shutdown that did not end it), or the gang stopped making progress (cause
+	// NoProgress). FailedAt is then when the evidence came (or the gang's last progress),
+	// and the explanation says how long the worker ran on; faultline stopped it.
+	// +optional
+	StillRunning bool `json:"stillRunning,omitempty"`
 	// FailedAt is when the root pod failed.
 	// +optional
 	FailedAt *metav1.Time `json:"failedAt,omitempty"`

@@ -128,7 +128,7 @@ const (
 
 // Cause is the root cause of a failure: the reason of the InfrastructureFault pod condition,
 // the cause of a verdict, and what failure-policy rules match on.
-// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;PlannedMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;PeerFailure;Unknown
+// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;PlannedMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;PeerFailure;Unknown;NoProgress
 type Cause string
 
 const (
@@ -153,10 +153,16 @@ const (
 	CausePeerFailure Cause = "PeerFailure"
 	// CauseUnknown: no evidence either way.
 	CauseUnknown Cause = "Unknown"
+	// CauseNoProgress: no worker of a Running attempt showed progress for the run's
+	// failurePolicy.progressDeadlineSeconds, and none had ended: the gang hangs (a collective
+	// that never completes, a deadlock, a stuck filesystem). Class Unknown, which nothing
+	// proves either way, with a restart budget of its own (maxRestarts.noProgress).
+	CauseNoProgress Cause = "NoProgress"
 )
 
-// Class returns the class a cause belongs to. PeerFailure and Unknown are Unknown: a gang
-// in which only peer failures are seen has not shown who started it.
+// Class returns the class a cause belongs to. PeerFailure, Unknown and NoProgress are
+// Unknown: a gang in which only peer failures are seen has not shown who started it, and a
+// gang that hangs has not shown why.
 func (c Cause) Class() Class {
 	switch c {
 	case CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost:
@@ -171,7 +177,7 @@ func (c Cause) Class() Class {
 // AllCauses lists every cause in a stable order (for validation, docs and tests).
 var AllCauses = []Cause{
 	CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost,
-	CauseAppExit, CauseOOMKilled, CauseAppGPUError, CausePeerFailure, CauseUnknown,
+	CauseAppExit, CauseOOMKilled, CauseAppGPUError, CausePeerFailure, CauseUnknown, CauseNoProgress,
 }
 
 // FaultEvidence is what the node agent writes, as JSON, into AnnotationFaultEvidence.
@@ -202,6 +208,27 @@ const (
 	EvidenceSourceLogind     = "logind"
 	EvidenceSourceNVMLEvent  = "nvml-event"
 	EvidenceSourceNVMLHealth = "nvml-health"
+)
+
+// Progress (spec.failurePolicy.progressDeadlineSeconds): the node agent watches each worker's
+// progress on its own node and says on the pod when it has stopped for the run's deadline;
+// the controller ends an attempt none of whose workers progresses (CauseNoProgress). Until
+// then the watch costs no API write.
+const (
+	// AnnotationProgressDeadline is, on the pods of a run with a progress deadline, the
+	// deadline in seconds, for the node agent: the attempt's Job template carries it from
+	// the run's spec, so an attempt keeps the deadline it started with, and an agent needs
+	// no more than its node's pods to know it.
+	AnnotationProgressDeadline = GroupName + "/progress-deadline-seconds"
+	// PodConditionNoProgress is True on a running worker that has shown no progress for its
+	// deadline: lastTransitionTime is when it last did (the stall's start), the reason is
+	// the signal that stopped (ProgressSignalLog), the message says what was seen. Only the
+	// node agent of the pod's node writes it (deploy/admission/nodeagent.yaml), and takes it
+	// off when the worker progresses again.
+	PodConditionNoProgress = GroupName + "/NoProgress"
+	// ProgressSignalLog: the worker's output, its containers' logs under /var/log/pods, has
+	// not grown (the zero-configuration signal: every program writes something).
+	ProgressSignalLog = "LogSilent"
 )
 
 // TaintGPUUnhealthy is the NoSchedule taint the node agent may put on a node with a fatal

@@ -81,6 +81,11 @@ func (in *FailurePolicy) DeepCopyInto(out *FailurePolicy) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ProgressDeadlineSeconds != nil {
+		in, out := &in.ProgressDeadlineSeconds, &out.ProgressDeadlineSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Rules != nil {
 		in, out := &in.Rules, &out.Rules
 		*out = make([]FailurePolicyRule, len(*in))
@@ -432,6 +437,11 @@ func (in *RestartBudgets) DeepCopyInto(out *RestartBudgets) {
 	}
 	if in.Unknown != nil {
 		in, out := &in.Unknown, &out.Unknown
+		*out = new(int32)
+		**out = **in
+	}
+	if in.NoProgress != nil {
+		in, out := &in.NoProgress, &out.NoProgress
 		*out = new(int32)
 		**out = **in
 	}

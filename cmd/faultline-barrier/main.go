@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -38,17 +39,30 @@ type cli struct {
 	stderr io.Writer
 	wait   func(context.Context, barrier.Config) (int, error)
 	open   func(context.Context, string, int) error
+	getenv func(string) string
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open}
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
 func (c cli) run(ctx context.Context, args []string) int {
 	cfg := barrier.Config{Logger: slog.New(slog.NewTextHandler(c.stderr, nil))}
+	getenv := c.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if v := getenv(barrier.EnvAttempt); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(c.stderr, "%s=%q: want the attempt the pod was made for (a positive number)\n", barrier.EnvAttempt, v)
+			return exitUsage
+		}
+		cfg.MadeFor = n
+	}
 	fs := flag.NewFlagSet("faultline-barrier", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	fs.StringVar(&cfg.AttemptFile, "attempt-file", barrier.AttemptFile, "the file the workers read their attempt from")

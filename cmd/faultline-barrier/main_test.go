@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/faultline-dev/faultline/pkg/barrier"
@@ -20,6 +21,7 @@ func TestExitCodes(t *testing.T) {
 		args    []string
 		openErr error
 		waitErr error
+		env     string // FAULTLINE_ATTEMPT
 		want    int
 	}{
 		"wait opened":             {args: nil, want: exitOK},
@@ -33,6 +35,7 @@ func TestExitCodes(t *testing.T) {
 		"open without an attempt": {args: []string{"open"}, want: exitUsage},
 		"unknown flag":            {args: []string{"--nope"}, want: exitUsage},
 		"stray argument":          {args: []string{"open", "--attempt", "2", "now"}, want: exitUsage},
+		"a garbled pod attempt":   {args: []string{"wait"}, env: "two", want: exitUsage},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := tc.ctx
@@ -44,10 +47,26 @@ func TestExitCodes(t *testing.T) {
 				stderr: &stderr,
 				wait:   func(context.Context, barrier.Config) (int, error) { return 1, tc.waitErr },
 				open:   func(context.Context, string, int) error { return tc.openErr },
+				getenv: func(string) string { return tc.env },
 			}
 			if got := c.run(ctx, tc.args); got != tc.want {
 				t.Errorf("exit %d, want %d; stderr %s", got, tc.want, stderr.String())
 			}
 		})
+	}
+}
+
+// TestWaitKnowsItsPodsAttempt: the barrier reads the attempt its pod was made for from
+// FAULTLINE_ATTEMPT, and opens for no older one (barrier.Config.MadeFor).
+func TestWaitKnowsItsPodsAttempt(t *testing.T) {
+	var got barrier.Config
+	c := cli{stderr: io.Discard, getenv: func(k string) string {
+		if k == barrier.EnvAttempt {
+			return "3"
+		}
+		return ""
+	}, wait: func(_ context.Context, cfg barrier.Config) (int, error) { got = cfg; return 3, nil }}
+	if code := c.run(context.Background(), []string{"wait"}); code != exitOK || got.MadeFor != 3 {
+		t.Errorf("exit %d, MadeFor %d; want 0 and 3", code, got.MadeFor)
 	}
 }

@@ -1,27 +1,42 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
+	"fmt"
 	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/faultline-dev/faultline/pkg/cli"
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 func newInstallCommand(env *cli.Env) *cobra.Command {
 	var (
-		o     cli.InstallOptions
-		print bool
+		o             cli.InstallOptions
+		print         bool
+		skipPreflight bool
 	)
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Install faultline: the CRD, its admission policies, the controller and the node agent",
 		Long: `Apply faultline's manifests (the ones in deploy/, built into this binary) with server-side
-apply, as 'kubectl apply --server-side -k deploy/' does; --print writes them to standard
-output instead. --components chooses among crd, admission (the policies that keep fault
-evidence to the node agent and each service account to its own writes), controller and
-agent; kueue (not in the default) lets Kueue read TrainingRuns, for the Kueue integration.`,
+apply, as 'kubectl apply --server-side -k deploy/' does, with this launcher's version of the
+three images (the controller's, the node agent's and the barrier's; 'launcher version' names
+them); --print writes them to standard output instead. --registry moves all three images to
+a registry of yours; --controller-image, --agent-image and --barrier-image replace one each.
+
+Before it applies anything, install checks that the cluster serves what the manifests need
+(ValidatingAdmissionPolicy and MutatingAdmissionPolicy v1, Job spec.managedBy, ...) and
+refuses with one message that names what is missing, leaving the cluster untouched; what
+faultline can do without (restarts in place, Kueue) is reported.
+
+--components chooses among crd, admission (the policies that keep fault evidence to the node
+agent and each service account to its own writes), controller and agent; kueue (not in the
+default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 		Example: `  launcher install
   launcher install --print > faultline.yaml
+  launcher install --registry registry.example.com/faultline   # all three images from your registry
   launcher install --components crd        # e.g. to run the controller yourself
   launcher install --components kueue      # on a cluster that runs Kueue`,
 		Args: cobra.NoArgs,
@@ -37,14 +52,65 @@ agent; kueue (not in the default) lets Kueue read TrainingRuns, for the Kueue in
 			if err != nil {
 				return err
 			}
+			if !skipPreflight {
+				facts, err := cli.GatherClusterFacts(cmd.Context(), cl.Config)
+				if err != nil {
+					return err
+				}
+				report := cli.Preflight(objs, facts)
+				if err := report.Err(facts); err != nil {
+					return err
+				}
+				cli.PrintPreflight(out(env), facts, report)
+			}
+			im := o.Images()
+			fmt.Fprintf(out(env), "installing faultline %s: controller %s, node agent %s, barrier %s\n", version.Version, im.Controller, im.Agent, im.Barrier)
 			return cli.Apply(cmd.Context(), cl.Config, objs, out(env))
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")
 	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, admission, controller, agent (default all four), kueue")
-	f.StringVar(&o.ControllerImage, "controller-image", "", "image of the controller (default: the manifests')")
-	f.StringVar(&o.AgentImage, "agent-image", "", "image of the node agent (default: the manifests')")
+	f.StringVar(&o.Registry, "registry", "", "registry of all three images, e.g. registry.example.com/faultline (default "+version.DefaultRegistry+")")
+	f.StringVar(&o.ControllerImage, "controller-image", "", "image of the controller (default: "+version.ControllerImageName+" of this version under --registry)")
+	f.StringVar(&o.AgentImage, "agent-image", "", "image of the node agent (default: "+version.AgentImageName+" of this version under --registry)")
+	f.StringVar(&o.BarrierImage, "barrier-image", "", "image of the barrier, the controller's --barrier-image (default: "+version.BarrierImageName+" of this version under --registry)")
+	f.BoolVar(&o.WithoutRolesPolicy, "without-roles-policy", false, "leave out the MutatingAdmissionPolicy "+cli.RolesPolicyName+
+		" (Kubernetes 1.36 and later), which labels the pods of Index-scope runs with roles (TensorFlow's chief/ps/worker): for an older cluster")
+	f.BoolVar(&skipPreflight, "skip-preflight", false, "apply without checking what the cluster serves first")
 	_ = cmd.RegisterFlagCompletionFunc("components", cobra.FixedCompletions(slices.Concat(cli.InstallComponents, cli.OptionalComponents), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func newUninstallCommand(env *cli.Env) *cobra.Command {
+	var o cli.UninstallOptions
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove everything 'launcher install' installed",
+		Long: `Remove faultline from the cluster, in the order that leaves nothing stuck: the TrainingRuns
+and NodeMaintenances first, while the controller still runs (it stops their workers and lets
+go of their Jobs), any finalizer of faultline's still on a Job or a worker, then the node
+agent, the controller, their admission policies, their namespace and the CRDs, and last the
+node agent's conditions, annotations and taint on the Nodes.
+
+Runs that have not finished (and maintenances in progress) are refused: wait for them or
+delete them, or --force to end them (uninstall names each one it ends).`,
+		Example: `  launcher uninstall
+  launcher uninstall --force   # also end the runs that have not finished`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := env.Clients()
+			if err != nil {
+				return err
+			}
+			if err := cli.Uninstall(cmd.Context(), cl.Config, o, out(env)); err != nil {
+				return err
+			}
+			fmt.Fprintln(out(env), "faultline uninstalled")
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&o.Force, "force", false, "end the runs that have not finished and the maintenances in progress")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 3*time.Minute, "longest wait for each step (the runs' teardown, the pods' end, the namespace's)")
 	return cmd
 }

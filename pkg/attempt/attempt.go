@@ -174,6 +174,11 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	if opts.RoleRanges != "" {
 		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationRoles: opts.RoleRanges})
 	}
+	if d := run.Spec.FailurePolicy.ProgressDeadlineSeconds; d != nil && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
+		// For the node agent, which watches its node's workers' progress (it reads pods, not
+		// runs): the attempt keeps the deadline it started with.
+		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationProgressDeadline: strconv.Itoa(int(*d))})
+	}
 	if opts.ServiceAccountName != "" && tmpl.Spec.ServiceAccountName == "" {
 		tmpl.Spec.ServiceAccountName = opts.ServiceAccountName
 	}
@@ -198,7 +203,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
 	if opts.BarrierImage != "" {
-		inPlaceShape(&tmpl.Spec, opts.BarrierImage)
+		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt)
 	}
 
 	var annotations map[string]string
@@ -267,7 +272,10 @@ func Managed(job *batchv1.Job) bool {
 //     attempt the gang runs, then writes that attempt to the run volume's attempt file;
 //   - every container reads the attempt from that file (FAULTLINE_ATTEMPT_FILE):
 //     FAULTLINE_ATTEMPT is the pod's first attempt and cannot change in a running pod.
-func inPlaceShape(spec *corev1.PodSpec, image string) {
+//   - the barrier knows the attempt its pod was made for (FAULTLINE_ATTEMPT, which Pod sets
+//     for a pod made for a later attempt than its Job's): it never opens for an older one,
+//     whatever an agent with a stale view of the run asks.
+func inPlaceShape(spec *corev1.PodSpec, image string, n int32) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
 	}})
@@ -293,6 +301,7 @@ func inPlaceShape(spec *corev1.PodSpec, image string) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi")},
 		},
+		Env:                      []corev1.EnvVar{{Name: v1alpha1.EnvAttempt, Value: strconv.Itoa(int(n))}},
 		VolumeMounts:             []corev1.VolumeMount{{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir}},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		SecurityContext: &corev1.SecurityContext{

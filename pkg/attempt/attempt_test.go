@@ -605,3 +605,28 @@ func TestCheckRoles(t *testing.T) {
 		})
 	}
 }
+
+// A run with a progress deadline gives it to its workers, for the node agent that watches
+// them; a run without one gives none, and Index scope has none.
+func TestJobCarriesTheProgressDeadline(t *testing.T) {
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-1"},
+		Spec:       v1alpha1.TrainingRunSpec{Workers: 2, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w"}}}}},
+	}
+	if _, ok := Job(run, Options{Attempt: 1}).Spec.Template.Annotations[v1alpha1.AnnotationProgressDeadline]; ok {
+		t.Error("a run without a progress deadline: its pods carry one")
+	}
+	run.Spec.FailurePolicy.ProgressDeadlineSeconds = ptr.To[int32](600)
+	job := Job(run, Options{Attempt: 1})
+	if got := job.Spec.Template.Annotations[v1alpha1.AnnotationProgressDeadline]; got != "600" {
+		t.Errorf("the Job's template says %s=%q, want 600", v1alpha1.AnnotationProgressDeadline, got)
+	}
+	job.Spec.ManagedBy = ptr.To(v1alpha1.JobManagedBy)
+	if p, err := Pod(job, 1, PodOptions{}); err != nil || p.Annotations[v1alpha1.AnnotationProgressDeadline] != "600" {
+		t.Errorf("the pod made from it: %v, annotations %v", err, p.Annotations)
+	}
+	run.Spec.RestartScope = v1alpha1.RestartScopeIndex
+	if _, ok := Job(run, Options{Attempt: 1}).Spec.Template.Annotations[v1alpha1.AnnotationProgressDeadline]; ok {
+		t.Error("an Index-scope run's pods carry a progress deadline")
+	}
+}

@@ -27,11 +27,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 // The shared names of api/v1alpha1 (wellknown.go) that the barrier uses, repeated here: the
@@ -44,6 +45,8 @@ const (
 	AttemptFile = RunDir + "/attempt"
 	// OpenedMessagePrefix is v1alpha1.BarrierOpenedMessagePrefix.
 	OpenedMessagePrefix = "attempt="
+	// EnvAttempt is v1alpha1.EnvAttempt: the attempt the barrier's pod was made for.
+	EnvAttempt = "FAULTLINE_ATTEMPT"
 )
 
 const (
@@ -57,7 +60,7 @@ const (
 	ImageUser = "65532:65532"
 	// ImageRepository is the barrier's image as released; the controller names it in the
 	// pods it builds, tagged with its own version (Image).
-	ImageRepository = "ghcr.io/faultline-dev/faultline-barrier"
+	ImageRepository = version.DefaultRegistry + "/" + version.BarrierImageName
 	// DefaultSocket is where a waiting barrier listens for Open: in the run volume, which
 	// only the barrier mounts writable; no worker runs while the barrier does (it is an
 	// init container, and the kubelet removes every old container before it runs it).
@@ -67,18 +70,12 @@ const (
 	DefaultTerminationLog = "/dev/termination-log"
 )
 
-// Image is the barrier's image reference for a faultline release: the image of the same
-// version as the controller that names it, "latest" for a development build (as the
-// manifests in deploy/ name the controller's and the agent's).
-func Image(version string) string {
-	if !releaseVersion.MatchString(version) {
-		return ImageRepository + ":latest"
-	}
-	return ImageRepository + ":" + version
+// Image is the barrier's image reference for a faultline version: the image of the same
+// version as the controller that names it, as `make images` tags it and `launcher install`
+// renders it (version.Tag: a development build's own tag, built beside it).
+func Image(v string) string {
+	return version.ImageRef(version.DefaultRegistry, version.BarrierImageName, v)
 }
-
-// releaseVersion is a release's tag; a `git describe` of anything else is not published.
-var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
 
 // OpenedMessage is the barrier's termination message once opened for attempt.
 func OpenedMessage(attempt int) string {
@@ -190,6 +187,11 @@ type Config struct {
 	Logger         *slog.Logger
 	// Listening, if set, is called once the barrier listens (tests wait for it).
 	Listening func()
+	// MadeFor is the attempt the barrier's pod was made for (FAULTLINE_ATTEMPT; 0: unknown):
+	// it opens for no older attempt, even on a new pod whose attempt file is empty. A node
+	// agent whose view of the run lags one attempt behind would otherwise start a pod made
+	// for attempt 3 as attempt 2, beside the gang's attempt 3.
+	MadeFor int
 }
 
 // Wait blocks until an Open hands it an attempt newer than the attempt file's, then writes
@@ -204,6 +206,7 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	start = max(start, cfg.MadeFor-1) // Judge opens for attempts after start: MadeFor and later
 	// A socket left by a barrier killed before it could remove it (the volume outlives
 	// the container) would make the listen fail.
 	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {

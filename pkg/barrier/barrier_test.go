@@ -19,6 +19,7 @@ func TestSharedNamesMatchTheAPI(t *testing.T) {
 	for _, c := range []struct{ here, api string }{
 		{RunDir, v1alpha1.RunDir},
 		{AttemptFile, v1alpha1.AttemptFile},
+		{EnvAttempt, v1alpha1.EnvAttempt},
 		{OpenedMessagePrefix, v1alpha1.BarrierOpenedMessagePrefix},
 	} {
 		if c.here != c.api {
@@ -62,9 +63,10 @@ func TestOpenedMessage(t *testing.T) {
 func TestImage(t *testing.T) {
 	for version, want := range map[string]string{
 		"v0.3.1":                 ImageRepository + ":v0.3.1",
-		"dev":                    ImageRepository + ":latest",
-		"v0.3.1-4-gabcdef-dirty": ImageRepository + ":latest",
-		"":                       ImageRepository + ":latest",
+		"dev":                    ImageRepository + ":dev",
+		"v0.3.1-4-gabcdef-dirty": ImageRepository + ":v0.3.1-4-gabcdef-dirty",
+		"v0.3.1+build.5":         ImageRepository + ":v0.3.1-build.5",
+		"":                       ImageRepository + ":dev",
 	} {
 		if got := Image(version); got != want {
 			t.Errorf("Image(%q) = %q, want %q", version, got, want)
@@ -103,12 +105,15 @@ func TestAttemptFile(t *testing.T) {
 
 // barrierAt runs Wait in dir (a previous attempt's file if start > 0) and returns once it
 // listens, with the channel its result arrives on.
-func barrierAt(t *testing.T, ctx context.Context, dir string, start int) (Config, <-chan result) {
+func barrierAt(t *testing.T, ctx context.Context, dir string, start int, madeFor ...int) (Config, <-chan result) {
 	t.Helper()
 	cfg := Config{
 		AttemptFile:    filepath.Join(dir, "attempt"),
 		Socket:         filepath.Join(dir, ".barrier.sock"),
 		TerminationLog: filepath.Join(dir, "termination-log"),
+	}
+	if len(madeFor) > 0 {
+		cfg.MadeFor = madeFor[0]
 	}
 	if start > 0 {
 		if err := WriteAttempt(cfg.AttemptFile, start); err != nil {
@@ -136,6 +141,26 @@ func barrierAt(t *testing.T, ctx context.Context, dir string, start int) (Config
 type result struct {
 	attempt int
 	err     error
+}
+
+// A new pod made for attempt 3 (a moved index): its attempt file is empty, and it still
+// opens for no older attempt than its own, which a node agent with a stale view of the run
+// would ask for.
+func TestWaitOpensNoAttemptBeforeItsPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, done := barrierAt(t, ctx, t.TempDir(), 0, 3)
+	for _, stale := range []int{2, 1} {
+		if err := Open(ctx, cfg.Socket, stale); !errors.Is(err, ErrStale) {
+			t.Fatalf("Open(%d) in a pod made for attempt 3: %v, want ErrStale", stale, err)
+		}
+	}
+	if err := Open(ctx, cfg.Socket, 3); err != nil {
+		t.Fatalf("Open(3): %v", err)
+	}
+	if r := <-done; r.err != nil || r.attempt != 3 {
+		t.Fatalf("Wait = %d, %v; want 3", r.attempt, r.err)
+	}
 }
 
 // An in-place restart: the file holds the attempt the pod's previous process ran. The

@@ -95,8 +95,8 @@ func (e *Env) Clients() (*Clients, error) {
 
 // ErrNoConfig: there is no kubeconfig, no --server, and this is not a pod.
 var ErrNoConfig = errors.New("no cluster configured: pass --kubeconfig, set KUBECONFIG, or put your cluster's kubeconfig in ~/.kube/config " +
-	"(`kubectl config view` shows what kubectl would use).\n" +
-	"For a local cluster with fake GPU nodes, `make cluster-up` in a faultline checkout starts one and prints its kubeconfig path.")
+	"(`kubectl config view` shows what kubectl would use); " +
+	"for a local cluster with fake GPU nodes, `make cluster-up` in a faultline checkout starts one and prints its kubeconfig path")
 
 // checkConfig refuses to go on without any configuration, where client-go would fall back
 // to http://localhost:8080 and report a confusing connection error.

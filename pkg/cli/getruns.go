@@ -40,6 +40,7 @@ func Get(ctx context.Context, cl *Clients, req GetRequest, out, errOut io.Writer
 	}
 	req.Print.Single = len(req.Names) == 1
 	req.Print.Watch = req.Watch
+	req.Print.AllNamespaces = req.AllNamespaces
 	printer, err := NewRunPrinter(req.Print)
 	if err != nil {
 		return err

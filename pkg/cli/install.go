@@ -28,6 +28,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/faultline-dev/faultline/deploy"
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 // Components of an installation as `launcher install --components` names them, with the
@@ -50,8 +51,38 @@ const FieldManager = "faultline-launcher"
 type InstallOptions struct {
 	// Components, in any order; empty means all.
 	Components []string
-	// ControllerImage and AgentImage, when set, replace the images of the manifests.
-	ControllerImage, AgentImage string
+	// Version is the version whose images are installed (default: the launcher's own).
+	Version string
+	// Registry, when set, moves all three images there (<registry>/faultline:<version>, ...).
+	Registry string
+	// ControllerImage, AgentImage and BarrierImage, when set, replace one image each.
+	ControllerImage, AgentImage, BarrierImage string
+	// WithoutRolesPolicy leaves out the MutatingAdmissionPolicy (deploy/admission/roles.yaml),
+	// for clusters before Kubernetes 1.36 (RolesPolicyName).
+	WithoutRolesPolicy bool
+}
+
+// RolesPolicyName is the MutatingAdmissionPolicy that labels the pods of an Index-scope run
+// with roles (deploy/admission/roles.yaml), and its binding's.
+const RolesPolicyName = "faultline-roles"
+
+// Images are the images the options install: the launcher's version under the default
+// registry, moved by Registry, each replaced by its own option.
+func (o InstallOptions) Images() version.Images {
+	v := o.Version
+	if v == "" {
+		v = version.Version
+	}
+	im := version.ImagesOf(o.Registry, v)
+	for _, r := range []struct {
+		dst *string
+		src string
+	}{{&im.Controller, o.ControllerImage}, {&im.Agent, o.AgentImage}, {&im.Barrier, o.BarrierImage}} {
+		if r.src != "" {
+			*r.dst = r.src
+		}
+	}
+	return im
 }
 
 // Manifests returns the objects of the chosen components, in the order they must be
@@ -91,6 +122,12 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 			namespaces[u.GetName()] = true
 		}
 	}
+	if o.WithoutRolesPolicy {
+		objs = slices.DeleteFunc(objs, func(u *unstructured.Unstructured) bool {
+			return strings.HasPrefix(u.GetKind(), "MutatingAdmissionPolicy") && u.GetName() == RolesPolicyName
+		})
+	}
+	images := o.Images()
 	var added []*unstructured.Unstructured
 	for _, u := range objs {
 		if ns := u.GetNamespace(); ns != "" && !namespaces[ns] {
@@ -101,8 +138,9 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 			n.SetName(ns)
 			added = append(added, n)
 		}
-		setImage(u, "Deployment", o.ControllerImage)
-		setImage(u, "DaemonSet", o.AgentImage)
+		if err := setImages(u, images); err != nil {
+			return nil, err
+		}
 	}
 	rank := func(u *unstructured.Unstructured) int {
 		switch u.GetKind() {
@@ -168,17 +206,47 @@ func decodeManifest(file string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-func setImage(u *unstructured.Unstructured, kind, image string) {
-	if image == "" || u.GetKind() != kind {
-		return
+// barrierImageFlag is the controller's flag that names the barrier's image.
+const barrierImageFlag = "--barrier-image"
+
+// setImages gives the controller's Deployment and the agent's DaemonSet their images, and the
+// controller its --barrier-image argument: one version everywhere.
+func setImages(u *unstructured.Unstructured, im version.Images) error {
+	var image string
+	switch u.GetKind() {
+	case "Deployment":
+		image = im.Controller
+	case "DaemonSet":
+		image = im.Agent
+	default:
+		return nil
 	}
-	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+	}
 	for i := range containers {
-		if c, ok := containers[i].(map[string]any); ok {
-			c["image"] = image
+		c, ok := containers[i].(map[string]any)
+		if !ok {
+			continue
 		}
+		c["image"] = image
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		args, _, _ := unstructured.NestedStringSlice(c, "args")
+		args = slices.DeleteFunc(args, func(a string) bool { return a == barrierImageFlag || strings.HasPrefix(a, barrierImageFlag+"=") })
+		c["args"] = toAny(append(args, barrierImageFlag+"="+im.Barrier))
 	}
-	_ = unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
+	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // PrintManifests writes the objects as one YAML stream.

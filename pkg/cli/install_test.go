@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 func TestManifests(t *testing.T) {
@@ -72,5 +75,81 @@ func TestManifestsImagesAndErrors(t *testing.T) {
 		t.Error("an unknown component was accepted")
 	} else if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, "crd, admission, controller, agent") {
 		t.Errorf("unknown component: %q, exit %d", msg, code)
+	}
+}
+
+// TestManifestsOfOneVersion: install renders its own version's three images, --registry moves
+// all three, each image flag replaces its own, and the controller's --barrier-image argument is
+// the barrier's image (once, whatever the manifest said).
+func TestManifestsOfOneVersion(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts                       InstallOptions
+		controller, agent, barrier string
+	}{
+		"the version's":   {InstallOptions{Version: "v1.2.3"}, "ghcr.io/faultline-dev/faultline:v1.2.3", "ghcr.io/faultline-dev/faultline-nodeagent:v1.2.3", "ghcr.io/faultline-dev/faultline-barrier:v1.2.3"},
+		"registry":        {InstallOptions{Version: "v1.2.3", Registry: "127.0.0.1:5000/"}, "127.0.0.1:5000/faultline:v1.2.3", "127.0.0.1:5000/faultline-nodeagent:v1.2.3", "127.0.0.1:5000/faultline-barrier:v1.2.3"},
+		"one image moved": {InstallOptions{Version: "v1.2.3", Registry: "r.example.com/f", BarrierImage: "mirror.example.com/b@sha256:abc"}, "r.example.com/f/faultline:v1.2.3", "r.example.com/f/faultline-nodeagent:v1.2.3", "mirror.example.com/b@sha256:abc"},
+		"the launcher's":  {InstallOptions{}, "ghcr.io/faultline-dev/faultline:" + version.Tag(version.Version), "ghcr.io/faultline-dev/faultline-nodeagent:" + version.Tag(version.Version), "ghcr.io/faultline-dev/faultline-barrier:" + version.Tag(version.Version)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs, err := Manifests(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]string{}
+			for _, u := range objs {
+				containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+				for _, c := range containers {
+					m := c.(map[string]any)
+					got[u.GetKind()+" image"] = append(got[u.GetKind()+" image"], m["image"].(string))
+					args, _, _ := unstructured.NestedStringSlice(m, "args")
+					for _, a := range args {
+						if strings.HasPrefix(a, "--barrier-image") {
+							got[u.GetKind()+" barrier"] = append(got[u.GetKind()+" barrier"], a)
+						}
+					}
+				}
+			}
+			want := map[string][]string{
+				"Deployment image":   {tc.controller},
+				"Deployment barrier": {"--barrier-image=" + tc.barrier},
+				"DaemonSet image":    {tc.agent},
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("images (-want +got):\n%s", diff)
+			}
+			if im := tc.opts.Images(); im.Controller != tc.controller || im.Agent != tc.agent || im.Barrier != tc.barrier {
+				t.Errorf("Images() = %+v", im)
+			}
+		})
+	}
+}
+
+func TestManifestsWithoutRolesPolicy(t *testing.T) {
+	objs, err := Manifests(InstallOptions{WithoutRolesPolicy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		if strings.HasPrefix(u.GetKind(), "MutatingAdmissionPolicy") {
+			t.Errorf("%s %s installed with --without-roles-policy", u.GetKind(), u.GetName())
+		}
+	}
+}
+
+func TestPrintVersion(t *testing.T) {
+	var b bytes.Buffer
+	if err := PrintVersion(&b, "127.0.0.1:5000", false); err != nil {
+		t.Fatal(err)
+	}
+	tag := version.Tag(version.Version)
+	want := "launcher " + version.Version + " (Apache-2.0)\ninstalls:\n  controller  127.0.0.1:5000/faultline:" + tag +
+		"\n  node agent  127.0.0.1:5000/faultline-nodeagent:" + tag + "\n  barrier     127.0.0.1:5000/faultline-barrier:" + tag + "\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("launcher version (-want +got):\n%s", diff)
+	}
+	b.Reset()
+	if err := PrintVersion(&b, "", true); err != nil || b.String() != version.Version+"\n" {
+		t.Errorf("--short: %q, %v", b.String(), err)
 	}
 }

@@ -24,8 +24,8 @@ var stripManagedFields = cache.TransformStripManagedFields()
 
 // slimPod keeps of a pod what the controller reads (exitclass, the teardown, the trace): its
 // metadata without managed fields; of its spec the node, each container's name and GPUs,
-// and its toleration of an unreachable node (how long a node may be silent before its
-// workers count as lost); of its status the phase, reason, message, start, conditions and
+// its toleration of an unreachable node (how long a node may be silent before its workers
+// count as lost) and its termination grace period; of its status the phase, reason, message, start, conditions and
 // the containers' states. The rest grows with the gang or the run's history and is read by
 // nobody here: the containers' environment carries the framework's rendezvous (TF_CONFIG
 // lists every worker, so the cache would grow with the gang's square), the affinity every
@@ -42,6 +42,8 @@ func slimPod(obj any) (any, error) {
 		InitContainers: slimContainers(p.Spec.InitContainers),
 		Containers:     slimContainers(p.Spec.Containers),
 		Tolerations:    exitclass.UnreachableTolerations(p.Spec.Tolerations),
+		// What its workers are given to stop: a restart in place waits that long for them.
+		TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
 	}
 	p.Status = corev1.PodStatus{
 		Phase:                 p.Status.Phase,

@@ -48,7 +48,8 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"gpu-node-1"}}}}},
 			}}},
-			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}, unreachable},
+			Tolerations:                   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}, unreachable},
+			TerminationGracePeriodSeconds: ptr.To[int64](300),
 		},
 		Status: corev1.PodStatus{
 			Phase:      corev1.PodFailed,
@@ -76,10 +77,11 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	want := full.DeepCopy()
 	want.ManagedFields = nil
 	want.Spec = corev1.PodSpec{
-		NodeName:       "gpu-node-3",
-		InitContainers: []corev1.Container{{Name: "init"}},
-		Containers:     []corev1.Container{{Name: "worker", Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu}}},
-		Tolerations:    []corev1.Toleration{unreachable},
+		NodeName:                      "gpu-node-3",
+		InitContainers:                []corev1.Container{{Name: "init"}},
+		Containers:                    []corev1.Container{{Name: "worker", Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu}}},
+		Tolerations:                   []corev1.Toleration{unreachable},
+		TerminationGracePeriodSeconds: ptr.To[int64](300),
 	}
 	want.Status.PodIPs, want.Status.QOSClass = nil, ""
 	cs := &want.Status.ContainerStatuses[0]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // withReportedExit is pod as the exit its node agent reported shows it: a pod that restarts
@@ -52,3 +53,78 @@ func reportCounts(pod *corev1.Pod, ex v1alpha1.WorkerExit) (int, bool) {
 	}
 	return i, true
 }
+
+// workerExit is pod as its workers' end in attempt n shows it, for a pod that restarts in
+// place: the node agent's report (withReportedExit), else, when that report was lost (the
+// agent retries a bounded number of times, and cannot rebuild it once the kubelet removed
+// the container), the kubelet's own record (withRestartedExit). Either way the pod is
+// judged like any failed pod, never lost. Pure.
+func workerExit(pod *corev1.Pod, n int32) *corev1.Pod {
+	if out := withReportedExit(pod, n); out != pod {
+		return out
+	}
+	return withRestartedExit(pod, n)
+}
+
+// withRestartedExit is pod with the exit of a worker that ended attempt n on its own without
+// a report: a pod that restarts in place whose barrier had opened for n and has started
+// again (its worker's exit fired the RestartAllContainers rule, and the kubelet restarted
+// every container), without a decision of the controller (which would have moved the run
+// past n). The worker that ended is the one whose last termination is not the kubelet's
+// RestartingAllContainers, else any: its last termination becomes its state, and exitclass
+// judges it (a 137 RestartingAllContainers alone is Unknown). Pure; pod is not modified.
+func withRestartedExit(pod *corev1.Pod, n int32) *corev1.Pod {
+	i, ended, ok := restartedOnItsOwn(pod)
+	if !ok || ended != n {
+		return pod
+	}
+	out := pod.DeepCopy()
+	term := *out.Status.ContainerStatuses[i].LastTerminationState.Terminated
+	out.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &term}
+	return out
+}
+
+// restartedOnItsOwn reports whether pod, which restarts in place, has started again since its
+// barrier last opened (see withRestartedExit): the attempt whose workers then ended, and the
+// index in its container statuses of the worker whose last termination stands for them.
+// Copies nothing: the failure clock asks it at every pod event.
+func restartedOnItsOwn(pod *corev1.Pod) (i int, ended int32, ok bool) {
+	if !attempt.RestartsInPlace(&pod.Spec) {
+		return 0, 0, false
+	}
+	bi := slices.IndexFunc(pod.Status.InitContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == v1alpha1.BarrierContainer })
+	if bi < 0 {
+		return 0, 0, false
+	}
+	b := pod.Status.InitContainerStatuses[bi]
+	last := b.LastTerminationState.Terminated
+	if b.State.Terminated != nil || last == nil {
+		return 0, 0, false // it has not started again since it last opened
+	}
+	m, opened := barrier.ParseOpenedMessage(last.Message)
+	if !opened {
+		return 0, 0, false
+	}
+	stands := -1
+	for j := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[j]
+		t := cs.LastTerminationState.Terminated
+		if t == nil || !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == cs.Name }) {
+			continue
+		}
+		if cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0 {
+			return 0, 0, false // the kubelet's own record of the exit is there already
+		}
+		if stands < 0 || t.Reason != reasonRestartingAllContainers {
+			stands = j
+			if t.Reason != reasonRestartingAllContainers {
+				break
+			}
+		}
+	}
+	return stands, int32(m), stands >= 0
+}
+
+// reasonRestartingAllContainers is the kubelet's reason for the containers it restarts with
+// a RestartAllContainers rule (KEP-5532), beside the one whose exit fired it.
+const reasonRestartingAllContainers = "RestartingAllContainers"

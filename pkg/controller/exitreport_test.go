@@ -107,3 +107,47 @@ func TestWithReportedExit(t *testing.T) {
 		})
 	}
 }
+
+// TestWithRestartedExit: a pod that restarts in place whose worker of the current attempt
+// ended on its own, its node agent's report lost: the kubelet's record (the barrier started
+// again after it had opened for the attempt, the worker's last termination) is judged like
+// any failure, never lost; a restart the controller decided (for a later attempt) is not.
+func TestWithRestartedExit(t *testing.T) {
+	restarted := func(openedFor string, workerLast corev1.ContainerStateTerminated) *corev1.Pod {
+		p := reportedPod("")
+		p.Status.InitContainerStatuses[0].LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: "attempt=" + openedFor}}
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &workerLast
+		return p
+	}
+	own := corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	killed := corev1.ContainerStateTerminated{ExitCode: 137, Reason: "RestartingAllContainers"}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		n    int32
+		want *corev1.ContainerStateTerminated // the worker's state after; nil: the pod unchanged
+	}{
+		"its worker exited 1 in attempt 2":           {restarted("2", own), 2, &own},
+		"restarted by a sibling's rule, attempt 2":   {restarted("2", killed), 2, &killed},
+		"restarted for attempt 3, which was decided": {restarted("2", own), 3, nil},
+		"never opened: at its barrier for the first": {reportedPod(""), 1, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := workerExit(tc.pod, tc.n)
+			if tc.want == nil {
+				if got != tc.pod {
+					t.Fatalf("the pod changed: %+v", got.Status.ContainerStatuses)
+				}
+				if exitclass.Failed(got, nil, time.Time{}) {
+					t.Errorf("judged failed")
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, got.Status.ContainerStatuses[0].State.Terminated); diff != "" {
+				t.Errorf("the worker's state (-want +got):\n%s", diff)
+			}
+			if !exitclass.Failed(got, nil, time.Time{}) {
+				t.Errorf("not judged failed")
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -11,13 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/inplacegate"
 )
 
 // A gang restart in place (docs/in-place-restart.md): the attempt's Job and the pods of the
@@ -34,57 +33,9 @@ func inPlaceStarting(run *v1alpha1.TrainingRun) bool {
 	return rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace && rec.BarrierOpenedAt == nil
 }
 
-// inPlaceSupport says whether the nodes a run's gang may run on can restart its pods in
-// place, and names those that cannot. Pure: nodes are the cluster's.
-//
-// The nodes considered are those the template's nodeSelector selects (its affinity and
-// tolerations are the scheduler's business: a stricter placement only narrows this set). A
-// node can when its kubelet declares RestartAllContainersOnContainerExits (without it the
-// scheduler keeps a pod with the rule off the node) and its node agent reports
-// InPlaceReady (it can stop the workers and open the barriers).
-func inPlaceSupport(run *v1alpha1.TrainingRun, nodes []corev1.Node) (ok bool, unsupported []string) {
-	// A role's pods go where its own nodeSelector (spec.roles) sends them; the template's
-	// stays among those considered even when every role has its own: a node too many only
-	// errs towards recreating.
-	sels := []labels.Selector{labels.SelectorFromSet(run.Spec.Template.Spec.NodeSelector)}
-	for _, role := range run.Spec.Roles {
-		if len(role.NodeSelector) > 0 {
-			set := maps.Clone(run.Spec.Template.Spec.NodeSelector)
-			if set == nil {
-				set = map[string]string{}
-			}
-			maps.Copy(set, role.NodeSelector)
-			sels = append(sels, labels.SelectorFromSet(set))
-		}
-	}
-	considered := 0
-	for i := range nodes {
-		n := &nodes[i]
-		if n.Spec.Unschedulable || !slices.ContainsFunc(sels, func(sel labels.Selector) bool { return sel.Matches(labels.Set(n.Labels)) }) {
-			continue
-		}
-		considered++
-		if why := nodeCannotRestartInPlace(n); why != "" {
-			unsupported = append(unsupported, n.Name+" ("+why+")")
-		}
-	}
-	return considered > 0 && len(unsupported) == 0, unsupported
-}
-
-// nodeCannotRestartInPlace says why node cannot restart a pod in place, or "".
-func nodeCannotRestartInPlace(n *corev1.Node) string {
-	if !slices.Contains(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers) {
-		return "its kubelet does not declare " + v1alpha1.FeatureRestartAllContainers
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1alpha1.NodeConditionInPlaceReady {
-			if c.Status == corev1.ConditionTrue {
-				return ""
-			}
-			return "its node agent is not ready: " + c.Message
-		}
-	}
-	return "its node agent does not report " + v1alpha1.NodeConditionInPlaceReady
+// heartbeats reads the node agents' heartbeats from the cache.
+func (r *Reconciler) heartbeats(ctx context.Context) inplacegate.Heartbeats {
+	return func(node string) *exitclass.Heartbeat { return r.agentHeartbeat(ctx, node) }
 }
 
 // barrierImage is the barrier image the next Job's pods get, "" for pods that do not restart
@@ -94,11 +45,17 @@ func (r *Reconciler) barrierImage(ctx context.Context, run *v1alpha1.TrainingRun
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex || run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeRecreate || r.BarrierImage == "" {
 		return "", "", nil
 	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionInPlaceRestarts); c != nil && c.Status == metav1.ConditionFalse {
+		if run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeInPlace {
+			return "", "spec.failurePolicy.restartMode is InPlace, and " + c.Message, nil
+		}
+		return "", "", nil // Auto: recreate, as the condition says
+	}
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes); err != nil {
 		return "", "", fmt.Errorf("list nodes: %w", err)
 	}
-	ok, unsupported := inPlaceSupport(run, nodes.Items)
+	ok, unsupported := inplacegate.Support(run, nodes.Items, r.heartbeats(ctx), r.now().Time)
 	switch {
 	case ok:
 		return r.BarrierImage, "", nil
@@ -111,80 +68,31 @@ func (r *Reconciler) barrierImage(ctx context.Context, run *v1alpha1.TrainingRun
 		"enable the kubelet's RestartAllContainersOnContainerExits feature and give the node agent its container runtime socket, or set restartMode Auto or Recreate", named(unsupported)), nil
 }
 
-// movedIndexes are the indexes of workers (the current Job's pods) that cannot restart in
-// place at the next attempt, whose excluded nodes are excluded: their pod has ended, is being
-// deleted, is on an excluded node, or on a node that cannot restart it in place; and the
-// indexes without a pod. Pure.
-func movedIndexes(workers []*corev1.Pod, n int32, excluded []string, nodes map[string]exitclass.NodeFacts, cannot func(node string) bool) []int32 {
-	have := make([]bool, n)
-	var moved []int32
-	for _, p := range workers {
-		i, ok := attempt.Index(p)
-		if !ok || i >= int(n) {
-			continue
-		}
-		have[i] = true
-		node := p.Spec.NodeName
-		if p.DeletionTimestamp != nil || podGone(p, nodes) || node != "" && (slices.Contains(excluded, node) || cannot(node)) {
-			moved = append(moved, int32(i))
-		}
-	}
-	for i, h := range have {
-		if !h {
-			moved = append(moved, int32(i))
-		}
-	}
-	slices.Sort(moved)
-	return slices.Compact(moved)
-}
-
-// stoppedForBarrier reports whether pod runs no worker of an attempt before n: made for n
-// (its barrier has never opened for an older one), or held at its barrier (the kubelet
-// removed every old container before it ran it again) with no worker running. Pure.
-func stoppedForBarrier(p *corev1.Pod, n int32) bool {
-	if k, ok := attempt.Number(p); ok && k >= n {
-		return true
-	}
-	for _, cs := range p.Status.InitContainerStatuses {
-		if cs.Name == v1alpha1.BarrierContainer && cs.State.Terminated != nil {
-			return false // opened for an older attempt: its workers run, or are about to
-		}
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // inPlace moves a restart in place on: the old pods of moved indexes are stopped, and each
 // gets its new pod once the old one is gone; once no worker of an older attempt runs in the
-// gang and the backoff is over, the barrier opens (one status write for the gang).
+// gang, the moved indexes' old pods are gone from the API and the backoff is over, the
+// barrier opens (one status write for the gang). A pod whose wait runs out
+// (inplacegate.BeforeOpen: its grace period and a margin, or at once when its node agent is
+// silent) is deleted and its index moves; what faultline cannot end is named in Stalled.
 func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	n := run.Status.Attempt
 	rec := attempt.Record(run)
 	workers := obs.jobPods()
-	excluded := rec.ExcludedNodes // the run's, and this restart's fault's node
-	// The indexes the decision moved, and any whose pod cannot restart where it is since
-	// (ended, deleted, its node excluded now).
-	moved := movedIndexes(workers, run.Spec.Workers, excluded, obs.nodes, func(string) bool { return false })
-	moved = append(moved, rec.MovedIndexes...)
-	for _, p := range workers {
-		if i, ok := attempt.Index(p); ok {
-			if k, _ := attempt.Number(p); k == n && n > attempt.JobAttempt(run) {
-				moved = append(moved, int32(i)) // a new pod made for this attempt
-			}
-		}
+	now := r.now()
+	hb := r.heartbeats(ctx)
+	moved := r.inPlaceMoved(run, workers, obs)
+	decidedAt, _ := restartDecidedAt(run)
+	waits := inplacegate.BeforeOpen(workers, n, moved, obs.nodes, decidedAt, hb, now.Time)
+	if overdue := overdueWaits(waits, now.Time); len(overdue) > 0 {
+		return r.inPlaceFallback(ctx, run, overdue, "did not stop its workers in place")
 	}
-	moved = slices.Compact(slices.Sorted(slices.Values(moved)))
 	var old, present []*corev1.Pod
 	for _, p := range workers {
 		i, _ := attempt.Index(p)
 		k, _ := attempt.Number(p)
 		if k < n && slices.Contains(moved, int32(i)) {
 			old = append(old, p)
-			if !podGone(p, obs.nodes) {
+			if !exitclass.Gone(p, obs.nodes) {
 				present = append(present, p)
 			}
 			continue
@@ -194,33 +102,30 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	if err := r.removePods(ctx, old, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.createPods(ctx, run, obs.job, present, attempt.PodOptions{Attempt: n, ExcludedNodes: excluded}); err != nil {
+	if err := r.createPods(ctx, run, obs.job, present, attempt.PodOptions{Attempt: n, ExcludedNodes: rec.ExcludedNodes}); err != nil {
 		return ctrl.Result{}, err
 	}
-	var waiting []*corev1.Pod
-	for _, p := range present {
-		if !stoppedForBarrier(p, n) {
-			waiting = append(waiting, p)
-		}
-	}
-	if len(waiting) > 0 {
-		// A node agent that does not stop its workers (it went, or lost its container
-		// runtime, after the decision) would hold the gang forever: past inPlaceTimeout their
-		// pods are deleted, and their indexes move.
-		if decided, ok := restartDecidedAt(run); ok && !r.Clock.Now().Before(decided.Add(inPlaceTimeout)) {
-			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonInPlaceUnsupported, v1alpha1.ActionStopWorkers,
-				"attempt %d: %d workers not stopped in place %s after the decision (their node agent did not act): moving their indexes", n, len(waiting), inPlaceTimeout)
-			if err := r.removePods(ctx, waiting, true); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
+	if len(waits) > 0 {
 		res, err := r.waitingFor(ctx, run, obs)
-		if err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > inPlaceTimeout) {
-			res.RequeueAfter = inPlaceTimeout
+		if at := inplacegate.Earliest(waits, now.Time); err == nil && !at.IsZero() {
+			res.RequeueAfter = earliest(res.RequeueAfter, at.Sub(now.Time))
 		}
 		return res, err
 	}
-	now := r.now()
+	// The moved indexes' old pods, gone from the cache: the API server must not have them
+	// either, or an agent that has not seen their deletion would open them beside their
+	// indexes' new pods.
+	left, err := r.livePodsAt(ctx, run.Namespace, run.Name, func(p *metav1.PartialObjectMetadata) bool {
+		k, _ := attempt.Number(p)
+		i, _ := attempt.Index(p)
+		return attempt.OfRun(p, run) && k < n && slices.Contains(moved, int32(i))
+	}, obs.all, obs.nodes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if left > 0 {
+		return ctrl.Result{RequeueAfter: recheck}, nil
+	}
 	if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
 		return ctrl.Result{RequeueAfter: next.Sub(now.Time)}, nil
 	}
@@ -241,6 +146,8 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionRestarting, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAttemptCreated,
 		Message: fmt.Sprintf("attempt %d restarted in place", n)})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonOpeningBarriers,
+		Message: fmt.Sprintf("attempt %d: every old worker stopped; the node agents open the pods' barriers, each within %s of its start (a pod whose node agent is silent moves at once)", n, inplacegate.OpenMargin)})
 	unstall(run)
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
@@ -248,6 +155,85 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, v1alpha1.ActionCreateAttempt, "attempt %d: every old worker stopped, barrier open; %d workers restarted in place, %s",
 		n, int(run.Spec.Workers)-len(moved), movedText(moved))
 	return ctrl.Result{}, nil
+}
+
+// inPlaceMoved are the indexes of the current attempt, restarting in place, that get new
+// pods: those the decision moved, those whose pod cannot restart where it is since (ended,
+// deleted, its node excluded now), and those with a pod made for this attempt.
+func (r *Reconciler) inPlaceMoved(run *v1alpha1.TrainingRun, workers []*corev1.Pod, obs *observed) []int32 {
+	n := run.Status.Attempt
+	rec := attempt.Record(run)
+	moved := inplacegate.MovedIndexes(workers, run.Spec.Workers, rec.ExcludedNodes, obs.nodes, func(string) bool { return false })
+	moved = append(moved, rec.MovedIndexes...)
+	for _, p := range workers {
+		if i, ok := attempt.Index(p); ok {
+			if k, _ := attempt.Number(p); k == n && n > attempt.JobAttempt(run) {
+				moved = append(moved, int32(i)) // a new pod made for this attempt
+			}
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(moved)))
+}
+
+// overdueWaits are the waits that have run out at now.
+func overdueWaits(waits []inplacegate.Wait, now time.Time) []inplacegate.Wait {
+	var out []inplacegate.Wait
+	for _, w := range waits {
+		if w.Overdue(now) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// inPlaceFallback ends the waits that ran out: their pods are deleted and their indexes move
+// to new pods, kept off the nodes whose agents are silent for the attempt. The decision is
+// written first (the attempt's excluded nodes, the InPlaceWaiting condition that names each
+// pod, its node and what it waited for), then the pods are deleted.
+func (r *Reconciler) inPlaceFallback(ctx context.Context, run *v1alpha1.TrainingRun, overdue []inplacegate.Wait, what string) (ctrl.Result, error) {
+	rec := attempt.Record(run)
+	var names []string
+	var pods []*corev1.Pod
+	for _, w := range overdue {
+		names = append(names, w.Describe())
+		pods = append(pods, w.Pod)
+		if node := w.Pod.Spec.NodeName; w.Silent && node != "" && !slices.Contains(rec.ExcludedNodes, node) {
+			rec.ExcludedNodes = append(rec.ExcludedNodes, node)
+		}
+	}
+	msg := fmt.Sprintf("attempt %d: %d %s %s in time, so their indexes move to new pods elsewhere: %s", run.Status.Attempt, len(overdue), plural(len(overdue), "pod", "pods"), what, named(names))
+	changed := meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonInPlaceFallback, Message: msg})
+	if changed {
+		if err := r.writeStatus(ctx, run); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonInPlaceFallback, v1alpha1.ActionStopWorkers, "%s", msg)
+	}
+	if err := r.removePods(ctx, pods, true); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: recheck}, nil
+}
+
+// inPlaceOpening follows an attempt restarted in place whose barrier is open and whose
+// workers do not all run it yet: a pod whose barrier is not opened in time
+// (inplacegate.AfterOpen) is deleted and its index moves. It returns when to look again.
+func (r *Reconciler) inPlaceOpening(ctx context.Context, run *v1alpha1.TrainingRun, workers []*corev1.Pod) (time.Duration, bool, error) {
+	rec := attempt.Record(run)
+	if rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace || rec.BarrierOpenedAt == nil || rec.RunningTime != nil {
+		return 0, false, nil
+	}
+	now := r.now().Time
+	waits := inplacegate.AfterOpen(workers, run.Status.Attempt, rec.BarrierOpenedAt.Time, r.heartbeats(ctx), now)
+	if overdue := overdueWaits(waits, now); len(overdue) > 0 {
+		res, err := r.inPlaceFallback(ctx, run, overdue, "were not let start by their node agents")
+		return res.RequeueAfter, true, err
+	}
+	if at := inplacegate.Earliest(waits, now); !at.IsZero() {
+		return at.Sub(now), false, nil
+	}
+	return 0, false, nil
 }
 
 func movedText(moved []int32) string {
@@ -260,10 +246,6 @@ func movedText(moved []int32) string {
 	}
 	return "indexes " + strings.Join(s, ",") + " on new pods"
 }
-
-// inPlaceTimeout is how long the node agents have to stop the old workers of a gang that
-// restarts in place (they take about a second on a real node, docs/in-place-restart.md).
-const inPlaceTimeout = time.Minute
 
 // restartDecidedAt is when the restart into the current attempt was decided: the end of the
 // attempt before.
@@ -286,11 +268,55 @@ func canRestartInPlace(run *v1alpha1.TrainingRun, obs *observed) bool {
 // place now: its node agent went, or lost its container runtime. A node the cache does not
 // show cannot either.
 func (r *Reconciler) cannotRestartInPlace(ctx context.Context) func(node string) bool {
+	hb := r.heartbeats(ctx)
+	now := r.now().Time
 	return func(name string) bool {
 		n := &corev1.Node{}
 		if err := r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
 			return true
 		}
-		return nodeCannotRestartInPlace(n) != ""
+		return inplacegate.NodeCannot(n, hb(name), now) != ""
 	}
+}
+
+// barrierUnpullable handles a worker whose barrier image cannot be pulled on its node
+// (inplacegate.BarrierUnpullable), which would hold it at its init container with no word:
+// restartMode InPlace, which needs the barrier, stalls naming the image; Auto stops
+// restarting in place (InPlaceRestarts=False, naming the image, the pod, the node and the
+// kubelet's words) and starts the attempt again without the barrier, spending no budget.
+// done says it acted.
+func (r *Reconciler) barrierUnpullable(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, bool, error) {
+	p, w := inplacegate.BarrierUnpullable(obs.workers())
+	if p == nil {
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Reason == v1alpha1.ReasonBarrierImageUnpullable && unstall(run) {
+			return ctrl.Result{}, true, r.writeStatus(ctx, run) // pulled after all
+		}
+		return ctrl.Result{}, false, nil
+	}
+	image := "" // the cached pod keeps no image: its Job's template has it
+	for _, c := range obs.job.Spec.Template.Spec.InitContainers {
+		if c.Name == v1alpha1.BarrierContainer {
+			image = c.Image
+		}
+	}
+	what := fmt.Sprintf("the barrier image %s cannot be pulled on node %s (pod %s: %s: %s)", image, orNone(p.Spec.NodeName), p.Name, w.Reason, w.Message)
+	if run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeInPlace {
+		res, err := r.stall(ctx, run, v1alpha1.ReasonBarrierImageUnpullable, what+
+			": restartMode InPlace needs it on every node; make it pullable (launcher install --registry or --barrier-image) or set restartMode Auto")
+		return res, true, err
+	}
+	msg := what + ": the run restarts by recreating its pods from now on, and its attempt starts again without the barrier"
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceRestarts, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonBarrierImageUnpullable, Message: msg})
+	if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
+		rec.RestartMode, rec.JobAttempt, rec.MovedIndexes, rec.BarrierOpenedAt = v1alpha1.RestartModeRecreate, 0, nil, nil
+	}
+	if err := r.writeStatus(ctx, run); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonBarrierImageUnpullable, v1alpha1.ActionCreateAttempt, "%s", msg)
+	// The attempt's pods and Job go; the Job is made again for the same attempt, without
+	// the barrier, once none is left.
+	res, err := r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...), all: obs.all, nodes: obs.nodes})
+	return res, true, err
 }

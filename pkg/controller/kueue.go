@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/kueue"
 )
 
@@ -162,7 +163,7 @@ func (r *Reconciler) holdQueued(ctx context.Context, run *v1alpha1.TrainingRun, 
 	if ev == nil || !wl.HoldsQuota() {
 		return res, true, nil
 	}
-	if obs.job != nil || slices.ContainsFunc(obs.all, func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }) {
+	if obs.job != nil || slices.ContainsFunc(obs.all, func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }) {
 		return res, true, nil // the workers' deletions wake the run again
 	}
 	// Only now may another workload have the quota: before, two gangs would hold the nodes.

@@ -128,6 +128,10 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 			n, failed = ex.Attempt, true
 		}
 	}
+	// Or, the report lost, the kubelet's record of the pod restarted on its own.
+	if _, ended, restarted := restartedOnItsOwn(p); restarted && ended >= n {
+		n, failed = ended, true
+	}
 	if !failed {
 		return
 	}

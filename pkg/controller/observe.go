@@ -65,9 +65,9 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 			// persisted: impossible unless status was rolled back).
 		case n >= attempt.JobAttempt(run):
 			// The current attempt's, or, if it restarted in place, made for an earlier
-			// attempt of the same Job and restarted in place since; as its node agent
-			// reported its worker's exit, if it did.
-			o.current = append(o.current, withReportedExit(p, run.Status.Attempt))
+			// attempt of the same Job and restarted in place since; with the exit of a
+			// worker that ended this attempt on its own (workerExit).
+			o.current = append(o.current, workerExit(p, run.Status.Attempt))
 		default:
 			o.older = append(o.older, p)
 		}

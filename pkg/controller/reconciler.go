@@ -108,7 +108,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	live := func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }
+	live := func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }
 	switch {
 	case run.Status.Phase == v1alpha1.PhaseSucceeded || run.Status.Phase == v1alpha1.PhaseFailed:
 		return r.finished(ctx, run, obs)
@@ -176,10 +176,12 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 			return ctrl.Result{}, err
 		}
 	}
-	// In Gang scope the first failure ends the attempt. In Index scope the Job controller
-	// replaces failed indexes itself; the run fails only when the Job gives up.
+	// In Gang scope the first failure ends the attempt: a worker that ended, or one that runs
+	// on fatal infrastructure evidence (it hangs on the fault); and so does a gang none of
+	// whose workers has shown progress for the run's deadline. In Index scope the Job
+	// controller replaces failed indexes itself; the run fails only when the Job gives up.
 	now := r.now().Time
-	judge := slices.ContainsFunc(workers, func(p *corev1.Pod) bool { return exitclass.Failed(p, obs.nodes, now) })
+	judge := slices.ContainsFunc(workers, func(p *corev1.Pod) bool { return exitclass.Failed(p, obs.nodes, now) }) || exitclass.Stalled(workers)
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex {
 		judge = jobFailed(obs.job)
 	}
@@ -187,9 +189,10 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return r.judge(ctx, run, obs)
 	}
 	res, err := r.trackRunning(ctx, run, obs)
-	if at := exitclass.LostAt(workers, obs.nodes, now); !at.IsZero() && err == nil {
-		// A worker's node is unreachable, within its bound: no object changes when the
-		// bound runs out, so look again then.
+	if at := exitclass.FailsAt(workers, obs.nodes, now); !at.IsZero() && err == nil {
+		// A worker's node is unreachable within its bound, or announced a shutdown that has
+		// not ended the worker yet: no object changes when the bound runs out, so look
+		// again then.
 		res.RequeueAfter = earliest(res.RequeueAfter, at.Sub(now))
 	}
 	return res, err
@@ -206,6 +209,21 @@ func earliest(a, b time.Duration) time.Duration {
 // trackRunning follows an attempt none of whose workers has failed: a planned maintenance,
 // readiness.
 func (r *Reconciler) trackRunning(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
+	if res, acted, err := r.barrierUnpullable(ctx, run, obs); acted || err != nil {
+		return res, err
+	}
+	opening, acted, err := r.inPlaceOpening(ctx, run, obs.workers())
+	if err != nil || acted {
+		return ctrl.Result{RequeueAfter: opening}, err
+	}
+	res, err := r.trackPlanned(ctx, run, obs)
+	res.RequeueAfter = earliest(res.RequeueAfter, opening)
+	return res, err
+}
+
+// trackPlanned follows an attempt whose workers run or start: a planned maintenance,
+// readiness.
+func (r *Reconciler) trackPlanned(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
 	if run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
 		res, done, err := r.plan(ctx, run, obs)
 		if done || err != nil {
@@ -277,6 +295,10 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		}
 		st.Phase = v1alpha1.PhaseRunning
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
+		if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionInPlaceWaiting) {
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonBarrierOpen,
+				Message: fmt.Sprintf("attempt %d: every worker runs it", st.Attempt)})
+		}
 	} else {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonWaitingForWorkers, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 	}
@@ -431,9 +453,19 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if v.RootPod == "" {
 		return r.updateProgress(ctx, run, obs)
 	}
-	if !v.Conclusive && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
+	if (!v.Conclusive || v.StillRunning) && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
+		// Evidence that may still come; or, for a worker that runs on fatal evidence, its
+		// own end, which tells more than its hang (a CUDA call that fails ends most
+		// programs within the window): the hung worker is stopped only after it.
 		settle := time.Duration(ptr.Deref(run.Spec.FailurePolicy.SettleSeconds, policy.DefaultSettleSeconds)) * time.Second
 		if deadline := policy.SettleDeadline(v.FailedAt, failureSeen, settle); now.Before(deadline) {
+			return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
+		}
+	}
+	if v.AwaitsNamed {
+		// The survivors name a worker whose own exit has not reached the API yet: judging
+		// without it would make a survivor the root. Wait for it, a little.
+		if deadline := failureSeen.Add(namedWait); now.Before(deadline) {
 			return ctrl.Result{RequeueAfter: deadline.Sub(now)}, nil
 		}
 	}
@@ -464,6 +496,12 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	}
 	return res, err
 }
+
+// namedWait is how long after a gang's first failure the judgement waits for the exit of the
+// worker its survivors name as the one that failed (exitclass.Verdict.AwaitsNamed). They saw
+// it end already, so its kubelet reports it within seconds; a worker named by mistake costs
+// its gang this much.
+const namedWait = 10 * time.Second
 
 // applier acts on a decision. Every applier persists the decision first, with tr, the
 // decided episode's status.trace (nil without tracing).

@@ -19,7 +19,9 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/inplacegate"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
@@ -32,7 +34,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	st := &run.Status
 	endAttempt(run, now, v, policy.OutcomeRestarted)
 	if d.SpendsBudget {
-		st.Restarts = policy.Spend(st.Restarts, v.Class)
+		st.Restarts = policy.SpendLine(st.Restarts, policy.LineOf(v.Class, v.Cause))
 	}
 	st.LastFailure = v
 	if d.ExcludeNode != "" && !slices.Contains(st.ExcludedNodes, d.ExcludeNode) {
@@ -49,10 +51,13 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		if v.Class == v1alpha1.ClassInfrastructure && v.Node != "" {
 			faulty = append(slices.Clone(faulty), v.Node)
 		}
-		moved := movedIndexes(obs.workers(), run.Spec.Workers, faulty, obs.nodes, r.cannotRestartInPlace(ctx))
+		moved := inplacegate.MovedIndexes(obs.workers(), run.Spec.Workers, faulty, obs.nodes, r.cannotRestartInPlace(ctx))
 		if len(moved) < int(run.Spec.Workers) {
 			// The moved indexes' new pods keep off the fault's node too, for this attempt.
 			next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, attempt.JobAttempt(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStoppingOldWorkers,
+				Message: fmt.Sprintf("attempt %d restarts in place: its barrier opens once every worker of attempt %d has stopped, each pod's within its grace period and %s of the decision (the last by %s); a pod whose node agent is silent moves to a new pod at once",
+					st.Attempt+1, st.Attempt, inplacegate.StopMargin, now.Add(maxGrace(obs.workers())+inplacegate.StopMargin).UTC().Format(time.RFC3339))})
 		}
 	}
 	st.Attempt++
@@ -100,7 +105,7 @@ func (r *Reconciler) teardown(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
-	if !jobGone || slices.ContainsFunc(obs.older, func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }) {
+	if !jobGone || slices.ContainsFunc(obs.older, func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }) {
 		return r.waitingFor(ctx, run, obs)
 	}
 	return r.createAttempt(ctx, run, obs)
@@ -355,4 +360,14 @@ func excludedNodes(run *v1alpha1.TrainingRun) []string {
 		}
 	}
 	return out
+}
+
+// maxGrace is the longest termination grace period of pods: how long their workers may take
+// to stop.
+func maxGrace(pods []*corev1.Pod) time.Duration {
+	var g time.Duration
+	for _, p := range pods {
+		g = max(g, inplacegate.Grace(p))
+	}
+	return g
 }

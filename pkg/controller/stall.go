@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // A run is Stalled (the condition, True) while something outside faultline keeps it from
@@ -53,8 +54,8 @@ func (r *Reconciler) waitingFor(ctx context.Context, run *v1alpha1.TrainingRun, 
 // stuck says what the run waits on that does not go by itself, or "". Pure.
 func stuck(obs *observed, now time.Time) (reason, msg string) {
 	var unreachable, stopping []string
-	for _, p := range slices.Concat(obs.older, obs.leftovers, jobPods(obs)) {
-		if podGone(p, obs.nodes) {
+	for _, p := range slices.Concat(obs.older, obs.leftovers, jobPods(obs), deleting(obs.current)) {
+		if exitclass.Gone(p, obs.nodes) {
 			continue
 		}
 		f := obs.nodes[p.Spec.NodeName]
@@ -83,7 +84,7 @@ func stuck(obs *observed, now time.Time) (reason, msg string) {
 	}
 	for _, j := range []*batchv1.Job{obs.job, obs.other} {
 		if j != nil && j.DeletionTimestamp != nil && now.After(j.DeletionTimestamp.Add(stuckAfter)) &&
-			!slices.ContainsFunc(controlledBy(obs.all, j.UID), func(p *corev1.Pod) bool { return !podGone(p, obs.nodes) }) {
+			!slices.ContainsFunc(controlledBy(obs.all, j.UID), func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }) {
 			st := j.Status
 			return v1alpha1.ReasonJobNotReleased, fmt.Sprintf("waiting for the Job controller to sync Job %s since its deletion (its status counts %d active, %d ready, %d terminating), "+
 				"so that no pod it may still be creating meets the next Job of the same name; released by %s at the latest: is kube-controller-manager running?",
@@ -91,6 +92,18 @@ func stuck(obs *observed, now time.Time) (reason, msg string) {
 		}
 	}
 	return "", ""
+}
+
+// deleting are the pods being deleted of pods: in a restart in place, the old pods of the
+// indexes that move, which the gang's barrier waits for.
+func deleting(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // jobPods are the pods of the Jobs the run waits for.

@@ -83,7 +83,7 @@ func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev
 }
 
 // jobDone reports whether the Job controller is done with a Job being deleted: no pod of it
-// that may still run is left (pods are its pods; see podGone), its status counts no pod
+// that may still run is left (pods are its pods; see exitclass.Gone), its status counts no pod
 // active, ready or terminating, and no sync of it that began before the deletion can still
 // be creating pods (synced). Until then the Job stays, held by FinalizerAttemptJob, so that
 // a creation still in flight lands on it (and is removed with it) rather than on the next
@@ -95,7 +95,7 @@ func jobDone(job *batchv1.Job, pods []*corev1.Pod, nodes map[string]exitclass.No
 	if !synced || st.Active > 0 || ptr.Deref(st.Ready, 0) > 0 || ptr.Deref(st.Terminating, 0) > 0 {
 		return false
 	}
-	return !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return !podGone(p, nodes) })
+	return !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return !exitclass.Gone(p, nodes) })
 }
 
 // jobControllerExpectationsTimeout is how long the Job controller waits for pods it created
@@ -166,19 +166,6 @@ func (r *Reconciler) releaseJob(ctx context.Context, job *batchv1.Job) error {
 		return fmt.Errorf("release job %s/%s: %w", job.Namespace, job.Name, err)
 	}
 	return nil
-}
-
-// podGone reports whether a pod can no longer run a process, whether or not it is still in
-// the API: it has ended, or its node is gone, or its node is tainted out-of-service (an
-// operator's statement that the node is down, on which the pod garbage collector deletes
-// its pods). A pod on an unreachable node is not gone: its process may still run, and
-// would meet the next attempt's.
-func podGone(p *corev1.Pod, nodes map[string]exitclass.NodeFacts) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	f, known := nodes[p.Spec.NodeName]
-	return p.Spec.NodeName != "" && known && (f.Gone || f.OutOfService)
 }
 
 // splitRunning separates the pods that run from the others: those that have ended, or are
@@ -361,7 +348,7 @@ func (r *Reconciler) livePodsAt(ctx context.Context, namespace, run string, matc
 		if !match(p) {
 			continue
 		}
-		if c, ok := byUID[p.UID]; ok && podGone(c, nodes) {
+		if c, ok := byUID[p.UID]; ok && exitclass.Gone(c, nodes) {
 			continue
 		}
 		live++

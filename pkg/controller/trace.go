@@ -385,6 +385,13 @@ func failureAttributes(run *v1alpha1.TrainingRun) []attribute.KeyValue {
 	if lf.PeerFailures != 0 {
 		attrs = append(attrs, tracing.KeyPeerFailures.Int64(int64(lf.PeerFailures)))
 	}
+	if lf.StillRunning {
+		// A worker that hung on its fault: the trace says so, and for how long it ran on.
+		attrs = append(attrs, tracing.KeyStillRunning.Bool(true))
+		if lf.FailedAt != nil && lf.DecidedAt != nil {
+			attrs = append(attrs, tracing.KeyRunningSeconds.Float64(lf.DecidedAt.Sub(lf.FailedAt.Time).Seconds()))
+		}
+	}
 	return attrs
 }
 

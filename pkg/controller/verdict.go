@@ -25,13 +25,14 @@ func verdictStatus(v exitclass.Verdict, d policy.Decision, now metav1.Time) *v1a
 		Signal:       v.Signal,
 		XID:          int64(v.XID),
 		PeerFailures: int32(len(v.Peers)),
+		StillRunning: v.StillRunning,
 		DecidedAt:    &now,
 		Explanation:  v.Explain(),
 	}
 	if v.Index >= 0 {
 		out.Index = ptr.To(int32(v.Index))
 	}
-	if v.Container != "" {
+	if v.Container != "" && !v.StillRunning { // a worker that still runs has no exit code
 		out.ExitCode = ptr.To(v.ExitCode)
 	}
 	if !v.FailedAt.IsZero() {

@@ -112,6 +112,14 @@ func (c *Client) ListTrainingRuns(ctx context.Context, opts metav1.ListOptions) 
 	return out, err
 }
 
+// GetTrainingRun reads one TrainingRun from the API server (a quorum read: never a cache's
+// older copy).
+func (c *Client) GetTrainingRun(ctx context.Context, namespace, name string) (*v1alpha1.TrainingRun, error) {
+	out := &v1alpha1.TrainingRun{}
+	err := c.runs.Get().Namespace(namespace).Resource(v1alpha1.ResourceTrainingRun).Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
 // WatchTrainingRuns watches TrainingRuns of every namespace.
 func (c *Client) WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true

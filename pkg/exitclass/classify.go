@@ -15,7 +15,8 @@ import (
 const maxPeerEvidence = 8
 
 // Classify decides who is to blame for an attempt's failure. It is pure: everything it uses
-// is in obs. With no failed pod the verdict is Unknown, index -1 and not Final.
+// is in obs. With no failed pod the verdict is NoProgress when the gang has stopped making
+// progress (Stalled), else Unknown, index -1 and not Final.
 func Classify(obs Observation) Verdict {
 	// One pass assesses every pod into a reused scratch podFailure and keeps only its peer
 	// record and what choosing the root needs; the root, and the peers quoted in the
@@ -36,6 +37,9 @@ func Classify(obs Observation) Verdict {
 		meta = append(meta, failureMeta{pos: i, tier: scratch.rootTier()})
 	}
 	if len(recs) == 0 {
+		if v, ok := stallVerdict(obs); ok {
+			return v
+		}
 		return Verdict{Class: v1alpha1.ClassUnknown, Cause: v1alpha1.CauseUnknown, Index: -1}
 	}
 
@@ -44,20 +48,24 @@ func Classify(obs Observation) Verdict {
 	var root podFailure
 	root.assess(obs.Pods[meta[ri].pos], obs.Nodes, obs.Hints, obs.Now)
 	v := Verdict{
-		Class:      root.cause.Class(),
-		Cause:      root.cause,
-		RootPod:    root.pod.Name,
-		Index:      root.index,
-		Node:       root.node,
-		Container:  root.term.container,
-		ExitCode:   root.term.exitCode,
-		Signal:     root.signal(),
-		XID:        root.evidenceXID(),
-		FailedAt:   root.failedAt,
-		Basis:      root.basisPhrase(),
-		Evidence:   append(append(root.describe(), root.outputLines()...), names.evidence(recs)...),
-		NamedBy:    names.namedBy(ri),
-		Conclusive: root.conclusive,
+		Class:       root.cause.Class(),
+		Cause:       root.cause,
+		RootPod:     root.pod.Name,
+		Index:       root.index,
+		Node:        root.node,
+		Container:   root.term.container,
+		ExitCode:    root.term.exitCode,
+		Signal:      root.signal(),
+		XID:         root.evidenceXID(),
+		FailedAt:    root.failedAt,
+		Basis:       root.basisPhrase(),
+		Evidence:    append(append(root.describe(), root.outputLines()...), names.evidence(recs)...),
+		NamedBy:     names.namedBy(ri),
+		AwaitsNamed: names.awaited(),
+		Conclusive:  root.conclusive,
+	}
+	if root.hang != nil {
+		v.StillRunning, v.RunningFor, v.Basis = true, obs.Now.Sub(root.hang.evidence), root.hungPhrase()
 	}
 	v.Evidence = appendIndependent(v.Evidence, obs, &root, recs, meta, ri)
 	v.Peers = slices.Delete(recs, ri, ri+1)
@@ -67,11 +75,17 @@ func Classify(obs Observation) Verdict {
 		}
 		return strings.Compare(a.Pod, b.Pod)
 	})
+	v.finalize(obs)
+	return v
+}
+
+// finalize sets Final and WaitUntil: a verdict is Final when Conclusive or once the settle
+// deadline is reached.
+func (v *Verdict) finalize(obs Observation) {
 	v.Final = v.Conclusive || !obs.Now.Before(obs.SettleDeadline)
 	if !v.Final {
 		v.WaitUntil = obs.SettleDeadline
 	}
-	return v
 }
 
 // failureMeta goes with each peer record: where the pod is in Observation.Pods, and its tier

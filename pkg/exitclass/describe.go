@@ -35,6 +35,8 @@ func (f *podFailure) describe() []string {
 	pod := "pod " + f.pod.Name + ": "
 	t := &f.term
 	switch {
+	case f.hang != nil:
+		ev = append(ev, f.hungLine())
 	case t.statusUnknown:
 		ev = append(ev, pod+"container "+t.container+" state unknown ("+containerReasonStatusUnknown+
 			"); exit code "+strconv.Itoa(int(t.exitCode))+" is the kubelet's placeholder")

@@ -13,9 +13,11 @@
 // (deletionTimestamp) while its node is NotReady (nothing will confirm its end), or the node
 // has stayed unreachable (the node lifecycle controller's node.kubernetes.io/unreachable
 // taint: nothing has heard from its kubelet, and nothing will report the pod's end) past the
-// pod's bound. Succeeded and running pods are not failures. Failed applies this test alone,
-// and is the one definition the controller uses. A pod whose node is missing from
-// Observation.Nodes has unknown node facts, which is not the same as a gone node.
+// pod's bound; or when its worker runs on fatal infrastructure evidence (below, "A fault
+// need not end the program"). Succeeded pods, and running pods without such evidence, are
+// not failures. Failed applies this test alone, and is the one definition the controller
+// uses. A pod whose node is missing from Observation.Nodes has unknown node facts, which is
+// not the same as a gone node.
 //
 // An unreachable node is not a lost one at once: a kubelet that restarts (an upgrade, a crash
 // loop, a configuration change) or a heartbeat that comes late leaves its node unreachable
@@ -30,10 +32,41 @@
 //
 // The exit that stands for a pod is its earliest non-zero container exit, else a container
 // whose state the kubelet lost, else any terminated container (a program that handles SIGTERM
-// in a node shutdown exits 0 in a Failed pod). Its finishedAt is the pod's failure time; a pod
-// without one (lost, or rejected at admission) takes the earliest time recorded by its
-// InfrastructureFault or DisruptionTarget condition, its deletion or its node turning
-// unreachable, else its time is unknown and sorts after every known time.
+// in a node shutdown exits 0 in a Failed pod). Its finishedAt is the pod's failure time; a
+// worker that runs on fatal evidence has no exit, and its failure time is the evidence's; a
+// pod without an exit otherwise (lost, or rejected at admission) takes the earliest time
+// recorded by its InfrastructureFault or DisruptionTarget condition, its deletion or its node
+// turning unreachable, else its time is unknown and sorts after every known time.
+//
+// # A fault need not end the program
+//
+// A GPU that fell off the bus (XID 79), an NVLink error (74) or a double-bit ECC error (48)
+// often leaves the worker blocked in a CUDA call or a collective, and its peers in the same
+// collective, until a framework's timeout ends a process (minutes), or never. A pod whose
+// worker runs (a container of it runs; its init containers, such as a barrier, are not the
+// worker) has failed by fatal infrastructure evidence on it, attested as rule 1 below
+// attests it: the InfrastructureFault condition in its status and, beside it, the evidence
+// annotation of the same cause naming the pod's node and a time not before the running
+// incarnation started (the earliest start of its running containers: the evidence of an
+// incarnation before a restart in place is stale). Fatal is:
+//
+//   - GPUFault with an XID that LookupXID calls Fatal (never a program's XID, a Secondary
+//     one or a non-fatal one: those never end an attempt by themselves), or GPUFault
+//     without an XID, which the agent writes only for a fatal state (its GPU lost, a
+//     double-bit ECC error, a recovery the driver requires). The pod has failed at the
+//     evidence's time.
+//   - NodeShutdown, once the pod's termination grace period (30 s unless it says otherwise)
+//     and 5 s more (the kubelet's report of its kill) have passed since the announcement:
+//     the kubelet's graceful node shutdown had that long to end the worker, and a worker
+//     still running then was not ended by it (a kubelet without graceful shutdown, a node
+//     that does not go down). Before that the kubelet is ending it, or the shutdown may be
+//     cancelled (the agent then withdraws its evidence).
+//
+// The rules below then judge the pod as rule 1 says, and its verdict says that the worker was
+// still running (Verdict.StillRunning) and for how long. FailsAt says when a pod will have
+// failed so, for a caller that must look again then. The controller waits the settle window
+// after the evidence before it acts (the worker may still end by itself, and its exit then
+// tells more), then stops the hung worker with its attempt.
 //
 // # The node agent's report of an exit
 //
@@ -168,6 +201,23 @@
 // deadline is not Final, so no verdict of class Application is Final before the deadline
 // unless OOMKilled, a program XID, an application condition or an application hint says so.
 // Unknown is never Conclusive.
+//
+// # Progress
+//
+// A gang can hang with no evidence at all (a deadlock in the input pipeline, a stuck
+// filesystem). With the run's progress deadline (spec.failurePolicy.progressDeadlineSeconds)
+// the node agent watches each worker's progress and writes the NoProgress condition on a
+// worker that has shown none for the deadline: its lastTransitionTime is the worker's last
+// progress, its reason the signal that stopped (LogSilent: its containers' logs did not
+// grow). It counts when it is True in the status of a pod whose worker runs, about the
+// running incarnation (its time not before the incarnation started, less the second of
+// Kubernetes timestamps). An attempt has stopped making progress (Stalled) when it has pods
+// and every one carries it: a gang in which one worker progresses has not, whatever the
+// others do. With no failed pod, Classify judges such an attempt NoProgress (class Unknown,
+// never Conclusive): its root is the worker silent the longest (ties by index, then name),
+// its failure time the gang's last progress, its peers every other worker, and the evidence
+// has a line for each of up to eight workers with what its condition says. Failures come
+// first: a pod that has failed makes the verdict its own.
 //
 // # Evidence and explanation
 //

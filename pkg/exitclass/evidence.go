@@ -54,8 +54,12 @@ type podFailure struct {
 	// msg is the failing container's termination message the hints were matched against.
 	msg string
 
-	// now is the observation's time: how long a lost node has been unreachable.
+	// now is the observation's time: how long a lost node has been unreachable, or a hung
+	// worker has run on.
 	now time.Time
+	// hang is the fatal evidence on a worker that still runs, by which the pod has failed;
+	// nil for a pod that ended (or is lost).
+	hang *hang
 
 	// lifeStart is when the failing container started, else when the pod was created: a
 	// signal from before it (an earlier incarnation's, or a node's long before) is stale.
@@ -85,10 +89,16 @@ type podFailure struct {
 func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints []Hint, now time.Time) bool {
 	facts, known := nodeOf(pod, nodes)
 	term, msg := failingContainer(pod)
-	if !isFailed(pod, term, facts, known, now) {
+	failed, h := isFailed(pod, term, facts, known, now)
+	if !failed {
 		return false
 	}
-	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term, now: now}
+	if h != nil {
+		// The worker runs: no exit stands for it (a barrier that exited 0 before it started
+		// is no end of it), and no termination message is there for the hints.
+		term, msg = termination{container: h.container, startedAt: h.since}, ""
+	}
+	*f = podFailure{pod: pod, index: attempt.IndexOrNone(pod), node: pod.Spec.NodeName, facts: facts, known: known, term: term, now: now, hang: h}
 	f.gather(hints, msg)
 	f.failedAt = f.failureTime()
 	f.lifeStart = term.startedAt
@@ -163,11 +173,15 @@ func (f *podFailure) gather(hints []Hint, msg string) {
 	}
 }
 
-// failureTime is the failing container's exit; for a pod without one (lost, or rejected at
-// admission) the earliest time a fact about its failure was recorded, else zero (unknown).
+// failureTime is the failing container's exit; for a worker that runs on fatal evidence, the
+// evidence's time; for a pod without an exit (lost, or rejected at admission) the earliest
+// time a fact about its failure was recorded, else zero (unknown).
 func (f *podFailure) failureTime() time.Time {
 	if !f.term.finishedAt.IsZero() {
 		return f.term.finishedAt
+	}
+	if f.hang != nil {
+		return f.hang.evidence // to the nanosecond, where the condition keeps the second
 	}
 	var t time.Time
 	pick := func(c time.Time) {

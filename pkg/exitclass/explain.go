@@ -27,9 +27,12 @@ func (v Verdict) Explain() string {
 	if v.Node != "" {
 		b.WriteString(" on node " + v.Node)
 	}
-	if v.Container == "" {
+	switch {
+	case v.StillRunning:
+		// The basis says it: "was still running 2.0 s after XID 79 …".
+	case v.Container == "":
 		b.WriteString(" failed without a container exit")
-	} else {
+	default:
 		b.WriteString(" exited " + strconv.Itoa(int(v.ExitCode)))
 		if v.Signal != 0 {
 			b.WriteString(" (" + signalName(v.Signal) + ")")
@@ -54,6 +57,15 @@ func (v Verdict) Explain() string {
 
 func (v Verdict) peersPhrase() string {
 	n := len(v.Peers)
+	if v.Cause == v1alpha1.CauseNoProgress {
+		switch n {
+		case 0:
+			return "it is the only worker"
+		case 1:
+			return "its peer showed no progress either"
+		}
+		return "none of its " + strconv.Itoa(n) + " peers showed progress either"
+	}
 	if n == 0 {
 		return "no other worker failed"
 	}

@@ -137,6 +137,36 @@ func fuzzObservation(data []byte) Observation {
 			p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}
 		}
 	}
+	// Read last too: a running worker's start, its grace period, fatal evidence on it, and
+	// the node agent's NoProgress condition.
+	for _, p := range obs.Pods {
+		for i := range p.Status.ContainerStatuses {
+			if run := p.Status.ContainerStatuses[i].State.Running; run != nil && r.bool() {
+				run.StartedAt = metav1.NewTime(r.timeOrZero())
+			}
+		}
+		if r.bool() {
+			p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(r.byte() % 40))
+		}
+		if r.byte()%3 == 0 && p.Spec.NodeName != "" {
+			// The agent's evidence, attested as it writes it: fatal or not, by the XID.
+			fe := v1alpha1.FaultEvidence{Source: pick(r, "nvml-event", "logind"), Node: p.Spec.NodeName, Cause: pick(r, v1alpha1.CauseGPUFault, v1alpha1.CauseNodeShutdown, v1alpha1.CauseGPUFault)}
+			at := r.timeOrZero()
+			fe.DetectedAt = at.Format(time.RFC3339Nano)
+			if fe.Cause == v1alpha1.CauseGPUFault {
+				fe.GPU = &v1alpha1.GPUEvidence{Index: int(r.byte() % 8), XID: pick(r, fuzzXIDs...)}
+			}
+			raw, _ := json.Marshal(fe)
+			p.Annotations[v1alpha1.AnnotationFaultEvidence] = string(raw)
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: v1alpha1.PodConditionInfrastructureFault,
+				Status: corev1.ConditionTrue, Reason: string(fe.Cause), LastTransitionTime: metav1.NewTime(at)})
+		}
+		if r.byte()%3 == 0 {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: v1alpha1.PodConditionNoProgress,
+				Status: pick(r, corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse), Reason: v1alpha1.ProgressSignalLog,
+				Message: "no output", LastTransitionTime: metav1.NewTime(r.timeOrZero())})
+		}
+	}
 	return obs
 }
 
@@ -227,11 +257,97 @@ func oracleFailed(p *corev1.Pod, nodes map[string]NodeFacts, now time.Time) bool
 			return true
 		}
 	}
-	facts, known := nodes[p.Spec.NodeName]
-	if p.Spec.NodeName == "" || !known {
-		return false
+	if facts, known := nodes[p.Spec.NodeName]; p.Spec.NodeName != "" && known &&
+		(facts.Gone || p.DeletionTimestamp != nil && facts.NotReady || oracleLostUnreachable(p, facts, now)) {
+		return true
 	}
-	return facts.Gone || p.DeletionTimestamp != nil && facts.NotReady || oracleLostUnreachable(p, facts, now)
+	hung, at := oracleHung(p)
+	return hung && !now.Before(at)
+}
+
+// oracleRunning: a container of the pod runs (not an init container); since is the earliest
+// start of those that do, the pod's start or creation standing for an unknown one.
+func oracleRunning(p *corev1.Pod) (since time.Time, running bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			continue
+		}
+		t := cs.State.Running.StartedAt.Time
+		if t.IsZero() {
+			t = p.CreationTimestamp.Time
+			if p.Status.StartTime != nil && !p.Status.StartTime.IsZero() {
+				t = p.Status.StartTime.Time
+			}
+		}
+		if !running || (!t.IsZero() && (since.IsZero() || t.Before(since))) {
+			since = t
+		}
+		running = true
+	}
+	return since, running
+}
+
+// oracleHung: a running worker with fatal infrastructure evidence, attested (the last
+// InfrastructureFault=True condition, the evidence of the same cause on the pod's node,
+// recorded since the worker started): a fatal or XID-less GPU fault, failed at once; a node
+// shutdown, failed once the pod's grace period (30 s by default) and 5 s are over.
+func oracleHung(p *corev1.Pod) (bool, time.Time) {
+	since, running := oracleRunning(p)
+	if !running || p.Spec.NodeName == "" {
+		return false, time.Time{}
+	}
+	reason := ""
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1alpha1.PodConditionInfrastructureFault && c.Status == corev1.ConditionTrue {
+			reason = c.Reason
+		}
+	}
+	var fe v1alpha1.FaultEvidence
+	raw, ok := p.Annotations[v1alpha1.AnnotationFaultEvidence]
+	if reason == "" || !ok || json.Unmarshal([]byte(raw), &fe) != nil || fe.Node != p.Spec.NodeName || string(fe.Cause) != reason {
+		return false, time.Time{}
+	}
+	at, err := time.Parse(time.RFC3339Nano, fe.DetectedAt)
+	if err != nil || at.IsZero() || at.Before(since.Add(-time.Second)) {
+		return false, time.Time{}
+	}
+	switch fe.Cause {
+	case v1alpha1.CauseGPUFault:
+		fatal := map[uint64]bool{0: true, 48: true, 61: true, 62: true, 64: true, 74: true, 79: true, 95: true, 119: true, 120: true, 121: true, 140: true, 143: true, 154: true}
+		return fe.GPU != nil && fatal[fe.GPU.XID], at
+	case v1alpha1.CauseNodeShutdown:
+		grace := int64(30)
+		if g := p.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+			grace = *g
+		}
+		return true, at.Add(time.Duration(grace)*time.Second + 5*time.Second) // and the kubelet's report of its kill
+	}
+	return false, time.Time{}
+}
+
+// oracleStalled: the attempt has pods, each not ended, with a running worker and, first among
+// its NoProgress=True conditions, one whose time is not before the worker started (less a
+// second).
+func oracleStalled(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false
+		}
+		since, running := oracleRunning(p)
+		if !running {
+			return false
+		}
+		i := slices.IndexFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == v1alpha1.PodConditionNoProgress && c.Status == corev1.ConditionTrue
+		})
+		if i < 0 {
+			return false
+		}
+		if t := p.Status.Conditions[i].LastTransitionTime.Time; t.IsZero() || t.Before(since.Add(-time.Second)) {
+			return false
+		}
+	}
+	return len(pods) > 0
 }
 
 // oracleLostUnreachable: the pod's node is unreachable, it ran there before that, and the
@@ -314,14 +430,33 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 		if len(failed) == 0 {
+			if oracleStalled(obs.Pods) {
+				// A gang without progress: every worker silent, none failed.
+				if v.Cause != v1alpha1.CauseNoProgress || v.Class != v1alpha1.ClassUnknown || v.Conclusive || !v.StillRunning ||
+					v.RootPod == "" || len(v.Peers) != len(obs.Pods)-1 || slices.ContainsFunc(v.Peers, func(p PeerFailure) bool { return p.Pod == v.RootPod }) {
+					t.Fatalf("a gang without progress, yet verdict %+v", v)
+				}
+				if v.Final != !obs.Now.Before(obs.SettleDeadline) || strings.Contains(explanation, "not final") == v.Final {
+					t.Fatalf("NoProgress Final=%v at %v (deadline %v): %q", v.Final, obs.Now, obs.SettleDeadline, explanation)
+				}
+				return
+			}
 			if v.RootPod != "" || v.Class != v1alpha1.ClassUnknown || v.Cause != v1alpha1.CauseUnknown || v.Index != -1 || v.Final || len(v.Peers) != 0 {
 				t.Fatalf("no failed pod, yet verdict %+v", v)
 			}
 			return
 		}
+		if v.Cause == v1alpha1.CauseNoProgress {
+			t.Fatalf("NoProgress with failed pods %v", slices.Sorted(mapKeys(failed)))
+		}
 		root, ok := failed[v.RootPod]
 		if !ok {
 			t.Fatalf("root %q is not one of the failed pods %v", v.RootPod, slices.Sorted(mapKeys(failed)))
+		}
+		// A root that still runs has failed by its fatal evidence alone: infrastructure, and
+		// the explanation says it ran on.
+		if hung, _ := oracleHung(root); v.StillRunning && (!hung || v.Class != v1alpha1.ClassInfrastructure || !strings.Contains(explanation, "was still running")) {
+			t.Fatalf("root %s StillRunning (hung by the oracle: %v), class %s: %q", root.Name, hung, v.Class, explanation)
 		}
 		if v.Cause == v1alpha1.CausePeerFailure || v.Class != v.Cause.Class() || v.Cause.Class() == "" {
 			t.Fatalf("verdict class %q cause %q", v.Class, v.Cause)

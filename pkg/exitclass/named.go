@@ -124,6 +124,11 @@ func (n naming) namedBy(root int) int {
 	return len(n.mentions)
 }
 
+// awaited: the mentions agree on an index no failed pod has.
+func (n naming) awaited() bool {
+	return n.agreed != attempt.NoIndex && n.rec < 0
+}
+
 // evidence says what the mentions said and whether they counted.
 func (n naming) evidence(recs []PeerFailure) []string {
 	if len(n.mentions) == 0 {

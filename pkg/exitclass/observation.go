@@ -128,14 +128,15 @@ type HintPattern struct {
 
 // CompileHints compiles plugin hints, keeping their order: Classify uses the first hint that
 // matches. Unknown is refused as a hint's cause because a hint that concludes nothing would
-// only hide the hints after it.
+// only hide the hints after it, and NoProgress because a hint reads the message of a worker
+// that ended, which is no gang that hangs.
 func CompileHints(patterns []HintPattern) ([]Hint, error) {
 	hints := make([]Hint, 0, len(patterns))
 	for i, p := range patterns {
 		if p.Pattern == "" {
 			return nil, fmt.Errorf("hint %d from %q: empty pattern would match every message", i, p.Source)
 		}
-		if p.Cause == v1alpha1.CauseUnknown || !slices.Contains(v1alpha1.AllCauses, p.Cause) {
+		if p.Cause == v1alpha1.CauseUnknown || p.Cause == v1alpha1.CauseNoProgress || !slices.Contains(v1alpha1.AllCauses, p.Cause) {
 			return nil, fmt.Errorf("hint %d from %q, pattern %q: cause %q is not a hint cause", i, p.Source, p.Pattern, p.Cause)
 		}
 		re, err := regexp.Compile(p.Pattern)

@@ -84,18 +84,25 @@ func earlier(a, b time.Time) bool {
 	}
 }
 
-// isFailed is the package's definition of a failed pod at now (see the package doc).
-func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool, now time.Time) bool {
+// isFailed is the package's definition of a failed pod at now (see the package doc). A pod
+// that has failed by the fatal evidence on its running worker comes with that evidence (h).
+func isFailed(pod *corev1.Pod, term termination, facts NodeFacts, known bool, now time.Time) (failed bool, h *hang) {
 	switch pod.Status.Phase {
 	case corev1.PodFailed:
-		return true
+		return true, nil
 	case corev1.PodSucceeded:
-		return false
+		return false, nil
 	}
 	if term.statusUnknown || (term.found && term.exitCode != 0) {
-		return true
+		return true, nil
 	}
-	return known && isLost(pod, facts, now)
+	if known && isLost(pod, facts, now) {
+		return true, nil
+	}
+	if hg, ok := hangOf(pod); ok && !now.Before(hg.failsAt) {
+		return true, &hg
+	}
+	return false, nil
 }
 
 // isLost reports whether the pod's workers are lost with its node at now: the node is gone,
@@ -201,6 +208,19 @@ func toleratesUnreachable(t *corev1.Toleration) bool {
 	return false
 }
 
+// Gone reports whether a pod can no longer run a process, whether or not it is still in the
+// API: it has ended, or its node is gone, or its node is tainted out-of-service (an
+// operator's statement that the node is down, on which the pod garbage collector deletes its
+// pods). A pod on an unreachable node is not gone: its process may still run, and would meet
+// the next attempt's; nor is a pod being deleted.
+func Gone(p *corev1.Pod, nodes map[string]NodeFacts) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	f, known := nodeOf(p, nodes)
+	return known && (f.Gone || f.OutOfService)
+}
+
 // Failed reports whether pod has failed by this package's definition (see the package doc)
 // at now, given what is known of the nodes: the same test Classify applies, for a caller
 // that must know when to classify. It is the one definition: the controller asks it of an
@@ -208,7 +228,8 @@ func toleratesUnreachable(t *corev1.Toleration) bool {
 func Failed(pod *corev1.Pod, nodes map[string]NodeFacts, now time.Time) bool {
 	facts, known := nodeOf(pod, nodes)
 	term, _ := failingContainer(pod)
-	return isFailed(pod, term, facts, known, now)
+	failed, _ := isFailed(pod, term, facts, known, now)
+	return failed
 }
 
 // LostAt is the earliest time after now at which one of pods, running on a node that is
@@ -224,6 +245,24 @@ func LostAt(pods []*corev1.Pod, nodes map[string]NodeFacts, now time.Time) time.
 		}
 		if at := lostAt(p, facts); at.After(now) && (first.IsZero() || at.Before(first)) {
 			first = at
+		}
+	}
+	return first
+}
+
+// FailsAt is the earliest time after now at which one of pods will count as failed if
+// nothing changes, zero if none will: a pod lost with its unreachable node (LostAt), or a
+// worker that a node shutdown announced under it has not ended within its termination grace
+// period (see the package doc, "A fault need not end the program"). No object changes then:
+// the caller looks again at that time.
+func FailsAt(pods []*corev1.Pod, nodes map[string]NodeFacts, now time.Time) time.Time {
+	first := LostAt(pods, nodes, now)
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		if h, ok := hangOf(p); ok && h.failsAt.After(now) && (first.IsZero() || h.failsAt.Before(first)) {
+			first = h.failsAt
 		}
 	}
 	return first

@@ -27,6 +27,11 @@ type Verdict struct {
 	// NamedBy is how many failed pods' messages (the root's own included) name the root as
 	// the worker that failed (a PeerFailure hint's named group); 0 when none does.
 	NamedBy int
+	// AwaitsNamed: every failed pod's message names one worker as the one that failed, and
+	// no pod of its index has failed yet: its own exit, which the survivors saw, has not
+	// reached the API (a kubelet's status write can come a second or two after its peers'),
+	// and would change the root. A caller that can wait a little does (the controller).
+	AwaitsNamed bool
 	// Peers are the other failed pods, all attributed to the root (cause PeerFailure), sorted
 	// by index (unknown indexes last).
 	Peers []PeerFailure
@@ -34,6 +39,13 @@ type Verdict struct {
 	// evidence, or explicit application evidence: OOMKilled, a program-caused XID, an
 	// application-cause hint). Never true for class Unknown.
 	Conclusive bool
+	// StillRunning: the root had not exited at Now: a worker that runs on fatal
+	// infrastructure evidence (its GPU, its node's shutdown), or a gang that stopped making
+	// progress (cause NoProgress). FailedAt is then when the evidence came (the gang's last
+	// progress), RunningFor how long the root had run on since, and Container its running
+	// container (ExitCode means nothing).
+	StillRunning bool
+	RunningFor   time.Duration
 	// Final is false while the controller should wait for evidence: it is Conclusive, or
 	// Now has reached the settle deadline.
 	Final bool

@@ -51,6 +51,9 @@ type DaemonConfig struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease (zero:
 	// agentlease.RenewInterval); a renewal holds for four intervals.
 	HeartbeatInterval time.Duration
+	// PodLogDir is the kubelet's pod log directory, where the progress watch reads when each
+	// worker last wrote ("": DefaultPodLogDir).
+	PodLogDir string
 	// TEST ONLY. SimulateHardware replaces NVML with gpusim and the kubelet's PodResources
 	// with SimulatedOwners: for kwok nodes, which have neither.
 	SimulateHardware bool
@@ -202,8 +205,16 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		return err
 	}
 
+	// The runs' progress deadlines (the workers' annotation): a worker silent that long is
+	// said so on its pod.
+	progress, err := NewProgressWatch(ProgressConfig{Node: cfg.Node, Pods: pods, Writer: writer, LogDir: cfg.PodLogDir, Logger: log})
+	if err != nil {
+		return err
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return agent.Run(ctx) })
+	g.Go(func() error { progress.Run(ctx); return nil })
 	g.Go(func() error { return monitor.Run(ctx, agent.OnGPUFault) })
 	g.Go(func() error { return inhibitor.Run(ctx) })
 	g.Go(func() error {

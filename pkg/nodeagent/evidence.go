@@ -37,10 +37,15 @@ func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // supersedes says whether evidence next should replace prev on a pod. The first evidence
 // wins, so that what follows a fault (the driver's echoes, a GPU lost while the node powers
-// off) does not rewrite its cause, with two exceptions that only add precision:
+// off) does not rewrite its cause, with exceptions that only add precision or severity:
 //   - prev carries a Secondary XID (45), which names no cause: anything else replaces it;
-//   - prev is GPU evidence without an XID (the health poll saw the state) and next is an
-//     XID with the same cause on the same GPU: it says what happened.
+//   - prev is GPU evidence without an XID (the health poll saw the state) and next is a
+//     fatal XID with the same cause on the same GPU: it says what happened (a non-fatal one
+//     would hide that the GPU is lost);
+//   - prev is a non-fatal XID of the GPU and next a fatal fault of the same cause on the same
+//     GPU (XID 63, then 79): the worker's GPU is gone now, and a worker that hangs on it
+//     ends its attempt only by fatal evidence (pkg/exitclass, "A fault need not end the
+//     program").
 func supersedes(next, prev v1alpha1.FaultEvidence) bool {
 	if prev.GPU == nil || next.GPU == nil {
 		return false
@@ -48,9 +53,28 @@ func supersedes(next, prev v1alpha1.FaultEvidence) bool {
 	if prev.GPU.XID != 0 && exitclass.LookupXID(prev.GPU.XID).Secondary {
 		return next.GPU.XID == 0 || !exitclass.LookupXID(next.GPU.XID).Secondary
 	}
-	return prev.GPU.XID == 0 && next.GPU.XID != 0 &&
-		!exitclass.LookupXID(next.GPU.XID).Secondary &&
-		next.Cause == prev.Cause && next.GPU.UUID == prev.GPU.UUID
+	if next.Cause != prev.Cause || next.GPU.UUID != prev.GPU.UUID || !fatalGPU(next) {
+		return false
+	}
+	switch {
+	case prev.GPU.XID == 0:
+		return next.GPU.XID != 0
+	default:
+		return !fatalGPU(prev)
+	}
+}
+
+// fatalGPU: GPU evidence of a fault that needs a reset or a drain: a fatal XID, or no XID
+// at all (the agent writes GPU evidence without one only for a fatal state).
+func fatalGPU(ev v1alpha1.FaultEvidence) bool {
+	if ev.GPU == nil {
+		return false
+	}
+	if ev.GPU.XID == 0 {
+		return true
+	}
+	info := exitclass.LookupXID(ev.GPU.XID)
+	return info.Fatal && !info.Secondary
 }
 
 // sameEvidence: equal but for when and where it was seen.

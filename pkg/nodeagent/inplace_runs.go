@@ -24,6 +24,9 @@ import (
 type Runs interface {
 	ListTrainingRuns(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.TrainingRunList, error)
 	WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// GetTrainingRun reads one run from the API server itself: a barrier opens only for
+	// the attempt it confirms (inplace.Confirm).
+	GetTrainingRun(ctx context.Context, namespace, name string) (*v1alpha1.TrainingRun, error)
 }
 
 // runsSyncTimeout bounds the first list of the TrainingRuns.
@@ -56,6 +59,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	podLister := corelisters.NewPodLister(podInformer.GetIndexer())
 	decisions := inplace.StoreDecisions{Runs: runInformer.GetStore()}
 	loop := inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
+	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits
 	runChanged := func(obj any) {

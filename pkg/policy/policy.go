@@ -1,7 +1,8 @@
 // Package policy turns a verdict on a failed attempt into a decision, following the run's
 // failure policy (shared/DESIGN.md): user rules first, first match wins, then the defaults;
 // a restart spends the budget of the failure's class unless the rule says otherwise; an
-// exhausted budget fails the run. It is pure: inputs in, decision out.
+// exhausted budget fails the run (a gang that stopped making progress has a budget of its
+// own: LineOf). It is pure: inputs in, decision out.
 package policy
 
 import (
@@ -20,6 +21,7 @@ const (
 	DefaultMaxInfrastructure = 10
 	DefaultMaxApplication    = 0
 	DefaultMaxUnknown        = 1
+	DefaultMaxNoProgress     = 1
 	DefaultSettleSeconds     = 1
 )
 
@@ -31,6 +33,9 @@ const (
 	// RuleDefaultPlannedMaintenance is the default rule of CausePlannedMaintenance: a planned
 	// move is not a failure, so it spends no budget.
 	RuleDefaultPlannedMaintenance = "default-planned-maintenance"
+	// RuleDefaultNoProgress is the default rule of CauseNoProgress: a gang that stopped
+	// making progress restarts, on its own budget (maxRestarts.noProgress).
+	RuleDefaultNoProgress = "default-no-progress"
 )
 
 // Failure is what Decide needs to know about the failure: its class, cause and node.
@@ -83,16 +88,17 @@ func Decide(in Input) Decision {
 		d.ExcludeNode = ""
 		return d
 	case v1alpha1.ActionRestartRun:
-		used, limit := spent(in.Restarts, in.Failure.Class), Budget(in.Policy.MaxRestarts, in.Failure.Class)
+		line := LineOf(in.Failure.Class, in.Failure.Cause)
+		used, limit := LineSpent(in.Restarts, line), LineBudget(in.Policy.MaxRestarts, line)
 		if used >= limit {
 			return Decision{
 				Action: v1alpha1.ActionFailRun, Rule: rule.Name, BudgetExhausted: true,
 				Reason: fmt.Sprintf("%s restart budget exhausted (%d of %d spent); rule %s wanted a restart on %s",
-					in.Failure.Class, used, limit, rule.Name, in.Failure.Cause),
+					line, used, limit, rule.Name, in.Failure.Cause),
 			}
 		}
 		d.SpendsBudget = true
-		d.Reason = fmt.Sprintf("rule %s restarts the run on %s: %s restart %d of %d", rule.Name, in.Failure.Cause, in.Failure.Class, used+1, limit)
+		d.Reason = fmt.Sprintf("rule %s restarts the run on %s: %s restart %d of %d", rule.Name, in.Failure.Cause, line, used+1, limit)
 	default: // RestartRunIgnoreBudget
 		d.Reason = fmt.Sprintf("rule %s restarts the run on %s without spending budget", rule.Name, in.Failure.Cause)
 	}
@@ -137,9 +143,13 @@ func match(rules []v1alpha1.FailurePolicyRule, f Failure) v1alpha1.FailurePolicy
 // A planned maintenance restarts without spending budget: the run's owners chose none of it,
 // and a cluster whose SREs drain nodes weekly must not fail runs for it. A rule that names
 // PlannedMaintenance (or the Infrastructure class) can make it spend budget, or fail the run.
+// A gang that stopped making progress restarts on its own budget line (see LineOf).
 func defaultRule(f Failure) v1alpha1.FailurePolicyRule {
-	if f.Cause == v1alpha1.CausePlannedMaintenance {
+	switch f.Cause {
+	case v1alpha1.CausePlannedMaintenance:
 		return v1alpha1.FailurePolicyRule{Name: RuleDefaultPlannedMaintenance, Action: v1alpha1.ActionRestartRunIgnoreBudget}
+	case v1alpha1.CauseNoProgress:
+		return v1alpha1.FailurePolicyRule{Name: RuleDefaultNoProgress, Action: v1alpha1.ActionRestartRun}
 	}
 	switch f.Class {
 	case v1alpha1.ClassInfrastructure:
@@ -151,24 +161,62 @@ func defaultRule(f Failure) v1alpha1.FailurePolicyRule {
 	}
 }
 
+// Line is one restart budget (spec.failurePolicy.maxRestarts) and its count
+// (status.restarts): one per class, and NoProgress's own. Its value names it in reasons.
+type Line string
+
+// The budget lines.
+const (
+	LineInfrastructure = Line(v1alpha1.ClassInfrastructure)
+	LineApplication    = Line(v1alpha1.ClassApplication)
+	LineUnknown        = Line(v1alpha1.ClassUnknown)
+	// LineNoProgress: a gang that stopped making progress is class Unknown, but a gang
+	// that hangs again and again is a program that deadlocks, not bad luck: its restarts
+	// are counted apart, and spend none of the budget of the failures nothing explains.
+	LineNoProgress = Line(v1alpha1.CauseNoProgress)
+)
+
+// LineOf is the budget line that a failure of class c and cause spends: its class's, but
+// NoProgress's own for that cause.
+func LineOf(c v1alpha1.Class, cause v1alpha1.Cause) Line {
+	if cause == v1alpha1.CauseNoProgress {
+		return LineNoProgress
+	}
+	switch c {
+	case v1alpha1.ClassInfrastructure, v1alpha1.ClassApplication:
+		return Line(c)
+	}
+	return LineUnknown
+}
+
 // Budget is the restart budget of a class.
 func Budget(b v1alpha1.RestartBudgets, c v1alpha1.Class) int32 {
-	switch c {
-	case v1alpha1.ClassInfrastructure:
+	return LineBudget(b, LineOf(c, ""))
+}
+
+// LineBudget is the restart budget of a line.
+func LineBudget(b v1alpha1.RestartBudgets, l Line) int32 {
+	switch l {
+	case LineInfrastructure:
 		return ptr.Deref(b.Infrastructure, DefaultMaxInfrastructure)
-	case v1alpha1.ClassApplication:
+	case LineApplication:
 		return ptr.Deref(b.Application, DefaultMaxApplication)
+	case LineNoProgress:
+		return ptr.Deref(b.NoProgress, DefaultMaxNoProgress)
 	default:
 		return ptr.Deref(b.Unknown, DefaultMaxUnknown)
 	}
 }
 
-func spent(r v1alpha1.RestartCounts, c v1alpha1.Class) int32 {
-	switch c {
-	case v1alpha1.ClassInfrastructure:
+// LineSpent is how many restarts a line has spent.
+func LineSpent(r v1alpha1.RestartCounts, l Line) int32 {
+	switch l {
+	case LineInfrastructure:
 		return r.Infrastructure
-	case v1alpha1.ClassApplication:
+	case LineApplication:
 		return r.Application
+	case LineNoProgress:
+		return r.NoProgress
 	default:
 		return r.Unknown
 	}
@@ -176,11 +224,18 @@ func spent(r v1alpha1.RestartCounts, c v1alpha1.Class) int32 {
 
 // Spend returns the counts with one more restart of class c.
 func Spend(r v1alpha1.RestartCounts, c v1alpha1.Class) v1alpha1.RestartCounts {
-	switch c {
-	case v1alpha1.ClassInfrastructure:
+	return SpendLine(r, LineOf(c, ""))
+}
+
+// SpendLine returns the counts with one more restart on line l.
+func SpendLine(r v1alpha1.RestartCounts, l Line) v1alpha1.RestartCounts {
+	switch l {
+	case LineInfrastructure:
 		r.Infrastructure++
-	case v1alpha1.ClassApplication:
+	case LineApplication:
 		r.Application++
+	case LineNoProgress:
+		r.NoProgress++
 	default:
 		r.Unknown++
 	}

@@ -18,6 +18,7 @@ var (
 	appExit  = Failure{Class: v1alpha1.ClassApplication, Cause: v1alpha1.CauseAppExit, Node: "n3"}
 	unknown  = Failure{Class: v1alpha1.ClassUnknown, Cause: v1alpha1.CauseUnknown, Node: "n4"}
 	planned  = Failure{Class: v1alpha1.ClassInfrastructure, Cause: v1alpha1.CausePlannedMaintenance, Node: "n5"}
+	stalled  = Failure{Class: v1alpha1.ClassUnknown, Cause: v1alpha1.CauseNoProgress, Node: "n6"}
 )
 
 func TestDecide(t *testing.T) {
@@ -117,6 +118,35 @@ func TestDecide(t *testing.T) {
 			},
 			want: Decision{Action: v1alpha1.ActionRestartRun, Rule: "count-drains", SpendsBudget: true},
 		},
+		"a gang without progress restarts on its own budget, whatever unknown has spent": {
+			in:   Input{Failure: stalled, History: first, Restarts: v1alpha1.RestartCounts{Unknown: 1}},
+			want: Decision{Action: v1alpha1.ActionRestartRun, Rule: RuleDefaultNoProgress, SpendsBudget: true},
+		},
+		"a gang without progress fails the run once its budget is spent": {
+			in:   Input{Failure: stalled, History: first, Restarts: v1alpha1.RestartCounts{NoProgress: 1}},
+			want: Decision{Action: v1alpha1.ActionFailRun, Rule: RuleDefaultNoProgress, BudgetExhausted: true},
+		},
+		"the noProgress budget from the spec": {
+			in: Input{
+				Failure: stalled, History: first, Restarts: v1alpha1.RestartCounts{NoProgress: 2},
+				Policy: v1alpha1.FailurePolicy{MaxRestarts: v1alpha1.RestartBudgets{NoProgress: ptr.To[int32](3), Unknown: ptr.To[int32](0)}},
+			},
+			want: Decision{Action: v1alpha1.ActionRestartRun, Rule: RuleDefaultNoProgress, SpendsBudget: true},
+		},
+		"a rule for the Unknown class catches a gang without progress, on the NoProgress budget": {
+			in: Input{
+				Failure: stalled, History: first, Restarts: v1alpha1.RestartCounts{NoProgress: 1},
+				Policy: v1alpha1.FailurePolicy{Rules: []v1alpha1.FailurePolicyRule{{Name: "unknowns", OnClasses: []v1alpha1.Class{v1alpha1.ClassUnknown}, Action: v1alpha1.ActionRestartRun}}},
+			},
+			want: Decision{Action: v1alpha1.ActionFailRun, Rule: "unknowns", BudgetExhausted: true},
+		},
+		"a rule may fail the run on NoProgress": {
+			in: Input{
+				Failure: stalled, History: first,
+				Policy: v1alpha1.FailurePolicy{Rules: []v1alpha1.FailurePolicyRule{{Name: "hangs-are-bugs", OnCauses: []v1alpha1.Cause{v1alpha1.CauseNoProgress}, Action: v1alpha1.ActionFailRun}}},
+			},
+			want: Decision{Action: v1alpha1.ActionFailRun, Rule: "hangs-are-bugs"},
+		},
 		"a fail rule never excludes a node": {
 			in: Input{
 				Failure: gpu, History: first,
@@ -189,5 +219,20 @@ func TestSpend(t *testing.T) {
 	r := Spend(Spend(Spend(v1alpha1.RestartCounts{}, v1alpha1.ClassInfrastructure), v1alpha1.ClassApplication), v1alpha1.ClassUnknown)
 	if diff := cmp.Diff(v1alpha1.RestartCounts{Infrastructure: 1, Application: 1, Unknown: 1}, r); diff != "" {
 		t.Errorf("Spend mismatch (-want +got):\n%s", diff)
+	}
+	r = SpendLine(r, LineOf(v1alpha1.ClassUnknown, v1alpha1.CauseNoProgress))
+	if diff := cmp.Diff(v1alpha1.RestartCounts{Infrastructure: 1, Application: 1, Unknown: 1, NoProgress: 1}, r); diff != "" {
+		t.Errorf("SpendLine(NoProgress) mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// The reasons name the line a restart spent, NoProgress's own too.
+func TestReasonNamesTheBudgetLine(t *testing.T) {
+	first := []v1alpha1.AttemptRecord{{Attempt: 1}}
+	if got := Decide(Input{Failure: stalled, History: first}).Reason; got != "rule default-no-progress restarts the run on NoProgress: NoProgress restart 1 of 1" {
+		t.Errorf("reason %q", got)
+	}
+	if got := Decide(Input{Failure: stalled, History: first, Restarts: v1alpha1.RestartCounts{NoProgress: 1}}).Reason; got != "NoProgress restart budget exhausted (1 of 1 spent); rule default-no-progress wanted a restart on NoProgress" {
+		t.Errorf("reason %q", got)
 	}
 }

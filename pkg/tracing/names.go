@@ -69,6 +69,11 @@ const (
 	KeyWorkers = attribute.Key("faultline.workers")
 	// KeyPeerFailures counts the workers that failed because of the root one.
 	KeyPeerFailures = attribute.Key("faultline.peer_failures")
+	// KeyStillRunning: the root worker had not exited when its attempt was judged (it hung
+	// on fatal evidence, or its gang stopped making progress), and KeyRunningSeconds how
+	// long it had run on since its evidence (or the gang's last progress) when it was decided.
+	KeyStillRunning   = attribute.Key("faultline.worker.still_running")
+	KeyRunningSeconds = attribute.Key("faultline.worker.running_seconds")
 	// KeyLink says what a link of a faultline.attempt span points at (LinkStartedBy, …).
 	KeyLink = attribute.Key("faultline.link")
 )

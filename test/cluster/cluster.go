@@ -354,6 +354,9 @@ componentsPatches:
 	}
 	if opts.RealNodes > 0 {
 		b.WriteString(realNodeKwokctlConfig(pkiDir))
+		// The kubernetes Service's address, where pods on real nodes reach the API server
+		// (realnode_service.go).
+		fmt.Fprintf(&b, "options:\n  kubeApiserverCertSANs: [%q]\n", apiServiceIP)
 	}
 	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
@@ -44,6 +46,21 @@ import (
 // real nodes: docs/in-place-restart.md), its status write between the two (the workers
 // terminated, before the barrier runs again), and the workers' grace period.
 func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold func(*corev1.Pod) bool) error {
+	return c.SimulateInPlaceWith(ctx, namespace, InPlaceSim{Hold: hold})
+}
+
+// InPlaceSim changes the simulated node side of SimulateInPlaceWith.
+type InPlaceSim struct {
+	// Hold names pods whose agent does not act (yet), as SimulateInPlace's hold.
+	Hold func(*corev1.Pod) bool
+	// View, when set, is the agents' view of the runs' decisions, given the one their
+	// informer keeps: a test makes it lag.
+	View func(inplace.Decisions) inplace.Decisions
+}
+
+// SimulateInPlaceWith is SimulateInPlace, changed by sim.
+func (c *Cluster) SimulateInPlaceWith(ctx context.Context, namespace string, sim InPlaceSim) error {
+	hold := sim.Hold
 	runs, err := coreclient.New(c.Config)
 	if err != nil {
 		return err
@@ -58,8 +75,13 @@ func (c *Cluster) SimulateInPlace(ctx context.Context, namespace string, hold fu
 	}, &v1alpha1.TrainingRun{}, 0, cache.Indexers{})
 	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(namespace))
 	pods := factory.Core().V1().Pods().Informer()
-	loop := inplace.NewLoop(kwokRuntime{c: c, hold: hold, actedOn: &sync.Map{}}, corelisters.NewPodLister(pods.GetIndexer()), inplace.StoreDecisions{Runs: runInformer.GetStore()},
+	var decisions inplace.Decisions = inplace.StoreDecisions{Runs: runInformer.GetStore()}
+	if sim.View != nil {
+		decisions = sim.View(decisions)
+	}
+	loop := inplace.NewLoop(kwokRuntime{c: c, hold: hold, actedOn: &sync.Map{}}, corelisters.NewPodLister(pods.GetIndexer()), decisions,
 		slog.Default().With("component", "inplace-sim", "namespace", namespace))
+	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun) // as the agent does
 	if _, err := runInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { runChanged(loop, obj) },
 		UpdateFunc: func(_, obj any) { runChanged(loop, obj) },
@@ -232,7 +254,8 @@ func restartCount(statuses []corev1.ContainerStatus, name string) int32 {
 // MakeInPlaceCapable makes a kwok node one that restarts pods in place, as a real node does
 // with the kubelet's gate on and the node agent ready: it declares
 // RestartAllContainersOnContainerExits (the scheduler keeps pods with the rule off nodes that
-// do not) and reports faultline.dev/InPlaceReady. A node agent started on the node later
+// do not), reports faultline.dev/InPlaceReady, and has a heartbeat that holds for an hour
+// (AgentHeartbeat). A node agent started on the node later
 // writes its own readiness (False, with simulated hardware): call it again after.
 func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 	// kwok writes the node's status too (its heartbeat): read, change, write until no write
@@ -257,6 +280,37 @@ func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("make node %s restart in place: %w", node, err)
+	}
+	return c.AgentHeartbeat(ctx, node, simulatedHeartbeat)
+}
+
+// simulatedHeartbeat is how long the heartbeat of a simulated agent holds: the whole of a
+// test or a bench round (nothing renews it).
+const simulatedHeartbeat = time.Hour
+
+// AgentHeartbeat writes node's agent heartbeat (package agentlease), renewed now and holding
+// for d, as the agent renews it: a kwok node has no agent, and a node whose agent is silent
+// restarts nothing in place. A test that kills a node's agent writes one that has expired.
+func (c *Cluster) AgentHeartbeat(ctx context.Context, node string, d time.Duration) error {
+	leases := c.Client.CoordinationV1().Leases(agentlease.Namespace)
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentlease.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("heartbeat of node %s: %w", node, err)
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, agentlease.Name(node), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = leases.Create(ctx, agentlease.New(node, time.Now(), d), metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		agentlease.Renew(l, node, time.Now(), d)
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("heartbeat of node %s: %w", node, err)
 	}
 	return nil
 }

@@ -9,16 +9,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/barrier"
+	"github.com/faultline-dev/faultline/pkg/image"
 	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
-	"github.com/faultline-dev/faultline/test/ociimage"
+	"github.com/faultline-dev/faultline/pkg/version"
 )
 
 // Names of the real nodes' images, taint and label. Real nodes carry the taint so that
@@ -30,8 +33,8 @@ const (
 	// WorkerImage is the test worker (test/worker), imported into every real node.
 	WorkerImage = "localhost/faultline/test-worker:dev"
 	// BarrierImage is faultline-barrier (cmd/faultline-barrier), the init container of
-	// pods that restart in place, imported into every real node as the release's
-	// barrier.ImageRepository would be pulled.
+	// pods that restart in place: the release's barrier image (pkg/image), imported into
+	// every real node under this name.
 	BarrierImage = "localhost/faultline/barrier:dev"
 	// TaintRealNode (NoSchedule) is on every real node.
 	TaintRealNode = "test.faultline.dev/real-node"
@@ -56,6 +59,10 @@ type RealNodeSpec struct {
 	// (default 30s). The kubelet refuses one below its shutdownGracePeriod: it would try to
 	// rewrite logind's configuration (/etc/systemd/logind.conf.d) and reload systemd.
 	InhibitDelayMax time.Duration
+	// Untainted registers the nodes without TaintRealNode: for a cluster whose only nodes
+	// are the real ones, where pods that tolerate nothing of the test's (an installed
+	// controller's Deployment) must run.
+	Untainted bool
 }
 
 func (s RealNodeSpec) withDefaults() RealNodeSpec {
@@ -83,6 +90,7 @@ type RealNodes struct {
 	net     *podNetwork
 	lock    *os.File
 	coredns *Process
+	proxy   *serviceProxy
 	spec    RealNodeSpec
 	logf    func(string, ...any)
 }
@@ -99,7 +107,8 @@ type RealNode struct {
 	// RootDir is the kubelet's --root-dir; PodResourcesSocket its PodResources API.
 	RootDir            string
 	PodResourcesSocket string
-	// ContainerdSocket is the node's containerd (CRI and ctr).
+	// ContainerdSocket is the node's containerd (CRI and ctr). In the node's mount namespace
+	// its directory is also /run/containerd, as on a node of a real cluster.
 	ContainerdSocket string
 	// Bus and Logind are the node's system bus and logind stand-in:
 	// Logind.PrepareForShutdown(true) announces a shutdown to the kubelet and to the node's
@@ -168,6 +177,9 @@ func (c *Cluster) startRealNodes(ctx context.Context, n int, spec RealNodeSpec) 
 		return rn, err
 	}
 	if err := rn.startCoreDNS(c); err != nil {
+		return rn, err
+	}
+	if err := rn.startServiceProxy(ctx, c); err != nil {
 		return rn, err
 	}
 	c.logf("real nodes: bridge %s (%s), CoreDNS on %s, binaries and images in %s",
@@ -261,7 +273,8 @@ const maxRealNodes = 8
 
 // buildImages builds the programs the nodes run (pause, the test worker, the fake GPU device
 // plugin, faultline-barrier) as static binaries, and the pause, worker and barrier images
-// from them.
+// from them with pkg/image: the barrier's is the release's own (image.BarrierSpec), under
+// BarrierImage.
 func (rn *RealNodes) buildImages(root string) error {
 	bin := filepath.Join(rn.Dir, "bin")
 	for _, p := range []string{"./test/pause", "./test/worker", "./test/fakegpu", "./cmd/faultline-barrier"} {
@@ -273,19 +286,24 @@ func (rn *RealNodes) buildImages(root string) error {
 			return fmt.Errorf("go build %s: %w\n%s", p, err, out)
 		}
 	}
-	images := []ociimage.Image{
-		{Ref: PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
-		{Ref: WorkerImage, Files: map[string]string{"/worker": filepath.Join(bin, "worker")}, Entrypoint: []string{"/worker"}},
-		// Not root: the barrier needs no privilege (the run volume is world-writable, the
-		// kubelet makes the termination log writable for any user), and a pod that says
-		// runAsNonRoot can run it.
-		{Ref: BarrierImage, Files: map[string]string{barrier.Binary: filepath.Join(bin, "faultline-barrier")}, Entrypoint: []string{barrier.Binary}, User: barrier.ImageUser},
+	platform := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	testImage := func(name string) image.Spec {
+		return image.Spec{Name: name, Platform: platform, Entrypoint: []string{"/" + name}, Env: []string{"PATH=/"},
+			Files: []image.File{{Path: "/" + name, Source: filepath.Join(bin, name), Mode: 0o755}}}
+	}
+	barrierSpec, err := image.BarrierSpec(platform, image.Inputs{Version: version.Version, BinDir: bin, CABundle: image.DefaultCABundle})
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Join(rn.Dir, "images"), 0o755); err != nil {
 		return err
 	}
-	for _, img := range images {
-		if err := ociimage.WriteFile(rn.imageTar(img.Ref), img); err != nil {
+	for ref, spec := range map[string]image.Spec{PauseImage: testImage("pause"), WorkerImage: testImage("worker"), BarrierImage: barrierSpec} {
+		img, err := image.Build(spec)
+		if err != nil {
+			return err
+		}
+		if err := image.WriteArchiveFile(rn.imageTar(ref), ref, img); err != nil {
 			return err
 		}
 	}
@@ -338,8 +356,8 @@ func (rn *RealNodes) startNode(ctx context.Context, c *Cluster, i int) (n *RealN
 	}
 	n.RootDir = n.dir("kubelet")
 	n.PodResourcesSocket = filepath.Join(n.RootDir, "pod-resources", "kubelet.sock")
-	n.ContainerdSocket = n.dir("containerd.sock")
-	for _, d := range []string{"kubelet", "certs", "pod-logs", "volume-plugins", "cni/conf", "cni/ipam", "runc", "device-plugins",
+	n.ContainerdSocket = n.dir("run-containerd", "containerd.sock")
+	for _, d := range []string{"kubelet", "kubelet/pod-resources", "certs", "certs.d", "pod-logs", "run-containerd", "volume-plugins", "cni/conf", "cni/ipam", "runc", "device-plugins",
 		"containerd/root", "containerd/state"} {
 		if err := os.MkdirAll(n.dir(d), 0o755); err != nil {
 			return n, err
@@ -360,6 +378,9 @@ func (rn *RealNodes) startNode(ctx context.Context, c *Cluster, i int) (n *RealN
 		return n, fmt.Errorf("%w: %v", ErrNoBus, err)
 	}
 	if n.Logind, err = login1sim.Serve(n.Bus.Address, rn.spec.InhibitDelayMax); err != nil {
+		return n, err
+	}
+	if err := n.mountSystemBus(); err != nil {
 		return n, err
 	}
 	t = time.Now()
@@ -421,7 +442,47 @@ func (rn *RealNodes) startNamespace(n *RealNode) error {
 	if out, err := n.inNamespace("mkdir", "-p", "/var/lib/kubelet/device-plugins").CombinedOutput(); err != nil {
 		return fmt.Errorf("device-plugin directory in %s's namespace: %w: %s", n.Name, err, out)
 	}
+	// What a node agent's pod mounts from its node (deploy/daemonset) is where a node of a
+	// real cluster has it: the node's own directories, bound there in its namespace, so that
+	// the DaemonSet's manifest runs as it is. The kubelet's and containerd's own paths name
+	// the same directories (the kubelet's pod logs by the standard path, as the runtime
+	// reports them to a node agent; see StartRealNodeAgent).
+	for _, b := range [][2]string{
+		{n.dir("run-containerd"), "/run/containerd"},
+		{n.dir("kubelet", "pod-resources"), "/var/lib/kubelet/pod-resources"},
+		{n.dir("pod-logs"), "/var/log/pods"},
+	} {
+		if err := n.bindInNamespace(b[0], b[1]); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// bindInNamespace bind-mounts directory src of the host at target in the node's namespace.
+func (n *RealNode) bindInNamespace(src, target string) error {
+	if out, err := n.inNamespace("mkdir", "-p", target).CombinedOutput(); err != nil {
+		return fmt.Errorf("create %s in %s's namespace: %w: %s", target, n.Name, err, bytes.TrimSpace(out))
+	}
+	if out, err := n.inNamespace("mount", "--bind", src, target).CombinedOutput(); err != nil {
+		return fmt.Errorf("bind %s at %s in %s's namespace: %w: %s", src, target, n.Name, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// mountSystemBus makes the node's bus the system bus of its namespace: the bus's directory
+// bound at /run/dbus, with the standard name system_bus_socket for its socket (a link in the
+// directory, which a restart of the bus keeps).
+func (n *RealNode) mountSystemBus() error {
+	socket, _, _ := strings.Cut(strings.TrimPrefix(n.Bus.Address, "unix:path="), ",")
+	if !filepath.IsAbs(socket) {
+		return fmt.Errorf("bus address %q of %s: want unix:path=/…", n.Bus.Address, n.Name)
+	}
+	link := filepath.Join(filepath.Dir(socket), "system_bus_socket")
+	if err := os.Symlink(filepath.Base(socket), link); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return n.bindInNamespace(filepath.Dir(socket), "/run/dbus")
 }
 
 // inNamespace is a command that runs in the node's mount namespace.
@@ -661,6 +722,9 @@ func (rn *RealNodes) Stop() error {
 	if rn.coredns != nil {
 		rn.coredns.Stop()
 	}
+	if rn.proxy != nil {
+		errs = append(errs, rn.proxy.close())
+	}
 	if rn.Dir != "" {
 		errs = append(errs, teardownInstance(rn.Dir, rn.id))
 	} else if rn.id != "" {
@@ -702,7 +766,23 @@ func (rn *RealNodes) saveLogs(dst string) error {
 	return errors.Join(errs...)
 }
 
+// UseRegistry lets every node's containerd pull from the registry at host (127.0.0.1:PORT,
+// plain HTTP, e.g. StartRegistry's): images named host/… are pulled there.
+func (rn *RealNodes) UseRegistry(host string) error {
+	for _, n := range rn.Nodes {
+		dir := n.dir("certs.d", host)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(registryHosts(host)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Node returns the real node of that name, or nil.
+
 func (rn *RealNodes) Node(name string) *RealNode {
 	for _, n := range rn.Nodes {
 		if n.Name == name {
@@ -762,4 +842,24 @@ func (rn *RealNodes) ReviveNode(ctx context.Context, c *Cluster, n *RealNode) er
 		}
 	}
 	return nil
+}
+
+// HostIP is the host's address on the pod bridge: a server of the test's listening there
+// (an OTLP receiver) is reachable from every real node's pods.
+func (rn *RealNodes) HostIP() string { return rn.net.dnsIP().String() }
+
+// WaitLock waits until someone (who, e.g. "faultline-nodeagent") takes an inhibitor lock on
+// node n's logind: an agent of the node's DaemonSet pod, which a test does not start itself.
+// Locks others take meanwhile are passed over.
+func (n *RealNode) WaitLock(ctx context.Context, who string) (*login1sim.Lock, error) {
+	for {
+		select {
+		case l := <-n.Logind.Locks():
+			if l.Who == who {
+				return l, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no inhibitor lock of %s on the logind of %s: %w", who, n.Name, ctx.Err())
+		}
+	}
 }

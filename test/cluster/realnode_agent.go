@@ -6,26 +6,32 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // agentLockWho is who the node agent says it is when it takes its inhibitor lock
 // (pkg/shutdown); the kubelet's lock on the same logind says "kubelet".
 const agentLockWho = "faultline-nodeagent"
 
+// AgentLockWho is who a node agent says it is on logind (RealNode.WaitLock).
+const AgentLockWho = agentLockWho
+
 // StartRealNodeAgent starts a node agent for a real node, as StartAgent does for a kwok one
 // but with the node's own system bus (the kubelet's logind is the agent's), the kubelet's
 // PodResources socket, and NVML simulated with the UUIDs of the node's fake GPUs
-// (--simulate-gpus), so that a GPU fault names a device the kubelet really allocated. o.Node
-// and o.InhibitDelayMax are ignored (the node's own hold). It returns once the agent holds
-// its inhibitor lock; stop it with Stop (the node's bus and logind stay).
+// (--simulate-gpus), so that a GPU fault names a device the kubelet really allocated. It runs
+// in the node's mount namespace. o.Node and o.InhibitDelayMax are ignored (the node's own
+// hold). It returns once the agent holds its inhibitor lock; stop it with Stop (the node's
+// bus and logind stay).
 func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOptions) (a *Agent, err error) {
 	if o.DaemonSetPod == nil {
 		return nil, fmt.Errorf("no agent DaemonSet pod for node %s", n.Name)
@@ -59,7 +65,9 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 	if len(n.GPUs) > 0 {
 		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", a.SimulateAddr)
 	}
-	a.cmd = exec.Command(o.Bin, append(args, o.Args...)...)
+	// In the node's mount namespace, as a DaemonSet's pod runs on its node: the paths the
+	// runtime reports (a container's log under /var/log/pods) are the node's.
+	a.cmd = n.inNamespace(o.Bin, append(args, o.Args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
 	// A test binary that dies must not leave its agents marking a later cluster's pods.
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -104,11 +112,26 @@ func (a *Agent) InjectXIDByUUID(uuid string, xid uint64) error {
 func (c *Cluster) AgentPodOn(ctx context.Context, node string) (*corev1.Pod, error) {
 	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": AgentAppLabel})
 	var found *corev1.Pod
+	deleted := map[types.UID]bool{}
 	_, err := c.WaitPods(ctx, AgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
 		for _, p := range pods {
-			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && PodLive(p) {
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			if PodLive(p) {
 				found = p
 				return true, nil
+			}
+			// The pod a node shutdown ended: the DaemonSet controller deletes a failed pod
+			// (and makes the next) only after a backoff that doubles with each failure on
+			// the node, up to 15 minutes; a package that shuts a node down several times
+			// would wait longer each time. An operator deletes it, as here.
+			if p.Status.Phase == corev1.PodFailed && !deleted[p.UID] {
+				deleted[p.UID] = true
+				err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+					return false, fmt.Errorf("delete the failed agent pod %s: %w", p.Name, err)
+				}
 			}
 		}
 		return false, nil

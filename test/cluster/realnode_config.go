@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,6 +37,10 @@ state = %[2]q
   [plugins."io.containerd.cri.v1.images".pinned_images]
     # No registry is reachable: the sandbox image is the one the harness imported.
     sandbox = %[5]q
+  [plugins."io.containerd.cri.v1.images".registry]
+    # A registry's hosts.toml (RealNodes.UseRegistry): a loopback registry of the test's,
+    # over plain HTTP. Read at every pull: one can be added to running nodes.
+    config_path = %[9]q
 
 [plugins."io.containerd.cri.v1.runtime"]
   # The machine withholds CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, and every
@@ -67,7 +72,17 @@ state = %[2]q
 [plugins."io.containerd.nri.v1.nri"]
   disable = true
 `, n.dir("containerd", "root"), n.dir("containerd", "state"), n.ContainerdSocket, n.ContainerdSocket+".ttrpc",
-		PauseImage, n.dir("runc"), cniBinDir, n.dir("cni", "conf"))
+		PauseImage, n.dir("runc"), cniBinDir, n.dir("cni", "conf"), n.dir("certs.d"))
+}
+
+// registryHosts is containerd's hosts.toml for a registry at host (127.0.0.1:PORT) that
+// serves plain HTTP: pull and resolve there, nowhere else.
+func registryHosts(host string) string {
+	return fmt.Sprintf(`server = "http://%[1]s"
+
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, host)
 }
 
 // cniConfig is the pod network of node n: the instance's one bridge, shared by every real
@@ -96,6 +111,9 @@ func cniConfig(n *RealNode, net *podNetwork) ([]byte, error) {
 						"rangeStart": first.String(),
 						"rangeEnd":   last.String(),
 					}}},
+					// The API server's Service address (KUBERNETES_SERVICE_HOST in every pod)
+					// is the host's, on the bridge (serviceProxy): in-cluster clients reach it.
+					"routes": []map[string]string{{"dst": netip.PrefixFrom(apiServiceIP, 32).String(), "gw": net.dnsIP().String()}},
 				},
 			},
 			map[string]any{"type": "loopback"},
@@ -130,9 +148,11 @@ failCgroupV1: false
 failSwapOn: false
 # Else the kubelet adds its chains to the host's iptables.
 makeIPTablesUtilChains: false
-podLogsDir: %[6]q
-volumePluginDir: %[7]q
-clusterDNS: [%[8]s]
+# The standard path, a bind mount of the node's own directory in its mount namespace: the
+# runtime names each container's log by it, and a node agent's pod mounts it from the node.
+podLogsDir: /var/log/pods
+volumePluginDir: %[6]q
+clusterDNS: [%[7]s]
 clusterDomain: cluster.local
 # The pods' resolver gets the cluster's DNS only, none of the host's search domains.
 resolvConf: ""
@@ -144,17 +164,24 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "0%%", imagefs.available: "0%%", nodefs.inodesFree: "0%%"}
 # Graceful node shutdown through logind's stand-in on the node's bus (login1sim).
-shutdownGracePeriod: %[9]s
-shutdownGracePeriodCriticalPods: %[10]s
+shutdownGracePeriod: %[8]s
+shutdownGracePeriodCriticalPods: %[9]s
 # The kubelet looks at its node's status every this often and writes it when it changed
 # (10s by default): the device plugin's GPUs reach the Node's allocatable, and a cancelled
 # shutdown its Ready condition, within a second instead of ten.
 nodeStatusUpdateFrequency: 1s
-registerWithTaints:
-- {key: %[11]q, value: "true", effect: NoSchedule}
-featureGates: {%[12]s}
-`, n.IP, n.kubeletPort, clientCA, n.ContainerdSocket, n.cgroup, n.dir("pod-logs"), n.dir("volume-plugins"),
-		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, TaintRealNode, featureGates(gates))
+%[10]sfeatureGates: {%[11]s}
+`, n.IP, n.kubeletPort, clientCA, n.ContainerdSocket, n.cgroup, n.dir("volume-plugins"),
+		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, registerTaints(spec), featureGates(gates))
+}
+
+// registerTaints is the kubelet's registerWithTaints: TaintRealNode unless the spec says the
+// nodes are the cluster's only ones (Untainted).
+func registerTaints(spec RealNodeSpec) string {
+	if spec.Untainted {
+		return ""
+	}
+	return fmt.Sprintf("registerWithTaints:\n- {key: %q, value: \"true\", effect: NoSchedule}\n", TaintRealNode)
 }
 
 // featureGates is gates as the inside of a YAML flow mapping, in name order.
@@ -186,9 +213,14 @@ func corefile(dnsIP, kubeconfig string) string {
 // and the kwok controller manages only the nodes annotated as kwok's (kwokctl's binary
 // runtime otherwise has it manage every node, and it would write the real nodes' status and
 // play its pod stages on their pods).
+//
+// The Service network is pinned to kube-apiserver's default, and the API server's certificate
+// names the `kubernetes` Service's address: pods on real nodes reach the API server there,
+// as in-cluster clients do (serviceProxy).
 func realNodeKwokctlConfig(pkiDir string) string {
 	return fmt.Sprintf(`- name: kube-apiserver
   extraArgs:
+  - {key: service-cluster-ip-range, value: %[4]q}
   - {key: kubelet-preferred-address-types, value: InternalIP}
   - {key: kubelet-client-certificate, value: %[1]q}
   - {key: kubelet-client-key, value: %[2]q}
@@ -196,5 +228,5 @@ func realNodeKwokctlConfig(pkiDir string) string {
   extraArgs:
   - {key: manage-all-nodes, value: "false", override: true}
   - {key: manage-nodes-with-annotation-selector, value: "%[3]s=fake"}
-`, filepath.Join(pkiDir, "admin.crt"), filepath.Join(pkiDir, "admin.key"), AnnotationKwokNode)
+`, filepath.Join(pkiDir, "admin.crt"), filepath.Join(pkiDir, "admin.key"), AnnotationKwokNode, serviceNetwork)
 }

@@ -154,6 +154,22 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			s["restartScope"] = "Index"
 			failurePolicy(s)["maxRestarts"] = map[string]any{"application": int64(3)}
 		}, "spec.failurePolicy.maxRestarts", "has no effect with restartScope Index"},
+		{"index-scope-no-progress-budget", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			failurePolicy(s)["maxRestarts"] = map[string]any{"noProgress": int64(3)}
+		}, "spec.failurePolicy.maxRestarts", "has no effect with restartScope Index"},
+		// The progress deadline (issue 42): off unless set, at least 30 s, for a gang.
+		{"progress-deadline-under-30s", func(s map[string]any) { failurePolicy(s)["progressDeadlineSeconds"] = int64(29) },
+			"spec.failurePolicy.progressDeadlineSeconds", "greater than or equal to 30"},
+		{"progress-deadline-over-a-week", func(s map[string]any) { failurePolicy(s)["progressDeadlineSeconds"] = int64(604801) },
+			"spec.failurePolicy.progressDeadlineSeconds", "less than or equal to 604800"},
+		{"progress-deadline-with-index-scope", func(s map[string]any) {
+			s["restartScope"] = "Index"
+			failurePolicy(s)["progressDeadlineSeconds"] = int64(600)
+		}, "spec.failurePolicy.progressDeadlineSeconds", "applies to restartScope Gang"},
+		{"negative-no-progress-budget", func(s map[string]any) {
+			failurePolicy(s)["maxRestarts"] = map[string]any{"noProgress": int64(-1)}
+		}, "spec.failurePolicy.maxRestarts.noProgress", "greater than or equal to 0"},
 		// A template would copy these onto every worker: evidence must come from the node agent.
 		{"template-evidence-annotation", func(s map[string]any) {
 			templateMeta(s)["annotations"] = map[string]any{v1alpha1.AnnotationFaultEvidence: `{"source":"nvml-event","cause":"GPUFault"}`}
@@ -247,7 +263,7 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 			}
 		}
 		wantPolicy := map[string]any{
-			"maxRestarts":   map[string]any{"infrastructure": int64(10), "application": int64(0), "unknown": int64(1)},
+			"maxRestarts":   map[string]any{"infrastructure": int64(10), "application": int64(0), "unknown": int64(1), "noProgress": int64(1)},
 			"backoff":       map[string]any{"initialSeconds": int64(5), "maxSeconds": int64(300), "resetAfterSeconds": int64(600)},
 			"settleSeconds": int64(1),
 			"restartMode":   "Auto",

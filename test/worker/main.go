@@ -18,6 +18,15 @@
 // registered, the output its index printed in a recorded real gang and exits with its code
 // at its time (replay.go; the recordings are package realoutput's).
 //
+// A gang that hangs, for one attempt (--fail-attempt), --fail-after the whole gang registered:
+//
+//	--hang            every index blocks for ever, as in a collective that never completes
+//	                  (or a CUDA call on a GPU that fell off the bus): no more output, SIGTERM
+//	                  ignored (a Python handler never runs while the process is stuck in C),
+//	                  only SIGKILL ends it; its heartbeats go on, as XLA's heartbeat thread's do
+//	--log-every D     every index logs a step every D, as a training loop that reports its
+//	                  progress does (a gang that keeps logging)
+//
 // With --heartbeats-only the coordinator notices a lost task only when its heartbeats stop
 // for --heartbeat-timeout, as XLA's does: the other tasks live on meanwhile, as real ones do.
 // With --sigterm-delay a worker goes on for a while after SIGTERM, as one that saves a
@@ -89,6 +98,8 @@ type config struct {
 	heartbeatsOnly                 bool
 	sigtermDelay                   time.Duration
 	sigtermDelayIndex              int
+	hang                           bool
+	logEvery                       time.Duration
 }
 
 func main() {
@@ -115,6 +126,8 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.sigtermDelayIndex, "sigterm-delay-index", -1, "the only index that --sigterm-delay applies to (-1: every index)")
 	fs.BoolVar(&c.heartbeatsOnly, "heartbeats-only", false, "the coordinator notices a lost task by its heartbeat timeout only, as XLA's does, not at once when its connection closes")
 	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
+	fs.BoolVar(&c.hang, "hang", false, "every index blocks for ever --fail-after the gang registered in attempt --fail-attempt, as in a collective that never completes: no more output, SIGTERM ignored")
+	fs.DurationVar(&c.logEvery, "log-every", 0, "every index logs a step this often once the gang registered (0: never), as a training loop reporting its progress")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -246,8 +259,11 @@ func run(c config) int {
 		}
 	}()
 	failAt := make(<-chan time.Time)
+	hangAt := make(<-chan time.Time)
+	var steps <-chan time.Time
 	msgs := make(chan message)
 	errs := make(chan error, 1)
+	step := 0
 	go func() {
 		for {
 			var m message
@@ -273,6 +289,13 @@ func run(c config) int {
 					logf("worker %d: will fail (%s) in %s", c.index, c.fail, c.failAfter)
 					failAt = time.After(c.failAfter)
 				}
+				if c.hang && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+					logf("worker %d: will hang in %s", c.index, c.failAfter)
+					hangAt = time.After(c.failAfter)
+				}
+				if c.logEvery > 0 {
+					steps = time.Tick(c.logEvery)
+				}
 			case opError:
 				return fatal(c, m.Status)
 			}
@@ -280,7 +303,23 @@ func run(c config) int {
 			return lostCoordinator(c, err)
 		case <-failAt:
 			return failNow(c)
+		case <-hangAt:
+			hang(c)
+		case <-steps:
+			step++
+			logf("worker %d: step %d (attempt %s)", c.index, step, c.attempt)
 		}
+	}
+}
+
+// hang blocks for ever, as a process stuck in a collective that never completes: its last
+// line says so, then nothing more; SIGTERM and SIGINT are ignored (a Python handler never
+// runs while the interpreter is stuck in a C call), SIGKILL ends it. Its heartbeats go on.
+func hang(c config) {
+	logf("worker %d: blocked in a collective that never completes (--hang, attempt %s): no more output, SIGTERM ignored", c.index, c.attempt)
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+	for {
+		time.Sleep(time.Hour) // a sleeping goroutine: never a deadlock the runtime would end
 	}
 }
 

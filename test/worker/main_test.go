@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,4 +127,82 @@ func TestReplay(t *testing.T) {
 	if _, err := parse([]string{"--replay", "nonesuch"}); err == nil {
 		t.Error("--replay of an unknown recording: no error")
 	}
+}
+
+// --hang blocks the process for ever: no more output, SIGTERM ignored, until SIGKILL. The
+// test runs the worker as a gang of one and sends it SIGTERM once it says it hangs.
+func TestHangIgnoresSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the worker")
+	}
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--hang", "--fail-after", "100ms", "--log-every", "50ms")
+	port := freePort(t)
+	cmd.Env = append(os.Environ(), envCoordinator+"=127.0.0.1:"+port, envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "blocked in a collective") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never hung:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "worker 0: step 1") {
+		t.Errorf("--log-every logged no step before the hang:\n%s", out.String())
+	}
+	hungAt := len(out.String())
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("a hung worker ended on SIGTERM: %v\n%s", err, out.String())
+	case <-time.After(time.Second):
+	}
+	if more := out.String()[hungAt:]; more != "" {
+		t.Errorf("a hung worker wrote on: %q", more)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// syncBuffer is a bytes.Buffer that the process's output and the test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -58,7 +58,7 @@ type Decision struct {
 // message (barrier.OpenedMessage), which the kubelet keeps in the status while the
 // workers it let start run. A barrier that runs holds the pod's workers back: the kubelet
 // removed every old container before it started it.
-func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
+func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return Decision{Action: ActionNone, Reason: "the pod is being deleted"}
@@ -68,13 +68,18 @@ func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
 		return Decision{Action: ActionNone, Reason: "the pod has no " + v1alpha1.BarrierContainer + " init container: it does not restart in place"}
 	}
 	b := statusOf(pod.Status.InitContainerStatuses, v1alpha1.BarrierContainer)
+	made, _ := attempt.Number(pod)
 	switch {
 	case b == nil || b.State.Waiting != nil || (b.State.Running == nil && b.State.Terminated == nil):
 		return Decision{Action: ActionWait, Reason: "the barrier has not started"}
+	case b.State.Running != nil && int(made) > attemptN:
+		// The agent's view of the run lags: a pod made for a later attempt than the one it
+		// reads is never started as an older one (its barrier would refuse it too).
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("the pod was made for attempt %d and the run, as read here, decides attempt %d: a stale view opens nothing", made, attemptN)}
 	case b.State.Running != nil && barrierOpen:
-		return Decision{Action: ActionOpenBarrier, Reason: fmt.Sprintf("the barrier waits and the gang's barrier is open for attempt %d", attempt)}
+		return Decision{Action: ActionOpenBarrier, Reason: fmt.Sprintf("the barrier waits and the gang's barrier is open for attempt %d", attemptN)}
 	case b.State.Running != nil:
-		return Decision{Action: ActionWait, Reason: fmt.Sprintf("the barrier waits for the gang's go signal of attempt %d", attempt)}
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("the barrier waits for the gang's go signal of attempt %d", attemptN)}
 	}
 	t := b.State.Terminated
 	ran, ok := barrier.ParseOpenedMessage(t.Message)
@@ -83,7 +88,7 @@ func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
 		// init container fails a restartPolicy Never pod) and its index moves.
 		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the barrier ended with exit %d message %q: it never opened", t.ExitCode, t.Message)}
 	}
-	if ran >= attempt {
+	if ran >= attemptN {
 		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the pod runs attempt %d", ran)}
 	}
 	var ids []string
@@ -96,7 +101,7 @@ func Decide(pod *corev1.Pod, attempt int, barrierOpen bool) Decision {
 		// They ended by themselves (the fault, or a peer's loss): their rule fires on its own.
 		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran)}
 	}
-	return Decision{Action: ActionStopWorkers, Containers: ids, Reason: fmt.Sprintf("the pod runs attempt %d, older than %d", ran, attempt)}
+	return Decision{Action: ActionStopWorkers, Containers: ids, Reason: fmt.Sprintf("the pod runs attempt %d, older than %d", ran, attemptN)}
 }
 
 func hasBarrier(pod *corev1.Pod) bool { return attempt.RestartsInPlace(&pod.Spec) }

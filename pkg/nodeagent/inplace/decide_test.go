@@ -33,6 +33,14 @@ func (w *podWrapper) barrier(s corev1.ContainerState) *podWrapper {
 	return w
 }
 
+func (w *podWrapper) label(k, v string) *podWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[k] = v
+	return w
+}
+
 func (w *podWrapper) opened(msg string) *podWrapper {
 	return w.barrier(corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg}})
 }
@@ -108,6 +116,18 @@ func TestDecide(t *testing.T) {
 		"a new pod's barrier, gang released": {
 			pod:         makePod().barrier(running).worker("worker", "", waiting).phase(corev1.PodPending).obj(),
 			attempt:     1,
+			barrierOpen: true,
+			want:        Decision{Action: ActionOpenBarrier},
+		},
+		"a pod made for attempt 3, the run read at attempt 2 with its barrier open: a stale view opens nothing": {
+			pod:         makePod().label(v1alpha1.LabelAttempt, "3").barrier(running).worker("worker", "", waiting).phase(corev1.PodPending).obj(),
+			attempt:     2,
+			barrierOpen: true,
+			want:        Decision{Action: ActionWait},
+		},
+		"a pod made for attempt 3, the run at attempt 3": {
+			pod:         makePod().label(v1alpha1.LabelAttempt, "3").barrier(running).worker("worker", "", waiting).phase(corev1.PodPending).obj(),
+			attempt:     3,
 			barrierOpen: true,
 			want:        Decision{Action: ActionOpenBarrier},
 		},

@@ -1,7 +1,12 @@
 package inplace
 
 import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -62,4 +67,30 @@ func (d StoreDecisions) For(pod *corev1.Pod) (int, bool, bool) {
 	}
 	run, _ := obj.(*v1alpha1.TrainingRun)
 	return RunDecision(run, pod)
+}
+
+// GetRun reads one TrainingRun from the API server itself (coreclient.Client.GetTrainingRun).
+type GetRun func(ctx context.Context, namespace, name string) (*v1alpha1.TrainingRun, error)
+
+// ConfirmWith is a Confirm that reads the pod's run with get (RunDecision on it). The
+// barriers of one run's pods on a node open together: those asked while a read of the run is
+// in flight share it, so a gang costs the API server about one read per node, not one per
+// pod.
+func ConfirmWith(get GetRun) Confirm {
+	var reads singleflight.Group
+	return func(ctx context.Context, pod *corev1.Pod) (int, bool, bool, error) {
+		name := pod.Labels[v1alpha1.LabelRun]
+		if name == "" {
+			return 0, false, false, nil
+		}
+		v, err, _ := reads.Do(pod.Namespace+"/"+name, func() (any, error) { return get(ctx, pod.Namespace, name) })
+		if apierrors.IsNotFound(err) {
+			return 0, false, false, nil
+		}
+		if err != nil {
+			return 0, false, false, fmt.Errorf("read run %s/%s: %w", pod.Namespace, name, err)
+		}
+		n, open, ok := RunDecision(v.(*v1alpha1.TrainingRun), pod)
+		return n, open, ok, nil
+	}
 }

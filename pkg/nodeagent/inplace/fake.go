@@ -29,6 +29,9 @@ type FakeRuntime struct {
 	// ExitCodes are the exit codes ContainerStatus reports for exited containers (default 0).
 	ExitCodes map[string]int32
 	StatusErr error
+	// StopBlock, when set, holds every StopContainer until it is closed, as a worker that
+	// takes its whole grace period to exit does.
+	StopBlock chan struct{}
 }
 
 var _ Runtime = &FakeRuntime{}
@@ -66,7 +69,14 @@ func (f *FakeRuntime) ListContainers(_ context.Context, in *runtimeapi.ListConta
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
 
-func (f *FakeRuntime) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+func (f *FakeRuntime) StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	if f.StopBlock != nil {
+		select {
+		case <-f.StopBlock:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.StopErr != nil {

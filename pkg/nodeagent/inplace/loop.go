@@ -24,6 +24,12 @@ type Decisions interface {
 	For(pod *corev1.Pod) (attempt int, barrierOpen, ok bool)
 }
 
+// Confirm reads pod's decision again from the API server itself, not the agent's cache: the
+// attempt the gang is to run and whether its barrier is open, as the run's status says now.
+// The loop asks it before it opens a barrier: a cache that lags an attempt behind must
+// refuse, never open.
+type Confirm func(ctx context.Context, pod *corev1.Pod) (attempt int, barrierOpen, ok bool, err error)
+
 // Syncer carries a decision out on one pod: Restarter.Sync.
 type Syncer interface {
 	Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (Action, error)
@@ -39,8 +45,13 @@ type Loop struct {
 	syncer    Syncer
 	pods      corelisters.PodLister
 	decisions Decisions
-	queue     workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	log       *slog.Logger
+	// Confirm, when set, is asked before a barrier opens (see Confirm).
+	Confirm Confirm
+	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	log     *slog.Logger
+	// stopping are the stops in flight: a stop waits for the old workers to exit, up to
+	// their grace period, and holds no loop worker meanwhile (see processNext).
+	stopping sync.WaitGroup
 }
 
 // NewLoop is a Loop over the node's pods (the agent's informer's lister).
@@ -74,9 +85,9 @@ func (l *Loop) RunChanged(namespace, run string) {
 	}
 }
 
-// Run syncs queued pods with workers goroutines until ctx is done. Several: a stop waits
-// for the old worker to exit (up to its grace period), and the node's other pods must not
-// wait behind it for their barriers.
+// Run syncs queued pods with workers goroutines until ctx is done. A stop runs apart from
+// them (it waits for the old workers to exit, up to their grace period): no pod of the node,
+// of this run or another, waits behind another's stop for its barrier.
 func (l *Loop) Run(ctx context.Context, workers int) {
 	go func() {
 		<-ctx.Done()
@@ -90,6 +101,7 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 		})
 	}
 	wg.Wait()
+	l.stopping.Wait()
 }
 
 // processNext syncs one queued pod; false once the queue is shut down.
@@ -98,17 +110,62 @@ func (l *Loop) processNext(ctx context.Context) bool {
 	if quit {
 		return false
 	}
-	defer l.queue.Done(key)
 	pod, err := l.pods.Pods(key.Namespace).Get(key.Name)
 	if err != nil {
 		l.queue.Forget(key) // gone: nothing to restart
+		l.queue.Done(key)
 		return true
 	}
 	attempt, open, ok := l.decisions.For(pod)
 	if !ok {
 		l.queue.Forget(key)
+		l.queue.Done(key)
 		return true
 	}
+	switch Decide(pod, attempt, open).Action {
+	case ActionStopWorkers:
+		// The pod stays in flight (a change queues it again once this is done).
+		l.stopping.Go(func() {
+			defer l.queue.Done(key)
+			l.sync(ctx, key, pod, attempt, open)
+		})
+		return true
+	case ActionOpenBarrier:
+		if !l.confirmed(ctx, key, pod, attempt) {
+			l.queue.Done(key)
+			return true
+		}
+	}
+	defer l.queue.Done(key)
+	l.sync(ctx, key, pod, attempt, open)
+	return true
+}
+
+// confirmed reports whether the API server confirms the decision to open pod's barrier for
+// attempt (Confirm); a refusal or an error is logged, and the pod retried or left for the
+// run's next change.
+func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int) bool {
+	if l.Confirm == nil {
+		return true
+	}
+	live, open, ok, err := l.Confirm(ctx, pod)
+	switch {
+	case err != nil:
+		l.queue.AddRateLimited(key)
+		l.log.Warn("could not confirm a barrier's go signal with the API server; retrying", "pod", key.String(), "attempt", attempt, "error", err)
+		return false
+	case !ok || !open || live != attempt:
+		// The cache lags: the run's next change (its watch event) queues the pod again.
+		l.queue.Forget(key)
+		l.log.Info("the API server does not confirm the go signal the cache shows; not opening", "pod", key.String(),
+			"cached attempt", attempt, "attempt", live, "barrierOpen", open, "decided", ok)
+		return false
+	}
+	return true
+}
+
+// sync carries out the decision on one pod.
+func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
 	action, err := l.syncer.Sync(ctx, pod, attempt, open)
 	switch {
 	case err == nil:
@@ -122,5 +179,4 @@ func (l *Loop) processNext(ctx context.Context) bool {
 		l.queue.AddRateLimited(key)
 		l.log.Warn("in-place restart step failed; retrying", "pod", key.String(), "attempt", attempt, "action", action, "error", err)
 	}
-	return true
 }

@@ -20,6 +20,14 @@ type decisionsFunc func(*corev1.Pod) (int, bool, bool)
 
 func (f decisionsFunc) For(p *corev1.Pod) (int, bool, bool) { return f(p) }
 
+// processAll processes what is queued and waits for the stops it started.
+func processAll(l *Loop) {
+	for l.queue.Len() > 0 {
+		l.processNext(context.Background())
+	}
+	l.stopping.Wait()
+}
+
 // loopWith is a Loop over pods (in a real indexer) and a fake runtime; the tests drive it
 // with processNext, one queued pod at a time, instead of its goroutines.
 func loopWith(t *testing.T, rt *FakeRuntime, d Decisions, pods ...*corev1.Pod) *Loop {
@@ -59,13 +67,13 @@ func TestLoopStopsOnADecision(t *testing.T) {
 	if n := l.queue.Len(); n != 1 {
 		t.Fatalf("queued %d pods, want llm-0 only", n)
 	}
-	l.processNext(context.Background())
+	processAll(l)
 	if len(rt.Stops) != 1 || rt.Stops[0].ID != "w1" {
 		t.Errorf("stops %v, want w1", rt.Stops)
 	}
 	// A pod whose run decided nothing is left alone.
 	l.PodChanged(other)
-	l.processNext(context.Background())
+	processAll(l)
 	if len(rt.Stops) != 1 {
 		t.Errorf("stops %v: the other run's pod was stopped", rt.Stops)
 	}
@@ -78,7 +86,7 @@ func TestLoopRetriesFailuresButNotStaleAttempts(t *testing.T) {
 		Containers: []*runtimeapi.Container{ctr("w1", "uid-1", "worker", run)}}
 	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, false, true }), old)
 	l.PodChanged(old)
-	l.processNext(context.Background())
+	processAll(l)
 	if n := l.queue.NumRequeues(key); n != 1 {
 		t.Errorf("a failed stop: %d requeues, want 1", n)
 	}
@@ -124,4 +132,59 @@ type syncerFunc func(context.Context, *corev1.Pod, int, bool) (Action, error)
 
 func (f syncerFunc) Sync(ctx context.Context, p *corev1.Pod, n int, open bool) (Action, error) {
 	return f(ctx, p, n, open)
+}
+
+// TestLoopStopsHoldNoOtherPod: a stop waits for the old workers to exit, up to their grace
+// period (a run that checkpoints on SIGTERM: minutes); meanwhile the barriers of the node's
+// other pods, of another run, open, with a single loop worker.
+func TestLoopStopsHoldNoOtherPod(t *testing.T) {
+	slow := inRun(makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj(), "checkpointing")
+	fast := inRun(makePod().barrier(running).obj(), "quick")
+	fast.Name, fast.UID = "quick-0", "uid-2"
+	block := make(chan struct{})
+	rt := &FakeRuntime{StopBlock: block, ExitOnExec: true, Containers: []*runtimeapi.Container{
+		ctr("w1", "uid-1", "worker", run), ctr("bar", "uid-2", v1alpha1.BarrierContainer, run)}}
+	l := loopWith(t, rt, decisionsFunc(func(p *corev1.Pod) (int, bool, bool) {
+		return 2, p.Labels[v1alpha1.LabelRun] == "quick", true
+	}), slow, fast)
+	l.PodChanged(slow)
+	l.PodChanged(fast)
+	l.processNext(context.Background()) // the stop: in flight
+	l.processNext(context.Background()) // the other run's barrier
+	rt.mu.Lock()
+	execs, stops := len(rt.Execs), len(rt.Stops)
+	rt.mu.Unlock()
+	if execs != 1 || stops != 0 {
+		t.Errorf("with a stop in flight: %d opens and %d stops done, want the other run's barrier opened and the stop still waiting", execs, stops)
+	}
+	close(block)
+	l.stopping.Wait()
+	if len(rt.Stops) != 1 || rt.Stops[0].ID != "w1" {
+		t.Errorf("stops %v, want w1 once released", rt.Stops)
+	}
+}
+
+// TestLoopOpensOnlyWhatTheAPIServerConfirms: the cache says the gang's barrier is open for
+// attempt 2, the API server that the run is at attempt 3 already (the cache lags): the
+// barrier stays shut, and is not retried (the run's next watch event queues it again); the
+// API server confirming opens it.
+func TestLoopOpensOnlyWhatTheAPIServerConfirms(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ml", Name: "llm-0"}
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), atBarrier)
+	live := 3
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return live, false, true, nil }
+	l.PodChanged(atBarrier)
+	processAll(l)
+	if len(rt.Execs) != 0 || l.queue.NumRequeues(key) != 0 {
+		t.Fatalf("opened on a stale cache: execs %v, requeues %d", rt.Execs, l.queue.NumRequeues(key))
+	}
+	live = 2
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return live, true, true, nil }
+	l.PodChanged(atBarrier)
+	processAll(l)
+	if len(rt.Execs) != 1 {
+		t.Errorf("the API server confirms: execs %v, want one open", rt.Execs)
+	}
 }

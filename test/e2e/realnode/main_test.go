@@ -74,6 +74,7 @@ func TestMain(m *testing.M) {
 	for _, a := range agents {
 		a.Stop()
 	}
+	stopInstallation() // install_test.go's cluster
 	// Every run leaves the machine as it found it: no process, bridge, cgroup or directory
 	// of the real nodes.
 	if nodes != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,14 +144,17 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 
 	// Its mark: the condition, the evidence and the episode's traceparent in one status patch,
 	// and the report of a worker's exit (which it writes on its own, for a pod that restarts
-	// in place).
+	// in place); and its word that a worker has shown no progress (the progress watch's).
 	mark, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{
 			v1alpha1.AnnotationFaultEvidence: fmt.Sprintf(`{"source":"logind","node":%q,"cause":"NodeShutdown"}`, node),
 			v1alpha1.AnnotationTraceparent:   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			v1alpha1.AnnotationWorkerExit:    fmt.Sprintf(`{"attempt":1,"container":"worker","exitCode":1,"node":%q}`, node),
 		}},
-		"status": map[string]any{"conditions": []map[string]any{{"type": v1alpha1.PodConditionInfrastructureFault, "status": "True", "reason": "NodeShutdown"}}},
+		"status": map[string]any{"conditions": []map[string]any{
+			{"type": v1alpha1.PodConditionInfrastructureFault, "status": "True", "reason": "NodeShutdown"},
+			{"type": v1alpha1.PodConditionNoProgress, "status": "True", "reason": v1alpha1.ProgressSignalLog},
+		}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +178,11 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	after, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(after.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == v1alpha1.PodConditionNoProgress && c.Status == corev1.ConditionTrue
+	}) {
+		t.Errorf("the agent's NoProgress condition is not on the pod: %+v", after.Status.Conditions)
 	}
 	if after.Labels[v1alpha1.LabelAttempt] != "1" || len(after.Finalizers) != 1 || after.Status.Phase != corev1.PodRunning || after.Annotations["example.com/steer"] != "" {
 		t.Errorf("the pod changed despite the refusals: labels %v finalizers %v phase %s annotations %v", after.Labels, after.Finalizers, after.Status.Phase, after.Annotations)

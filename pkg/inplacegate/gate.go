@@ -1,0 +1,179 @@
+// Package inplacegate is the controller's half of a gang restart in place
+// (docs/in-place-restart.md), as pure decisions: which nodes can restart a pod in place now,
+// which indexes move to new pods, whether a pod has stopped every worker of an older attempt,
+// and what the gang's barrier waits for, until when, and what happens when a wait runs out.
+// The reconciler (pkg/controller) reads the cluster, asks, and acts.
+//
+// The invariant it keeps: one attempt at a time. No worker of attempt n runs before every
+// worker of every older attempt of the gang has stopped, by the runtime's word (the pod's
+// status as the kubelet reports it: the barrier back to waiting, no worker container
+// running), never by a label; and an index that moves has its old pod gone from the API
+// before the barrier opens for anyone.
+//
+// Every wait has an end derived from what it waits for and a fallback: a worker that does
+// not stop within its pod's grace period and a margin, or whose node agent has gone silent,
+// moves its index to a new pod elsewhere; a barrier that does not open within a margin of
+// the gang's go signal moves its index too; what faultline cannot act on (a pod on an
+// unreachable node, one stuck terminating) is named in the run's Stalled condition.
+package inplacegate
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
+)
+
+// Heartbeats give the heartbeat of a node's agent (package agentlease), nil for none.
+type Heartbeats func(node string) *exitclass.Heartbeat
+
+// Support says whether the nodes a run's gang may run on can restart its pods in place now,
+// and names those that cannot. Pure: nodes are the cluster's, heartbeats their agents'.
+//
+// The nodes considered are those the template's nodeSelector selects, and each role's
+// (spec.roles); their affinity and tolerations are the scheduler's business: a stricter
+// placement only narrows this set. A node can when NodeCannot says nothing.
+func Support(run *v1alpha1.TrainingRun, nodes []corev1.Node, hb Heartbeats, now time.Time) (ok bool, unsupported []string) {
+	sels := []labels.Selector{labels.SelectorFromSet(run.Spec.Template.Spec.NodeSelector)}
+	for _, role := range run.Spec.Roles {
+		if len(role.NodeSelector) > 0 {
+			set := maps.Clone(run.Spec.Template.Spec.NodeSelector)
+			if set == nil {
+				set = map[string]string{}
+			}
+			maps.Copy(set, role.NodeSelector)
+			sels = append(sels, labels.SelectorFromSet(set))
+		}
+	}
+	considered := 0
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Spec.Unschedulable || !slices.ContainsFunc(sels, func(sel labels.Selector) bool { return sel.Matches(labels.Set(n.Labels)) }) {
+			continue
+		}
+		considered++
+		if why := NodeCannot(n, hb(n.Name), now); why != "" {
+			unsupported = append(unsupported, n.Name+" ("+why+")")
+		}
+	}
+	return considered > 0 && len(unsupported) == 0, unsupported
+}
+
+// NodeCannot says why node n cannot restart a pod in place now, "" when it can: its kubelet
+// declares RestartAllContainersOnContainerExits (without it the scheduler keeps a pod with
+// the rule off the node), its agent reports InPlaceReady (it holds a working connection to
+// the node's container runtime), and that agent is there now: its heartbeat is alive. An
+// agent that died or was evicted leaves InPlaceReady True behind; its heartbeat expires
+// within agentlease.Duration, and the node then stops counting as capable.
+func NodeCannot(n *corev1.Node, hb *exitclass.Heartbeat, now time.Time) string {
+	if !slices.Contains(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers) {
+		return "its kubelet does not declare " + v1alpha1.FeatureRestartAllContainers
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1alpha1.NodeConditionInPlaceReady {
+			if c.Status != corev1.ConditionTrue {
+				return "its node agent is not ready: " + c.Message
+			}
+			ready = true
+		}
+	}
+	switch {
+	case !ready:
+		return "its node agent does not report " + v1alpha1.NodeConditionInPlaceReady
+	case hb == nil:
+		return "its node agent has no heartbeat (Lease " + agentlease.Namespace + "/" + agentlease.Name(n.Name) + ")"
+	case !agentlease.Alive(hb, now):
+		return "its node agent is silent: its heartbeat expired at " + hb.ExpiresAt().UTC().Format(time.RFC3339)
+	}
+	return ""
+}
+
+// MovedIndexes are the indexes of workers (the current Job's pods) that cannot restart in
+// place at the next attempt: their pod has ended, is being deleted, is on an excluded node,
+// or on a node that cannot restart it in place now; and the indexes without a pod. Pure.
+func MovedIndexes(workers []*corev1.Pod, n int32, excluded []string, nodes map[string]exitclass.NodeFacts, cannot func(node string) bool) []int32 {
+	have := make([]bool, n)
+	var moved []int32
+	for _, p := range workers {
+		i, ok := attempt.Index(p)
+		if !ok || i >= int(n) {
+			continue
+		}
+		have[i] = true
+		node := p.Spec.NodeName
+		if p.DeletionTimestamp != nil || exitclass.Gone(p, nodes) || node != "" && (slices.Contains(excluded, node) || cannot(node)) {
+			moved = append(moved, int32(i))
+		}
+	}
+	for i, h := range have {
+		if !h {
+			moved = append(moved, int32(i))
+		}
+	}
+	slices.Sort(moved)
+	return slices.Compact(moved)
+}
+
+// Stopped reports whether pod runs no worker of an attempt before n, by what the kubelet
+// reports of its containers, never by its attempt label (a pod made for attempt n whose
+// barrier a stale agent opened for an older one runs that older attempt): its barrier has
+// not opened since the pod last (re)started, or last opened for n or later; and no worker
+// container runs. Pure.
+func Stopped(p *corev1.Pod, n int32) bool {
+	for _, cs := range p.Status.InitContainerStatuses {
+		if cs.Name != v1alpha1.BarrierContainer || cs.State.Terminated == nil {
+			continue
+		}
+		opened, ok := barrier.ParseOpenedMessage(cs.State.Terminated.Message)
+		if !ok || int32(opened) < n {
+			return false // opened for an older attempt: its workers run, or are about to
+		}
+		return true // opened for n already: nothing older runs here
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// OpenedFor reports whether pod's barrier has opened for attempt n (or later): its workers
+// run attempt n. Pure.
+func OpenedFor(p *corev1.Pod, n int32) bool {
+	for _, cs := range p.Status.InitContainerStatuses {
+		if cs.Name == v1alpha1.BarrierContainer && cs.State.Terminated != nil {
+			opened, ok := barrier.ParseOpenedMessage(cs.State.Terminated.Message)
+			return ok && int32(opened) >= n
+		}
+	}
+	return false
+}
+
+// pullFailures are the kubelet's reasons of a container waiting on an image it cannot pull
+// (k8s.io/kubernetes pkg/kubelet/images: ErrImagePullBackOff, ErrInvalidImageName,
+// ErrImageNeverPull; ErrImagePull is the first failure, retried at once, and may be a blip).
+var pullFailures = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+
+// BarrierUnpullable is the first pod of pods whose barrier's image cannot be pulled on its
+// node, and the kubelet's words; nil if none. Pure.
+func BarrierUnpullable(pods []*corev1.Pod) (*corev1.Pod, *corev1.ContainerStateWaiting) {
+	for _, p := range pods {
+		for i := range p.Status.InitContainerStatuses {
+			cs := &p.Status.InitContainerStatuses[i]
+			if w := cs.State.Waiting; cs.Name == v1alpha1.BarrierContainer && w != nil && slices.Contains(pullFailures, w.Reason) {
+				return p, w
+			}
+		}
+	}
+	return nil, nil
+}

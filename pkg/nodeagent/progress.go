@@ -1,0 +1,344 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// The progress watch (spec.failurePolicy.progressDeadlineSeconds): a gang can hang without a
+// fault anyone sees (a deadlock in the input pipeline, a collective that never completes, a
+// stuck filesystem). The zero-configuration sign of a worker's progress is its own output:
+// the watch notes, for each running worker of a run with a deadline on this node, when its
+// log last grew, and when that is longer ago than the deadline it says so on the pod (the
+// NoProgress condition), once; it takes the condition off when the worker writes again. The
+// controller ends an attempt every worker of which carries it (pkg/exitclass, "Progress").
+// Its cost: a stat of each running worker's log directory per period, and no API write
+// until a worker has been silent for its deadline.
+
+// DefaultPodLogDir is where the kubelet keeps its pods' logs (its podLogsDir), as
+// <namespace>_<pod>_<uid>/<container>/<restart>.log.
+const DefaultPodLogDir = "/var/log/pods"
+
+// DefaultProgressPeriod is how often the watch looks at its node's workers' logs. A stall is
+// said at most this long after its deadline (at least 30 s: the CRD's minimum).
+const DefaultProgressPeriod = 5 * time.Second
+
+// ProgressWriter writes what the progress watch finds onto a pod of the node: Writer.
+type ProgressWriter interface {
+	// MarkNoProgress puts the NoProgress condition on pod: no progress since since.
+	MarkNoProgress(ctx context.Context, pod *corev1.Pod, since time.Time, message string) error
+	// ClearNoProgress takes it off.
+	ClearNoProgress(ctx context.Context, pod *corev1.Pod) error
+}
+
+var _ ProgressWriter = &Writer{}
+
+// ProgressConfig configures a ProgressWatch. Node, Pods and Writer are required.
+type ProgressConfig struct {
+	Node string
+	// Pods is the agent's cache of its node's pods (NodePodInformer).
+	Pods   corelisters.PodLister
+	Writer ProgressWriter
+	// LogDir is the kubelet's pod log directory; "" is DefaultPodLogDir.
+	LogDir string
+	// Period: zero is DefaultProgressPeriod.
+	Period time.Duration
+	Clock  clock.PassiveClock
+	Logger *slog.Logger
+}
+
+// ProgressWatch watches the progress of its node's workers (see above).
+type ProgressWatch struct {
+	cfg ProgressConfig
+	log *slog.Logger
+
+	mu sync.Mutex
+	// written is what the watch last wrote on each pod: the NoProgress condition's since, or
+	// the zero time for its removal. The cache lags behind its own writes: without this a
+	// write would be repeated until the cache shows it.
+	written map[types.UID]time.Time
+}
+
+// NewProgressWatch checks cfg and fills in defaults.
+func NewProgressWatch(cfg ProgressConfig) (*ProgressWatch, error) {
+	if cfg.Node == "" || cfg.Pods == nil || cfg.Writer == nil {
+		return nil, errors.New("nodeagent: ProgressConfig needs Node, Pods and Writer")
+	}
+	if cfg.LogDir == "" {
+		cfg.LogDir = DefaultPodLogDir
+	}
+	if cfg.Period <= 0 {
+		cfg.Period = DefaultProgressPeriod
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &ProgressWatch{cfg: cfg, log: cfg.Logger.With("component", "progress", "node", cfg.Node), written: map[types.UID]time.Time{}}, nil
+}
+
+// Run checks the node's workers every period until ctx is done.
+func (w *ProgressWatch) Run(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("progress of the node's workers not fully written; trying again next period", "error", err)
+			}
+		}
+	}
+}
+
+// Check looks once at every run pod of the node that has a progress deadline.
+func (w *ProgressWatch) Check(ctx context.Context) error {
+	req, err := labels.NewRequirement(v1alpha1.LabelRun, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	pods, err := w.cfg.Pods.List(labels.NewSelector().Add(*req))
+	if err != nil {
+		return fmt.Errorf("list the node's run pods: %w", err)
+	}
+	present := map[types.UID]bool{}
+	var errs []error
+	for _, p := range pods {
+		present[p.UID] = true
+		if err := w.checkPod(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	w.mu.Lock()
+	for uid := range w.written {
+		if !present[uid] {
+			delete(w.written, uid) // a pod gone: nothing to remember
+		}
+	}
+	w.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// checkPod marks or clears one pod, if its state calls for a write.
+func (w *ProgressWatch) checkPod(ctx context.Context, pod *corev1.Pod) error {
+	deadline, ok := progressDeadline(pod)
+	if !ok || pod.Spec.NodeName != w.cfg.Node {
+		return nil
+	}
+	running := runningWorkers(pod)
+	if len(running) == 0 || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil // no worker runs: nothing to make progress
+	}
+	out := lastOutput(w.cfg.LogDir, pod, running)
+	now := w.cfg.Clock.Now()
+	st := progressOf(pod, running, out, deadline, now)
+	markedSince, marked := w.marked(pod)
+	switch {
+	case st.Silent && marked && sameSecond(markedSince, st.Since):
+		return nil // said already
+	case st.Silent:
+		if err := w.cfg.Writer.MarkNoProgress(ctx, pod, st.Since, st.message(deadline)); err != nil {
+			return err
+		}
+		w.remember(pod.UID, st.Since)
+		w.log.Info("a worker has shown no progress for its run's deadline", "pod", pod.Namespace+"/"+pod.Name,
+			"since", st.Since.UTC().Format(time.RFC3339), "deadline", deadline)
+	case marked:
+		if err := w.cfg.Writer.ClearNoProgress(ctx, pod); err != nil {
+			return err
+		}
+		w.remember(pod.UID, time.Time{})
+		w.log.Info("a worker progresses again", "pod", pod.Namespace+"/"+pod.Name, "lastOutput", st.Since.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// marked says whether the pod carries this watch's NoProgress condition, and since when: what
+// the watch wrote last, else what the cache shows.
+func (w *ProgressWatch) marked(pod *corev1.Pod) (time.Time, bool) {
+	w.mu.Lock()
+	since, known := w.written[pod.UID]
+	w.mu.Unlock()
+	if known {
+		return since, !since.IsZero()
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1alpha1.PodConditionNoProgress && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (w *ProgressWatch) remember(uid types.UID, since time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.written[uid] = since
+}
+
+// sameSecond: the condition keeps its time to the second.
+func sameSecond(a, b time.Time) bool { return a.Truncate(time.Second).Equal(b.Truncate(time.Second)) }
+
+// progressDeadline is the pod's progress deadline (v1alpha1.AnnotationProgressDeadline); false
+// when it has none, or an unreadable one.
+func progressDeadline(pod *corev1.Pod) (time.Duration, bool) {
+	raw, ok := pod.Annotations[v1alpha1.AnnotationProgressDeadline]
+	if !ok {
+		return 0, false
+	}
+	s, err := strconv.Atoi(raw)
+	if err != nil || s <= 0 {
+		return 0, false
+	}
+	return time.Duration(s) * time.Second, true
+}
+
+// runningWorkers are the pod's containers that run (its init containers, a barrier among
+// them, are not its workers), with when each started.
+func runningWorkers(pod *corev1.Pod) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if r := cs.State.Running; r != nil {
+			out[cs.Name] = r.StartedAt.Time
+		}
+	}
+	return out
+}
+
+// lastOutput is when any of the running containers' logs last grew (the latest
+// modification time of their current log files), zero when none has a log yet. The logs are
+// the kubelet's: <dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log; the files it
+// rotated out (<restart>.log.<time>, maybe compressed) are older than the current one.
+func lastOutput(dir string, pod *corev1.Pod, running map[string]time.Time) time.Time {
+	podDir := filepath.Join(dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	var last time.Time
+	for name := range running {
+		entries, err := os.ReadDir(filepath.Join(podDir, name))
+		if err != nil {
+			continue // no log yet (or none this agent may read): no progress seen
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".log") || e.IsDir() {
+				continue
+			}
+			info, err := os.Stat(filepath.Join(podDir, name, e.Name()))
+			if err == nil && info.ModTime().After(last) {
+				last = info.ModTime()
+			}
+		}
+	}
+	return last
+}
+
+// progress is what the watch knows of one worker's progress.
+type progress struct {
+	// Since is its last progress: the latest of its log's last growth and its running
+	// containers' starts (a worker that just started has made none to miss yet).
+	Since time.Time
+	// Silent: Since is at least the deadline ago.
+	Silent bool
+	// Containers are the running containers whose logs were read, sorted.
+	Containers []string
+	// Output: Since is its output's, not a start.
+	Output bool
+}
+
+// progressOf decides on one worker: its running containers (name → start), when their logs
+// last grew (zero: never), its deadline and the time. Pure.
+func progressOf(pod *corev1.Pod, running map[string]time.Time, lastOutput time.Time, deadline time.Duration, now time.Time) progress {
+	p := progress{Since: lastOutput, Output: !lastOutput.IsZero()}
+	for name, started := range running {
+		p.Containers = append(p.Containers, name)
+		if started.After(p.Since) {
+			p.Since, p.Output = started, false
+		}
+	}
+	if p.Since.IsZero() {
+		p.Since = pod.CreationTimestamp.Time
+	}
+	slices.Sort(p.Containers)
+	p.Silent = !p.Since.IsZero() && now.Sub(p.Since) >= deadline
+	return p
+}
+
+// message is the NoProgress condition's message: which logs, since when, the deadline.
+func (p progress) message(deadline time.Duration) string {
+	what := "no output in the log of container " + strings.Join(p.Containers, ", ")
+	if len(p.Containers) > 1 {
+		what = "no output in the logs of containers " + strings.Join(p.Containers, ", ")
+	}
+	from := "since " + formatTime(p.Since)
+	if !p.Output {
+		from = "since it started at " + formatTime(p.Since)
+	}
+	return fmt.Sprintf("%s %s: the run's progress deadline is %s", what, from, deadline)
+}
+
+// MarkNoProgress puts the NoProgress condition on pod (see ProgressWriter): one status patch,
+// with the pod's UID as its precondition.
+func (w *Writer) MarkNoProgress(ctx context.Context, pod *corev1.Pod, since time.Time, message string) error {
+	if err := w.ownRunPod(pod); err != nil {
+		return err
+	}
+	return w.patchPod(ctx, pod, podMark{cond: noProgressCondition(since, message)}, v1alpha1.CauseNoProgress)
+}
+
+// ClearNoProgress takes the NoProgress condition off pod (a no-op where it is not).
+func (w *Writer) ClearNoProgress(ctx context.Context, pod *corev1.Pod) error {
+	if err := w.ownRunPod(pod); err != nil {
+		return err
+	}
+	return w.patchPod(ctx, pod, podMark{cond: noProgressConditionDelete()}, "progressing")
+}
+
+// ownRunPod refuses a pod that is not a run's on this node.
+func (w *Writer) ownRunPod(pod *corev1.Pod) error {
+	if pod.Spec.NodeName != w.cfg.Node {
+		return fmt.Errorf("pod %s/%s on node %q, agent on %q: %w", pod.Namespace, pod.Name, pod.Spec.NodeName, w.cfg.Node, ErrOtherNode)
+	}
+	if _, ok := pod.Labels[v1alpha1.LabelRun]; !ok {
+		return fmt.Errorf("pod %s/%s is no worker of a TrainingRun", pod.Namespace, pod.Name)
+	}
+	return nil
+}
+
+// noProgressCondition is NoProgress=True, for podMarkPatch: lastTransitionTime is the
+// worker's last progress.
+func noProgressCondition(since time.Time, message string) obj {
+	return obj{
+		"type":               v1alpha1.PodConditionNoProgress,
+		"status":             corev1.ConditionTrue,
+		"reason":             v1alpha1.ProgressSignalLog,
+		"message":            message,
+		"lastTransitionTime": metav1.NewTime(since),
+	}
+}
+
+// noProgressConditionDelete removes NoProgress, for podMarkPatch.
+func noProgressConditionDelete() obj {
+	return obj{"type": v1alpha1.PodConditionNoProgress, "$patch": "delete"}
+}

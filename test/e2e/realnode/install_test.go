@@ -1,0 +1,750 @@
+package realnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/version"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// Every part as a pod, on real nodes: a cluster of its own (two real nodes, untainted, no kwok
+// node: an operator's), faultline's three images built by the release's recipe (pkg/image) and
+// pushed to a registry on the loopback, containerd pulling them by the names `launcher install
+// --registry` rendered, the controller running as its Deployment's pods (in-cluster config,
+// leader election through its Lease) and the node agent as the DaemonSet's pod on every node,
+// with the manifest's own mounts and security context (the nodes show their own bus, CRI
+// socket, PodResources socket and pod logs at the standard paths). The nodes have no GPUs: the
+// agent finds no NVML and runs without GPU monitoring, as on a CPU node.
+//
+// The three tests share that cluster (installation): the install and the story, then the
+// uninstall, then a reinstall with the barrier image missing. Each starts it if it runs
+// alone; stopInstallation (TestMain) stops it.
+
+// releaseVersion is the version of the release built for these tests: the launcher says it,
+// the images are tagged with it.
+const releaseVersion = "v0.0.0-realnode"
+
+// controllerLease is the Lease the controller's replicas compete for (pkg/controller's
+// LeaderElectionID), in its namespace.
+const controllerLease = "faultline-controller." + v1alpha1.GroupName
+
+// installation is the cluster faultline is installed on as an operator would.
+type installation struct {
+	c        *cluster.Cluster
+	registry *cluster.Registry
+	release  *cluster.Release
+	dir      string
+	// ns is the users' namespace of the story, made before the install.
+	ns string
+	// before is the API's objects before the install (apiObjects).
+	before map[string]bool
+	// installed: faultline is installed now (the story's, or a reinstall's).
+	installed bool
+	otlp      *otlpReceiver
+}
+
+var (
+	inst    *installation
+	instErr error
+	instMu  sync.Mutex
+)
+
+// installationCluster starts the installation's cluster, registry and release once.
+func installationCluster(t *testing.T) *installation {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real nodes; skipped with -short")
+	}
+	instMu.Lock()
+	defer instMu.Unlock()
+	if inst != nil || instErr != nil {
+		if instErr != nil {
+			t.Fatalf("the installation's cluster: %v", instErr)
+		}
+		return inst
+	}
+	i := &installation{}
+	instErr = func() error {
+		var err error
+		if i.dir, err = os.MkdirTemp("", "faultline-install-"); err != nil {
+			return err
+		}
+		start := time.Now()
+		if i.release, err = cluster.BuildRelease(i.dir, releaseVersion); err != nil {
+			return err
+		}
+		t.Logf("release %s built in %s", releaseVersion, time.Since(start).Round(time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if i.c, err = cluster.Start(ctx, cluster.Options{
+			Name: "install", RealNodes: 2, RealNode: cluster.RealNodeSpec{Untainted: true},
+			Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "install cluster: "+format+"\n", args...) },
+		}); err != nil {
+			return err
+		}
+		if i.registry, err = cluster.StartRegistry(); err != nil {
+			return err
+		}
+		if err := i.c.Real.UseRegistry(i.registry.Host); err != nil {
+			return err
+		}
+		if err := i.release.Push(ctx, i.registry); err != nil {
+			return err
+		}
+		ns, err := i.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml-team"}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		i.ns = ns.Name
+		// The namespace's own objects (its service account, its CA) come a moment later.
+		if err := waitDefaultServiceAccount(ctx, i.c, i.ns); err != nil {
+			return err
+		}
+		i.before, err = apiObjects(ctx, i.c)
+		return err
+	}()
+	if instErr != nil {
+		stopInstallationLocked(i)
+		t.Fatalf("the installation's cluster: %v", instErr)
+	}
+	inst = i
+	return i
+}
+
+// stopInstallation stops the installation's cluster (TestMain).
+func stopInstallation() {
+	instMu.Lock()
+	defer instMu.Unlock()
+	stopInstallationLocked(inst)
+	inst = nil
+}
+
+func stopInstallationLocked(i *installation) {
+	if i == nil {
+		return
+	}
+	if i.otlp != nil {
+		i.otlp.stop()
+	}
+	if i.registry != nil {
+		_ = i.registry.Close()
+	}
+	if i.c != nil {
+		if err := i.c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stop the installation's cluster: %v\n", err)
+		}
+	}
+	if i.dir != "" {
+		os.RemoveAll(i.dir)
+	}
+}
+
+func waitDefaultServiceAccount(ctx context.Context, c *cluster.Cluster, ns string) error {
+	for {
+		_, err1 := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		_, err2 := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		// The kubelets' heartbeats too, which each writes a moment after its node is Ready.
+		var err3 error
+		for _, n := range c.Real.Nodes {
+			if _, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+				err3 = err
+			}
+		}
+		if err1 == nil && err2 == nil && err3 == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s has no default service account or CA, or a node no heartbeat Lease: %v, %v, %v", ns, err1, err2, err3)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// launch runs the release's launcher against the installation and returns its output.
+func (i *installation) launch(ctx context.Context, t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, i.release.Launcher, append(args, "--kubeconfig", i.c.Kubeconfig)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("launcher %s:\n%s", strings.Join(args, " "), out.String())
+	return out.String(), err
+}
+
+// install runs `launcher install --registry` (with more flags) and waits until the
+// controller's two replicas are Ready with one holding the Lease, and the agent's pod on every
+// real node is Ready and holds its inhibitor lock on the node's logind.
+func (i *installation) install(ctx context.Context, t *testing.T, flags ...string) {
+	t.Helper()
+	out, err := i.launch(ctx, t, append([]string{"install", "--registry", i.registry.Host}, flags...)...)
+	if err != nil {
+		t.Fatalf("launcher install: %v", err)
+	}
+	i.installed = true
+	images := version.ImagesOf(i.registry.Host, releaseVersion)
+	for _, want := range []string{images.Controller, images.Agent, "deployment.apps/faultline-controller serverside-applied", "daemonset.apps/faultline-nodeagent serverside-applied"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("launcher install's output lacks %q", want)
+		}
+	}
+	if i.otlp != nil {
+		i.traceTo(ctx, t, i.otlp.addr)
+	}
+	i.waitRunning(ctx, t)
+}
+
+// traceTo points the controller's and the agents' traces at an OTLP receiver, as an operator
+// does (`kubectl set env`).
+func (i *installation) traceTo(ctx context.Context, t *testing.T, addr string) {
+	t.Helper()
+	env := `[{"name":"OTEL_EXPORTER_OTLP_ENDPOINT","value":"http://` + addr + `"},{"name":"OTEL_EXPORTER_OTLP_PROTOCOL","value":"grpc"},` +
+		`{"name":"OTEL_BSP_SCHEDULE_DELAY","value":"100"},{"name":"OTEL_TRACES_SAMPLER","value":"parentbased_always_on"}]`
+	for _, kind := range []string{"deployments", "daemonsets"} {
+		name := map[string]string{"deployments": "faultline-controller", "daemonsets": "faultline-nodeagent"}[kind]
+		patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"` + map[string]string{"deployments": "controller", "daemonsets": "nodeagent"}[kind] + `","env":` + env + `}]}}}}`)
+		var err error
+		if kind == "deployments" {
+			_, err = i.c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		} else {
+			_, err = i.c.Client.AppsV1().DaemonSets(v1alpha1.NodeAgentNamespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			t.Fatalf("set the OTLP endpoint on %s %s: %v", kind, name, err)
+		}
+	}
+}
+
+// waitRunning waits for the installed controller and agents, as waits say above.
+func (i *installation) waitRunning(ctx context.Context, t *testing.T) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	locks := make(chan error, len(i.c.Real.Nodes))
+	for _, n := range i.c.Real.Nodes {
+		go func() {
+			_, err := n.WaitLock(wctx, cluster.AgentLockWho)
+			locks <- err
+		}()
+	}
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelAppName: "faultline-controller"})
+	pods, err := i.c.WaitPods(wctx, v1alpha1.NodeAgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
+		ready := 0
+		for _, p := range pods {
+			if podReady(p) && p.DeletionTimestamp == nil {
+				ready++
+			}
+		}
+		return ready == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the controller's 2 replicas Ready: %v; pods: %s%s", err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+	}
+	sel = labels.SelectorFromSet(labels.Set{v1alpha1.LabelAppName: cluster.AgentAppLabel})
+	pods, err = i.c.WaitPods(wctx, v1alpha1.NodeAgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
+		nodes := map[string]bool{}
+		for _, p := range pods {
+			if podReady(p) && p.DeletionTimestamp == nil {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		return len(nodes) == len(i.c.Real.Nodes), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's pod Ready on each of %d real nodes: %v; pods: %s%s", len(i.c.Real.Nodes), err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+	}
+	for range i.c.Real.Nodes {
+		if err := <-locks; err != nil {
+			t.Fatalf("the agent's pod took no inhibitor lock on its node's logind: %v", err)
+		}
+	}
+	if _, err := waitLeader(wctx, i.c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLeader waits until the controller's Lease is held by one of its pods, and returns it.
+func waitLeader(ctx context.Context, c *cluster.Cluster) (string, error) {
+	for {
+		l, err := c.Client.CoordinationV1().Leases(v1alpha1.NodeAgentNamespace).Get(ctx, controllerLease, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, "faultline-controller-") {
+			return *l.Spec.HolderIdentity, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no controller pod holds the Lease %s/%s: %v", v1alpha1.NodeAgentNamespace, controllerLease, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podEvents are a namespace's events, for a failure's message.
+func (i *installation) podEvents(ctx context.Context, ns string) string {
+	evs, err := i.c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nevents:")
+	for _, e := range evs.Items {
+		fmt.Fprintf(&b, "\n  %s/%s %s: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+// TestRealInstalledAsAnOperatorWould: the release's images pulled from a registry, `launcher
+// install` applying everything, every part a pod on the real nodes; then the demo's story: a
+// logind shutdown of a worker's node restarts the gang (in place: the nodes can), a worker's bug
+// fails the run with its root cause, and `launcher explain` and the controller's trace say so.
+func TestRealInstalledAsAnOperatorWould(t *testing.T) {
+	i := installationCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	c, ns := i.c, i.ns
+	if i.otlp == nil {
+		i.otlp = startPodOTLPReceiver(t, c.Real.HostIP())
+	}
+	i.install(ctx, t)
+
+	// The images came from the registry, by the names install rendered.
+	images := version.ImagesOf(i.registry.Host, releaseVersion)
+	pulled := strings.Join(i.registry.Pulled(), " ")
+	for _, name := range []string{version.ControllerImageName, version.AgentImageName} {
+		if !strings.Contains(pulled, name+":"+releaseVersion) {
+			t.Errorf("the registry served no pull of %s:%s (pulls: %s)", name, releaseVersion, pulled)
+		}
+	}
+	// The pods are the manifests' own: images, mounts and security context as installed.
+	ds, err := c.Client.AppsV1().DaemonSets(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-nodeagent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAgentPods(ctx, t, c, ds, images.Agent)
+	dep, err := c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--barrier-image="+images.Barrier) {
+		t.Errorf("the controller's args %v lack --barrier-image=%s", args, images.Barrier)
+	}
+	leader, err := waitLeader(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("controller leader: %s", leader)
+
+	// A logind shutdown of a worker's node restarts the gang, in place where it can.
+	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
+		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}))
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", attemptRunningOrOver(1))
+	requireRunning(t, got, 1)
+	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	var down *cluster.RealNode
+	for _, n := range c.Real.Nodes {
+		if n.Name != workers[0].Spec.NodeName {
+			down = n
+		}
+	}
+	if down == nil {
+		t.Fatalf("attempt 1 all on %s: the gang must span both nodes", workers[0].Spec.NodeName)
+	}
+	if err := down.Logind.PrepareForShutdown(true); err != nil {
+		t.Fatal(err)
+	}
+	got = waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	f := got.Status.LastFailure
+	if f == nil || f.Class != v1alpha1.ClassInfrastructure || f.Cause != v1alpha1.CauseNodeShutdown || got.Status.Restarts.Infrastructure != 1 {
+		t.Errorf("after the shutdown of %s: %s; want one Infrastructure restart for NodeShutdown", down.Name, describeRun(got))
+	}
+	again := waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
+	kept := 0
+	for idx, p := range again {
+		if old, ok := workers[idx]; ok && old.UID == p.UID {
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Errorf("no worker restarted in place: both nodes' kubelets declare %s and run the agent's pod", v1alpha1.FeatureRestartAllContainers)
+	}
+	if !strings.Contains(strings.Join(i.registry.Pulled(), " "), version.BarrierImageName+":"+releaseVersion) {
+		t.Errorf("the barrier image was never pulled from the registry (pulls: %v)", i.registry.Pulled())
+	}
+	t.Logf("attempt 2: %d of 4 workers restarted in place", kept)
+	explain, err := i.launch(ctx, t, "explain", run.Name, "-n", ns)
+	if err != nil || !strings.Contains(explain, string(v1alpha1.CauseNodeShutdown)) || !strings.Contains(explain, down.Name) {
+		t.Errorf("launcher explain %s: %v; want the NodeShutdown of %s", run.Name, err, down.Name)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Minute)
+	if err := c.CancelShutdown(bctx, down); err != nil {
+		t.Errorf("bring %s back: %v", down.Name, err)
+	}
+	bcancel()
+
+	// A worker's bug fails the run with its root cause.
+	bug := createRun(ctx, t, c, ns, realRun("bug", 4, []string{"--fail-index", "2", "--fail", "exit", "--fail-after", "2s"}))
+	bugWorkers := waitWorkers(ctx, t, c, ns, bug.Name, 1, 4)
+	got = waitRun(ctx, t, c, ns, bug.Name, "Failed", failedOrRestarted)
+	f = got.Status.LastFailure
+	if got.Status.Phase != v1alpha1.PhaseFailed || f == nil || f.Class != v1alpha1.ClassApplication || f.Cause != v1alpha1.CauseAppExit || f.Pod != bugWorkers[2].Name {
+		t.Errorf("the bug: %s; want Failed, Application/AppExit of %s (index 2)", describeRun(got), bugWorkers[2].Name)
+	}
+	explain, err = i.launch(ctx, t, "explain", bug.Name, "-n", ns)
+	if err != nil || !strings.Contains(explain, string(v1alpha1.CauseAppExit)) || !strings.Contains(explain, bugWorkers[2].Name) {
+		t.Errorf("launcher explain %s: %v; want AppExit of %s", bug.Name, err, bugWorkers[2].Name)
+	}
+	// The controller's trace (from its pod, over the pod network) has both verdicts.
+	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
+	defer tcancel()
+	if err := i.otlp.waitCauses(tctx, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
+		t.Errorf("the controller's trace: %v", err)
+	}
+}
+
+// checkAgentPods: the agent's pod on each real node runs the rendered image with the
+// DaemonSet's mounts of the node (its system bus, CRI socket, PodResources, pod logs, driver
+// root) and its security context (root, privileged).
+func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *appsv1.DaemonSet, image string) {
+	t.Helper()
+	pods, err := c.Client.CoreV1().Pods(v1alpha1.NodeAgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(ds.Spec.Selector.MatchLabels).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			want[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, path := range []string{"/run/dbus/system_bus_socket", "/run/containerd", "/var/lib/kubelet/pod-resources", "/var/log/pods", "/run/nvidia/driver"} {
+		if !slices.Contains(slices.Collect(maps.Values(want)), path) {
+			t.Errorf("the DaemonSet mounts no %s from its node", path)
+		}
+	}
+	for _, p := range pods.Items {
+		ctr := p.Spec.Containers[0]
+		if ctr.Image != image {
+			t.Errorf("agent pod %s: image %s, want %s", p.Name, ctr.Image, image)
+		}
+		sc := ctr.SecurityContext
+		if sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+			t.Errorf("agent pod %s: security context %+v, want the manifest's (root, privileged)", p.Name, sc)
+		}
+		for _, v := range p.Spec.Volumes {
+			if path, ok := want[v.Name]; ok && (v.HostPath == nil || v.HostPath.Path != path) {
+				t.Errorf("agent pod %s: volume %s %+v, want hostPath %s", p.Name, v.Name, v.VolumeSource, path)
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount > 0 {
+				t.Errorf("agent pod %s on %s restarted %d times", p.Name, p.Spec.NodeName, cs.RestartCount)
+			}
+		}
+	}
+}
+
+// TestRealUninstallLeavesNothing: after the story, `launcher uninstall --force` (the gang of the
+// story still runs) returns the cluster to what it was before the install: the same objects in
+// the API, and no finalizer or mark of faultline's on any of them.
+func TestRealUninstallLeavesNothing(t *testing.T) {
+	i := installationCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if !i.installed {
+		i.install(ctx, t)
+	}
+	unfinished := hasUnfinished(ctx, t, i)
+	if out, err := i.launch(ctx, t, "uninstall"); unfinished && err == nil {
+		t.Errorf("launcher uninstall with a run not finished exited 0:\n%s", out)
+	} else if !unfinished && err != nil {
+		t.Errorf("launcher uninstall with every run finished: %v", err)
+	}
+	out, err := i.launch(ctx, t, "uninstall", "--force")
+	if err != nil {
+		t.Fatalf("launcher uninstall --force: %v", err)
+	}
+	i.installed = false
+	if !strings.Contains(out, "faultline uninstalled") {
+		t.Errorf("uninstall's output lacks its end:\n%s", out)
+	}
+	after, err := apiObjects(ctx, i.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added, removed []string
+	for k := range after {
+		if !i.before[k] {
+			added = append(added, k)
+		}
+	}
+	for k := range i.before {
+		if !after[k] {
+			removed = append(removed, k)
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(removed)
+	if len(added) > 0 || len(removed) > 0 {
+		t.Errorf("the API's objects after the uninstall differ from before the install:\n  left behind: %v\n  gone: %v", added, removed)
+	}
+	if marks := faultlineMarks(ctx, t, i.c); len(marks) > 0 {
+		t.Errorf("faultline's finalizers or marks left: %v", marks)
+	}
+}
+
+// hasUnfinished reports whether a TrainingRun of the installation has not finished.
+func hasUnfinished(ctx context.Context, t *testing.T, i *installation) bool {
+	t.Helper()
+	runs := &v1alpha1.TrainingRunList{}
+	if err := runClient(t, i.c).List(ctx, runs); err != nil {
+		return false
+	}
+	for _, r := range runs.Items {
+		if r.Status.Phase != v1alpha1.PhaseFailed && r.Status.Phase != v1alpha1.PhaseSucceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRealBarrierImageUnpullableNeverHangs: faultline installed with a barrier image the
+// registry does not have. A run that may restart in place (Auto) does not sit in
+// ImagePullBackOff with no word: it starts, without restarts in place. A run that must
+// (InPlace) stalls with a condition that names the image.
+func TestRealBarrierImageUnpullableNeverHangs(t *testing.T) {
+	i := installationCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c := i.c
+	missing := i.registry.Host + "/" + version.BarrierImageName + ":absent"
+	if i.installed {
+		// A fresh install, with the barrier image the registry does not have.
+		if _, err := i.launch(ctx, t, "uninstall", "--force"); err != nil {
+			t.Fatalf("uninstall before the reinstall: %v", err)
+		}
+	}
+	i.install(ctx, t, "--barrier-image", missing)
+	t.Cleanup(func() {
+		uctx, ucancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer ucancel()
+		if _, err := i.launch(uctx, t, "uninstall", "--force"); err != nil {
+			t.Errorf("uninstall after the test: %v", err)
+		}
+		i.installed = false
+	})
+	ns := i.ns
+
+	auto := createRun(ctx, t, c, ns, realRun("auto", 2, []string{"--heartbeats-only"}))
+	start := time.Now()
+	got := waitRun(ctx, t, c, ns, auto.Name, "attempt 1 Running (Auto, the barrier missing)", attemptRunningOrOver(1))
+	requireRunning(t, got, 1)
+	t.Logf("Auto with the barrier image missing: Running in %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range waitWorkers(ctx, t, c, ns, auto.Name, 1, 2) {
+		for _, ic := range p.Spec.InitContainers {
+			if ic.Image == missing {
+				if st := initStatus(p, ic.Name); st == nil || st.State.Terminated == nil {
+					t.Errorf("worker %s runs with the missing barrier %s as its init container (%+v)", p.Name, missing, st)
+				}
+			}
+		}
+	}
+
+	strict := createRun(ctx, t, c, ns, realRun("inplace", 2, []string{"--heartbeats-only"}, withRestartMode(v1alpha1.RestartModeInPlace)))
+	got = waitRun(ctx, t, c, ns, strict.Name, "Stalled naming the barrier image", func(r *v1alpha1.TrainingRun) bool {
+		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionStalled)
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, missing)
+	})
+	cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionStalled)
+	t.Logf("InPlace with the barrier image missing: Stalled %s: %s", cond.Reason, cond.Message)
+}
+
+// apiObjects lists every object the API serves a list of, as "group/resource namespace/name",
+// but events (a record of what happened, not what is there) and the nodes' heartbeats'
+// Leases' content (their names are the nodes').
+func apiObjects(ctx context.Context, c *cluster.Cluster) (map[string]bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	lists, err := dc.ServerPreferredResources()
+	if err != nil {
+		return nil, fmt.Errorf("the API's resources: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || r.Name == "events" {
+				continue
+			}
+			items, err := dyn.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{})
+			if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", r.Name, err)
+			}
+			for _, u := range items.Items {
+				out[gv.Group+"/"+r.Name+" "+u.GetNamespace()+"/"+u.GetName()] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// faultlineMarks lists every object with a finalizer of faultline's, and every Node with a
+// condition, annotation or taint of faultline's.
+func faultlineMarks(ctx context.Context, t *testing.T, c *cluster.Cluster) []string {
+	t.Helper()
+	var marks []string
+	prefix := v1alpha1.GroupName + "/"
+	jobs, err := c.Client.BatchV1().Jobs("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		for _, f := range j.Finalizers {
+			if strings.HasPrefix(f, prefix) {
+				marks = append(marks, "job "+j.Namespace+"/"+j.Name+" finalizer "+f)
+			}
+		}
+	}
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if len(p.Finalizers) > 0 {
+			marks = append(marks, fmt.Sprintf("pod %s/%s finalizers %v", p.Namespace, p.Name, p.Finalizers))
+		}
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if strings.HasPrefix(string(cond.Type), prefix) {
+				marks = append(marks, "node "+n.Name+" condition "+string(cond.Type))
+			}
+		}
+		for k := range n.Annotations {
+			if strings.HasPrefix(k, prefix) {
+				marks = append(marks, "node "+n.Name+" annotation "+k)
+			}
+		}
+		for _, tt := range n.Spec.Taints {
+			if strings.HasPrefix(tt.Key, prefix) {
+				marks = append(marks, "node "+n.Name+" taint "+tt.Key)
+			}
+		}
+	}
+	return marks
+}
+
+// otlpReceiver is an OTLP/gRPC trace receiver on the pod network (the host's address on the
+// real nodes' bridge), recording each span's service and faultline.cause.
+type otlpReceiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	addr string
+	srv  *grpc.Server
+
+	mu     sync.Mutex
+	causes map[string][]string // service → causes
+}
+
+func startPodOTLPReceiver(t *testing.T, hostIP string) *otlpReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(hostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &otlpReceiver{addr: ln.Addr().String(), srv: grpc.NewServer(), causes: map[string][]string{}}
+	collectortrace.RegisterTraceServiceServer(r.srv, r)
+	go func() { _ = r.srv.Serve(ln) }()
+	return r
+}
+
+func (r *otlpReceiver) stop() { r.srv.Stop() }
+
+func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		service := ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.Key == "service.name" {
+				service = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				for _, kv := range s.Attributes {
+					if kv.Key == "faultline.cause" {
+						r.causes[service] = append(r.causes[service], kv.GetValue().GetStringValue())
+					}
+				}
+			}
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// waitCauses waits until service's spans have named every cause.
+func (r *otlpReceiver) waitCauses(ctx context.Context, service string, causes ...string) error {
+	for {
+		r.mu.Lock()
+		got := slices.Clone(r.causes[service])
+		r.mu.Unlock()
+		missing := slices.DeleteFunc(slices.Clone(causes), func(c string) bool { return slices.Contains(got, c) })
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no span of %s names %v (its spans' causes: %v)", service, missing, got)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
