@@ -30,7 +30,9 @@ const (
 	// AgentNoLock: the agent pod runs but is not Ready: no lock (yet), a shutdown would go
 	// unseen.
 	AgentNoLock = "NoLock"
-	// AgentPending: the agent pod is not running yet.
+	// AgentPending: the agent pod is not running yet. A container of it that waits with a
+	// reason of the kubelet's (ImagePullBackOff: its image cannot be pulled) is shown by that
+	// reason instead, its words in AgentWhy.
 	AgentPending = "Pending"
 	// AgentNone: no agent pod on the node (not a GPU node the DaemonSet reaches, or the
 	// agent is not installed).
@@ -46,6 +48,9 @@ type NodeReport struct {
 	// Agent is one of Agent*; AgentPod names the agent's pod.
 	Agent    string `json:"agent"`
 	AgentPod string `json:"agentPod,omitempty"`
+	// AgentWhy is the kubelet's word on an agent pod that does not run: "ImagePullBackOff:
+	// Back-off pulling image ...".
+	AgentWhy string `json:"agentWhy,omitempty"`
 	// ShutdownAnnouncedAt is the node agent's faultline.dev/shutdown-detected-at.
 	ShutdownAnnouncedAt *metav1.Time `json:"shutdownAnnouncedAt,omitempty"`
 	Cordoned            bool         `json:"cordoned"`
@@ -134,7 +139,7 @@ func NodeReports(in NodeInputs) []NodeReport {
 		if t := facts.ShutdownDetectedAt; t != nil {
 			r.ShutdownAnnouncedAt = &metav1.Time{Time: *t}
 		}
-		r.Agent, r.AgentPod = agentOf(agents[n.Name], in.AgentPods != nil)
+		r.Agent, r.AgentPod, r.AgentWhy = agentOf(agents[n.Name], in.AgentPods != nil)
 		active, next := maintenance.Of(n, in.Maintenances, in.Config, in.Now)
 		for _, s := range active {
 			r.Maintenance = append(r.Maintenance, NodeSignal{Source: s.Source, Name: s.Name, Reason: s.Reason})
@@ -190,21 +195,26 @@ func gpusOf(n *corev1.Node) NodeGPUs {
 	return g
 }
 
-func agentOf(p *corev1.Pod, known bool) (state, pod string) {
+func agentOf(p *corev1.Pod, known bool) (state, pod, why string) {
 	switch {
 	case !known:
-		return AgentUnknown, ""
+		return AgentUnknown, "", ""
 	case p == nil:
-		return AgentNone, ""
+		return AgentNone, "", ""
 	case p.Status.Phase != corev1.PodRunning:
-		return AgentPending, p.Name
+		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" && w.Reason != "ContainerCreating" {
+				return w.Reason, p.Name, w.Reason + ": " + w.Message
+			}
+		}
+		return AgentPending, p.Name, ""
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return AgentLocked, p.Name
+			return AgentLocked, p.Name, ""
 		}
 	}
-	return AgentNoLock, p.Name
+	return AgentNoLock, p.Name, ""
 }
 
 // NodeList is what -o json|yaml print.
@@ -254,6 +264,9 @@ func PrintNodes(w io.Writer, reports []NodeReport, f Format, now time.Time) erro
 				if s.Reason != "" {
 					reasons = append(reasons, s.Reason)
 				}
+			}
+			if r.AgentWhy != "" {
+				reasons = append([]string{"agent: " + r.AgentWhy}, reasons...)
 			}
 			row = append(row, orNone(r.AgentPod), orNone(strings.Join(reasons, "; ")))
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -277,5 +279,20 @@ func TestDrainRequestValidate(t *testing.T) {
 	}
 	if nm := (DrainRequest{Nodes: []string{"a"}, DryRun: true}).Object(); nm.GenerateName != "dry-run-" || !nm.Spec.DryRun {
 		t.Errorf("a dry run's object = %+v, want generateName dry-run- and spec.dryRun", nm)
+	}
+}
+
+// TestAgentWhoseImageCannotBePulled: an agent pod held by the kubelet on its image is named by
+// the kubelet's reason, with its words (the image), never a bare Pending.
+func TestAgentWhoseImageCannotBePulled(t *testing.T) {
+	p := agentPod("gpu-a", corev1.PodPending, false)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "nodeagent", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.example/faultline-nodeagent:v1"`}}}}
+	state, pod, why := agentOf(&p, true)
+	if state != "ImagePullBackOff" || pod != p.Name || !strings.Contains(why, "registry.example/faultline-nodeagent:v1") {
+		t.Errorf("agentOf = %q, %q, %q; want ImagePullBackOff naming the image", state, pod, why)
+	}
+	if state, _, why := agentOf(ptr.To(agentPod("gpu-a", corev1.PodPending, false)), true); state != AgentPending || why != "" {
+		t.Errorf("a pod with no word from the kubelet: %q %q, want Pending", state, why)
 	}
 }

@@ -62,9 +62,13 @@ func TestE2EInPlaceStalledNamesThePod(t *testing.T) {
 	if err := c.StopNode(ctx, lost); err != nil {
 		t.Fatal(err)
 	}
-	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled on the lost node's old pods", func(r *v1alpha1.TrainingRun) bool {
+	// The moved pods are deleted one by one, and the condition is written as each deletion
+	// is seen: it first names those seen so far, then every one.
+	stalled := waitRun(ctx, t, c, ns, run.Name, "Stalled on every one of the lost node's old pods", func(r *v1alpha1.TrainingRun) bool {
 		cond := runCondition(r, v1alpha1.ConditionStalled)
-		return cond != nil && cond.Status == metav1.ConditionTrue
+		return cond != nil && cond.Status == metav1.ConditionTrue && !slices.ContainsFunc(onLost, func(name string) bool {
+			return !strings.Contains(cond.Message, name)
+		})
 	})
 	if lf := stalled.Status.LastFailure; lf == nil || lf.Cause != v1alpha1.CauseNodeLost || lf.Node != lost {
 		t.Errorf("lastFailure %+v, want NodeLost on %s", lf, lost)
