@@ -132,6 +132,11 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.labels) || !self.metadata.labels.exists(k, k.startsWith('faultline.dev/'))",message="spec.template.metadata.labels must not use keys under faultline.dev/: faultline sets the run and attempt labels itself; remove them",fieldPath=".metadata.labels"
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.readinessGates) || !self.spec.readinessGates.exists(g, g.conditionType.startsWith('faultline.dev/'))",message="spec.template.spec.readinessGates must not name faultline.dev/ conditions: only faultline's node agent writes them; remove the gate",fieldPath=".spec.readinessGates"
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.schedulingGates) || !self.spec.schedulingGates.exists(g, g.name.startsWith('faultline.dev/'))",message="spec.template.spec.schedulingGates must not name faultline.dev/ gates: faultline adds and removes its own; remove the gate",fieldPath=".spec.schedulingGates"
+	// The barrier init container and the run volume are faultline's (BarrierContainer,
+	// RunVolume): a template's own of the same name would be taken for them, or clash with
+	// them on every worker of a restart in place.
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.initContainers) || !self.spec.initContainers.exists(c, c.name == 'faultline-barrier')",message="spec.template.spec.initContainers must not name a container faultline-barrier: faultline adds its barrier under that name; rename yours",fieldPath=".spec.initContainers"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.volumes) || !self.spec.volumes.exists(v, v.name == 'faultline-run')",message="spec.template.spec.volumes must not name a volume faultline-run: faultline mounts its run volume under that name; rename yours",fieldPath=".spec.volumes"
 	Template corev1.PodTemplateSpec `json:"template"`
 
 	// Roles change spec.template for the pods of one role, in a run whose framework lays

@@ -128,7 +128,7 @@ const (
 
 // Cause is the root cause of a failure: the reason of the InfrastructureFault pod condition,
 // the cause of a verdict, and what failure-policy rules match on.
-// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;PlannedMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;PeerFailure;Unknown;NoProgress
+// +kubebuilder:validation:Enum=NodeShutdown;NodeMaintenance;PlannedMaintenance;GPUFault;Preemption;Eviction;NodeLost;AppExit;OOMKilled;AppGPUError;LimitExceeded;PeerFailure;Unknown;NoProgress
 type Cause string
 
 const (
@@ -148,6 +148,10 @@ const (
 	CauseAppExit     Cause = "AppExit"
 	CauseOOMKilled   Cause = "OOMKilled"
 	CauseAppGPUError Cause = "AppGPUError"
+	// CauseLimitExceeded: the kubelet evicted the pod for exceeding a limit of its own (its
+	// containers' ephemeral-storage limits, an emptyDir's sizeLimit): a deterministic bug of
+	// the program or its spec, unlike node pressure, which evicts pods within their limits.
+	CauseLimitExceeded Cause = "LimitExceeded"
 
 	// CausePeerFailure marks a worker that died because another one did; never a root cause.
 	CausePeerFailure Cause = "PeerFailure"
@@ -167,7 +171,7 @@ func (c Cause) Class() Class {
 	switch c {
 	case CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost:
 		return ClassInfrastructure
-	case CauseAppExit, CauseOOMKilled, CauseAppGPUError:
+	case CauseAppExit, CauseOOMKilled, CauseAppGPUError, CauseLimitExceeded:
 		return ClassApplication
 	default:
 		return ClassUnknown
@@ -177,7 +181,7 @@ func (c Cause) Class() Class {
 // AllCauses lists every cause in a stable order (for validation, docs and tests).
 var AllCauses = []Cause{
 	CauseNodeShutdown, CauseNodeMaintenance, CausePlannedMaintenance, CauseGPUFault, CausePreemption, CauseEviction, CauseNodeLost,
-	CauseAppExit, CauseOOMKilled, CauseAppGPUError, CausePeerFailure, CauseUnknown, CauseNoProgress,
+	CauseAppExit, CauseOOMKilled, CauseAppGPUError, CauseLimitExceeded, CausePeerFailure, CauseUnknown, CauseNoProgress,
 }
 
 // FaultEvidence is what the node agent writes, as JSON, into AnnotationFaultEvidence.
@@ -269,7 +273,20 @@ const (
 	// NVSentinel's documentation describes the monitor and its quarantine (a cordon, which
 	// faultline sees anyway) but does not fix the condition's type.
 	NodeConditionCSPMaintenance = "CSPMaintenance"
+	// TaintKarpenterDisrupted is the taint (effect NoSchedule) Karpenter v1 puts on a node it
+	// has chosen to disrupt (drift, consolidation, expiry) before it drains the node through
+	// the Eviction API and deletes it; it does not cordon. Source: Karpenter's disruption
+	// controller docs ("Add the karpenter.sh/disrupted:NoSchedule taint to the node(s)").
+	TaintKarpenterDisrupted = "karpenter.sh/disrupted"
+	// TaintClusterAutoscalerToBeDeleted is the taint (effect NoSchedule) the cluster
+	// autoscaler puts on a node it scales down, before it drains it through the Eviction API.
+	// Source: kubernetes/autoscaler cluster-autoscaler/utils/taints (ToBeDeletedTaint).
+	TaintClusterAutoscalerToBeDeleted = "ToBeDeletedByClusterAutoscaler"
 )
+
+// DisruptionTaints are the taints of a platform that drains a node without a cordon: a node
+// that carries one is under a planned maintenance as a cordoned node is.
+var DisruptionTaints = []string{TaintKarpenterDisrupted, TaintClusterAutoscalerToBeDeleted}
 
 // Roles: a run whose plugin lays its indexes out in roles (TensorFlow's chief, ps, worker,
 // evaluator) keeps one Indexed Job with one pod template. A pod's role is not a

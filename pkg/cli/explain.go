@@ -141,6 +141,8 @@ func advice(run *v1alpha1.TrainingRun, v *v1alpha1.FailureVerdict, attempt int32
 	switch v.Cause {
 	case v1alpha1.CauseNodeShutdown, v1alpha1.CauseNodeMaintenance:
 		s = "nothing: the node was shut down or drained, which is not the program's fault; faultline restarts the gang within the infrastructure budget."
+	case v1alpha1.CausePlannedMaintenance:
+		s = "nothing: the node was drained or taken away as planned (a drain, a node-pool upgrade, a scale-down); the run moved without spending budget, and keeps off the node until it is uncordoned."
 	case v1alpha1.CauseGPUFault:
 		s = fmt.Sprintf("have the GPU on node %s reset or the node drained; the default rule keeps later attempts off that node.", orNone(v.Node))
 	case v1alpha1.CausePreemption, v1alpha1.CauseEviction:
@@ -151,6 +153,8 @@ func advice(run *v1alpha1.TrainingRun, v *v1alpha1.FailureVerdict, attempt int32
 		s = "the program failed on its own: read its output with " + logs + ", fix it and submit the run again."
 	case v1alpha1.CauseOOMKilled:
 		s = "the worker ran out of memory: raise the container's memory limit or lower the per-worker batch size, then submit again."
+	case v1alpha1.CauseLimitExceeded:
+		s = "the worker exceeded a limit of its own pod (ephemeral storage: its logs, checkpoints or caches written to the container's disk, or an emptyDir's sizeLimit): write large files to a volume, or raise the limit; see " + logs + "."
 	case v1alpha1.CauseAppGPUError:
 		s = fmt.Sprintf("the program caused GPU error XID %d (e.g. an illegal memory access): a bug in the program or its kernels, not the hardware; see %s.", v.XID, logs)
 	default:

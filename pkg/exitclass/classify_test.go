@@ -345,11 +345,27 @@ func TestClassifyDisruptionTarget(t *testing.T) {
 			pods: []*corev1.Pod{worker(3, 143, at(1)).disruption("EvictionByEvictionAPI", at(0.5)).obj()},
 			want: infra(v1alpha1.CauseEviction, "r-3", 3, 143),
 		},
-		"EvictionByEvictionAPI on a cordoned node is a drain": {
+		"EvictionByEvictionAPI on a cordoned node is a planned drain": {
 			pods:         []*corev1.Pod{worker(3, 143, at(1)).disruption("EvictionByEvictionAPI", at(0.5)).obj()},
 			nodes:        map[string]NodeFacts{"gpu-3": {Unschedulable: true}},
-			want:         infra(v1alpha1.CauseNodeMaintenance, "r-3", 3, 143),
+			want:         infra(v1alpha1.CausePlannedMaintenance, "r-3", 3, 143),
 			wantEvidence: []string{"node gpu-3: cordoned (unschedulable)"},
+		},
+		"EvictionByEvictionAPI on a node Karpenter disrupts is planned": {
+			pods:         []*corev1.Pod{worker(3, 143, at(1)).disruption("EvictionByEvictionAPI", at(0.5)).obj()},
+			nodes:        map[string]NodeFacts{"gpu-3": {DisruptionTaint: v1alpha1.TaintKarpenterDisrupted}},
+			want:         infra(v1alpha1.CausePlannedMaintenance, "r-3", 3, 143),
+			wantEvidence: []string{"node gpu-3: tainted karpenter.sh/disrupted (drained by its platform)"},
+		},
+		"EvictionByEvictionAPI from a node already deleted is planned": {
+			pods:  []*corev1.Pod{worker(3, 143, at(1)).disruption("EvictionByEvictionAPI", at(0.5)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {Gone: true}},
+			want:  infra(v1alpha1.CausePlannedMaintenance, "r-3", 3, 143),
+		},
+		"EvictionByEvictionAPI from a node nobody takes away stays a budgeted eviction": {
+			pods:  []*corev1.Pod{worker(3, 143, at(1)).disruption("EvictionByEvictionAPI", at(0.5)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {}},
+			want:  infra(v1alpha1.CauseEviction, "r-3", 3, 143),
 		},
 		"DeletionByTaintManager on a NotReady node": {
 			pods:  []*corev1.Pod{makePod("r-3").index(3).node("gpu-3").disruption("DeletionByTaintManager", at(0.5)).deleting(at(1)).obj()},
@@ -394,6 +410,22 @@ func TestClassifyStatusReason(t *testing.T) {
 			pods:      []*corev1.Pod{worker(3, 137, at(1)).statusReason("Evicted", "The node was low on resource: ephemeral-storage.").obj()},
 			want:      infra(v1alpha1.CauseEviction, "r-3", 3, 137),
 			wantBasis: "with pod status reason Evicted",
+		},
+		"Evicted for its container's own ephemeral-storage limit": {
+			pods: []*corev1.Pod{worker(3, 137, at(1)).statusReason("Evicted", `Container worker exceeded its local ephemeral storage limit "1Mi". `).obj()},
+			want: app(v1alpha1.CauseLimitExceeded, "r-3", 3, 137, true),
+		},
+		"Evicted for its pod's own ephemeral-storage limit": {
+			pods: []*corev1.Pod{worker(3, 137, at(1)).statusReason("Evicted", "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ").obj()},
+			want: app(v1alpha1.CauseLimitExceeded, "r-3", 3, 137, true),
+		},
+		"Evicted for an emptyDir's sizeLimit": {
+			pods: []*corev1.Pod{worker(3, 137, at(1)).statusReason("Evicted", `Usage of EmptyDir volume "scratch" exceeds the limit "1Gi". `).obj()},
+			want: app(v1alpha1.CauseLimitExceeded, "r-3", 3, 137, true),
+		},
+		"Evicted for node pressure naming a container stays infrastructure": {
+			pods: []*corev1.Pod{worker(3, 137, at(1)).statusReason("Evicted", "The node was low on resource: ephemeral-storage. Container worker was using 20Ki, request is 0, has larger consumption of ephemeral-storage. ").obj()},
+			want: infra(v1alpha1.CauseEviction, "r-3", 3, 137),
 		},
 		"Preempting": {
 			pods: []*corev1.Pod{worker(3, 143, at(1)).statusReason("Preempting", "").obj()},

@@ -183,6 +183,9 @@ func (f *podFailure) describeNode(ev []string) []string {
 	if f.facts.Unschedulable {
 		ev = append(ev, node+"cordoned (unschedulable)")
 	}
+	if f.facts.DisruptionTaint != "" {
+		ev = append(ev, node+"tainted "+f.facts.DisruptionTaint+" (drained by its platform)")
+	}
 	return ev
 }
 

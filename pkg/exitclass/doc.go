@@ -112,13 +112,17 @@
 //     Terminated/Shutdown/NodeShutdown, or the node's shutdown announcement), Preemption with
 //     status reason Preempting (kubelet making room for a critical pod), else Eviction
 //     (node-pressure eviction); PreemptionByScheduler → Preemption; EvictionByEvictionAPI →
-//     Eviction, or NodeMaintenance when the node is cordoned (NodeFacts.Unschedulable: a
-//     drain cordons, then evicts; without that fact a drain is indistinguishable from any
-//     other eviction and stays Eviction); DeletionByTaintManager → NodeLost when the node is
+//     PlannedMaintenance when the node is being taken away: cordoned (NodeFacts.Unschedulable:
+//     kubectl drain and node-pool upgrades cordon, then evict), tainted by a platform that
+//     drains without a cordon (NodeFacts.DisruptionTaint: Karpenter, the cluster
+//     autoscaler), or Gone; else Eviction (a tenant may evict their own pods: the eviction
+//     alone buys no budget-free restart); DeletionByTaintManager → NodeLost when the node is
 //     NotReady or Gone (the unreachable/not-ready NoExecute taints), else NodeMaintenance (a
 //     NoExecute taint put on a healthy node); DeletionByPodGC → NodeLost; any other reason →
 //     Eviction (the condition always means the system disrupted the pod).
-//  4. pod.Status.Reason: Evicted → Eviction; Preempting → Preemption; Terminated, Shutdown
+//  4. pod.Status.Reason: Evicted → LimitExceeded (Application) when the kubelet's message
+//     says the pod exceeded a limit of its own (its ephemeral-storage limits, an emptyDir's
+//     sizeLimit), else Eviction; Preempting → Preemption; Terminated, Shutdown
 //     (kubelet graceful node shutdown, old and new) and NodeShutdown (not admitted while
 //     shutting down) → NodeShutdown; NodeLost → NodeLost; OutOfnvidia.com/gpu → GPUFault;
 //     UnexpectedAdmissionError → GPUFault when the pod requests nvidia.com/gpu (the device

@@ -2,6 +2,7 @@ package exitclass
 
 import (
 	"encoding/json"
+	"regexp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -411,8 +412,8 @@ func (f *podFailure) disruptionCause(shutdown bool) v1alpha1.Cause {
 	case corev1.PodReasonPreemptionByScheduler:
 		return v1alpha1.CausePreemption
 	case reasonEvictionByEvictionAPI:
-		if f.facts.Unschedulable {
-			return v1alpha1.CauseNodeMaintenance // cordon, then evict: a drain
+		if f.drained() {
+			return v1alpha1.CausePlannedMaintenance
 		}
 		return v1alpha1.CauseEviction
 	case reasonDeletionByTaintManager:
@@ -429,6 +430,22 @@ func (f *podFailure) disruptionCause(shutdown bool) v1alpha1.Cause {
 	}
 }
 
+// drained: the pod was evicted from a node that someone with power over nodes is taking
+// away: cordoned (kubectl drain, a node-pool upgrade), tainted for a disruption (Karpenter,
+// the cluster autoscaler), or already deleted after its drain. The eviction alone is no
+// proof: a tenant may evict their own pods, and must not buy budget-free restarts so; a
+// node's cordon, taints and deletion are not theirs to set.
+func (f *podFailure) drained() bool {
+	return f.known && (f.facts.Unschedulable || f.facts.DisruptionTaint != "" || f.facts.Gone)
+}
+
+// ownLimitEviction matches the kubelet's messages when it evicts a pod for a limit of the
+// pod's own (pkg/kubelet/eviction/helpers.go: containerEphemeralStorageMessageFmt,
+// podEphemeralStorageMessageFmt, emptyDirMessageFmt). Node pressure says "The node was low on
+// resource" or "The node had condition" instead, and sets DisruptionTarget.
+var ownLimitEviction = regexp.MustCompile(`^(Container \S+ exceeded its local ephemeral storage limit |` +
+	`Pod ephemeral local storage usage exceeds the total limit of containers |Usage of EmptyDir volume .* exceeds the limit )`)
+
 func isShutdownStatusReason(r string) bool {
 	return r == statusReasonTerminated || r == statusReasonShutdown || r == statusReasonNodeShutdown
 }
@@ -436,6 +453,8 @@ func isShutdownStatusReason(r string) bool {
 // statusReasonCause maps pod.Status.Reason to a cause, or "".
 func (f *podFailure) statusReasonCause() v1alpha1.Cause {
 	switch r := f.pod.Status.Reason; {
+	case r == statusReasonEvicted && ownLimitEviction.MatchString(f.pod.Status.Message):
+		return v1alpha1.CauseLimitExceeded
 	case r == statusReasonEvicted:
 		return v1alpha1.CauseEviction
 	case r == statusReasonPreempting:

@@ -44,9 +44,13 @@ type NodeFacts struct {
 	// ShutdownDetectedAt is the faultline.dev/shutdown-detected-at annotation, if set.
 	ShutdownDetectedAt *time.Time
 	// Unschedulable is node.Spec.Unschedulable: the node is cordoned, which is what
-	// `kubectl drain` does before it evicts. It turns an eviction through the Eviction API
-	// into NodeMaintenance; leave it false if unknown.
+	// `kubectl drain` and a node-pool upgrade do before they evict. It turns an eviction
+	// through the Eviction API into PlannedMaintenance; leave it false if unknown.
 	Unschedulable bool
+	// DisruptionTaint is the first of v1alpha1.DisruptionTaints the node carries (Karpenter's
+	// disruption, the cluster autoscaler's scale-down: drains without a cordon); "" if none.
+	// It counts as Unschedulable does.
+	DisruptionTaint string
 	// Unreachable: the node lifecycle controller has heard nothing from the node's kubelet
 	// for its grace period (the node.kubernetes.io/unreachable taint), since
 	// UnreachableSince (nil: unknown). Its pods are lost: nothing will report their end.
@@ -84,6 +88,10 @@ func FactsOfNode(node *corev1.Node) NodeFacts {
 			}
 		case corev1.TaintNodeOutOfService:
 			f.OutOfService = true
+		case v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintClusterAutoscalerToBeDeleted:
+			if f.DisruptionTaint == "" {
+				f.DisruptionTaint = t.Key
+			}
 		}
 	}
 	for _, c := range node.Status.Conditions {

@@ -62,21 +62,25 @@ func TestOf(t *testing.T) {
 		want     []string // sources
 		wantNext time.Time
 	}{
-		"a quiet node":                                    {node: makeNode("n1").obj(), cfg: DefaultConfig()},
-		"a NodeMaintenance not yet cordoned":              {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{drain("fw", "n1")}, cfg: DefaultConfig(), want: []string{SourceNodeMaintenance}},
-		"a dry run is no maintenance":                     {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{dry}, cfg: DefaultConfig()},
-		"another node's maintenance":                      {node: makeNode("n2").obj(), nms: []v1alpha1.NodeMaintenance{drain("fw", "n1")}, cfg: DefaultConfig()},
-		"cordoned by its NodeMaintenance":                 {node: makeNode("n1").cordoned().obj(), nms: []v1alpha1.NodeMaintenance{cordonedFor}, cfg: DefaultConfig(), want: []string{SourceNodeMaintenance, SourceCordon}},
-		"uncordoned after the maintenance's cordon: over": {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{cordonedFor}, cfg: DefaultConfig()},
-		"a cordon alone":                                  {node: makeNode("n1").cordoned().obj(), cfg: DefaultConfig(), want: []string{SourceCordon}},
-		"the unschedulable taint alone":                   {node: makeNode("n1").taint(corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule).obj(), cfg: DefaultConfig(), want: []string{SourceCordon}},
-		"a cordon when cordons are not acted on":          {node: makeNode("n1").cordoned().obj(), cfg: Config{Lead: DefaultLead}},
-		"GKE maintenance within the lead":                 {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, unix(now.Add(10*time.Minute))).obj(), cfg: DefaultConfig(), want: []string{SourceGKEScheduled}},
-		"GKE maintenance later: due at start - lead":      {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, unix(now.Add(2*time.Hour))).obj(), cfg: DefaultConfig(), wantNext: now.Add(90 * time.Minute)},
-		"a garbled GKE label is no signal":                {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, "soon").obj(), cfg: DefaultConfig()},
-		"CSPMaintenance True":                             {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionTrue, "GCE maintenance").obj(), cfg: DefaultConfig(), want: []string{SourceCondition}},
-		"CSPMaintenance False":                            {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionFalse, "").obj(), cfg: DefaultConfig()},
-		"a condition not configured":                      {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionTrue, "").obj(), cfg: Config{}},
+		"a quiet node":                                     {node: makeNode("n1").obj(), cfg: DefaultConfig()},
+		"a NodeMaintenance not yet cordoned":               {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{drain("fw", "n1")}, cfg: DefaultConfig(), want: []string{SourceNodeMaintenance}},
+		"a dry run is no maintenance":                      {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{dry}, cfg: DefaultConfig()},
+		"another node's maintenance":                       {node: makeNode("n2").obj(), nms: []v1alpha1.NodeMaintenance{drain("fw", "n1")}, cfg: DefaultConfig()},
+		"cordoned by its NodeMaintenance":                  {node: makeNode("n1").cordoned().obj(), nms: []v1alpha1.NodeMaintenance{cordonedFor}, cfg: DefaultConfig(), want: []string{SourceNodeMaintenance, SourceCordon}},
+		"uncordoned after the maintenance's cordon: over":  {node: makeNode("n1").obj(), nms: []v1alpha1.NodeMaintenance{cordonedFor}, cfg: DefaultConfig()},
+		"a cordon alone":                                   {node: makeNode("n1").cordoned().obj(), cfg: DefaultConfig(), want: []string{SourceCordon}},
+		"the unschedulable taint alone":                    {node: makeNode("n1").taint(corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule).obj(), cfg: DefaultConfig(), want: []string{SourceCordon}},
+		"Karpenter's disruption taint":                     {node: makeNode("n1").taint(v1alpha1.TaintKarpenterDisrupted, corev1.TaintEffectNoSchedule).obj(), cfg: DefaultConfig(), want: []string{SourceDisruptionTaint}},
+		"the cluster autoscaler's scale-down taint":        {node: makeNode("n1").taint(v1alpha1.TaintClusterAutoscalerToBeDeleted, corev1.TaintEffectNoSchedule).obj(), cfg: DefaultConfig(), want: []string{SourceDisruptionTaint}},
+		"a disruption taint when cordons are not acted on": {node: makeNode("n1").taint(v1alpha1.TaintKarpenterDisrupted, corev1.TaintEffectNoSchedule).obj(), cfg: Config{Lead: DefaultLead}},
+		"another party's taint":                            {node: makeNode("n1").taint("example.com/dedicated", corev1.TaintEffectNoSchedule).obj(), cfg: DefaultConfig()},
+		"a cordon when cordons are not acted on":           {node: makeNode("n1").cordoned().obj(), cfg: Config{Lead: DefaultLead}},
+		"GKE maintenance within the lead":                  {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, unix(now.Add(10*time.Minute))).obj(), cfg: DefaultConfig(), want: []string{SourceGKEScheduled}},
+		"GKE maintenance later: due at start - lead":       {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, unix(now.Add(2*time.Hour))).obj(), cfg: DefaultConfig(), wantNext: now.Add(90 * time.Minute)},
+		"a garbled GKE label is no signal":                 {node: makeNode("n1").label(v1alpha1.LabelGKEScheduledMaintenanceTime, "soon").obj(), cfg: DefaultConfig()},
+		"CSPMaintenance True":                              {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionTrue, "GCE maintenance").obj(), cfg: DefaultConfig(), want: []string{SourceCondition}},
+		"CSPMaintenance False":                             {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionFalse, "").obj(), cfg: DefaultConfig()},
+		"a condition not configured":                       {node: makeNode("n1").condition("CSPMaintenance", corev1.ConditionTrue, "").obj(), cfg: Config{}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -197,5 +201,17 @@ func TestFeasible(t *testing.T) {
 				t.Errorf("why %q does not name a worker's GPUs", why)
 			}
 		})
+	}
+}
+
+// TestFactsSeeTheDisruptionTaints: the controller wakes a node's runs when Facts change; a
+// disruption taint that Facts did not show would never move a run.
+func TestFactsSeeTheDisruptionTaints(t *testing.T) {
+	plain := makeNode("n1").obj()
+	for _, key := range v1alpha1.DisruptionTaints {
+		tainted := makeNode("n1").taint(key, corev1.TaintEffectNoSchedule).obj()
+		if Facts(plain, DefaultConfig()) == Facts(tainted, DefaultConfig()) {
+			t.Errorf("Facts do not change with the taint %s: %q", key, Facts(tainted, DefaultConfig()))
+		}
 	}
 }

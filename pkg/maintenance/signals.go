@@ -26,6 +26,10 @@ const (
 	// AKS node auto-drain, Karpenter's disruption, NVSentinel's quarantine): a run moved at
 	// the cordon moves before the eviction, in a planned way.
 	SourceCordon = "Cordon"
+	// SourceDisruptionTaint: a platform that drains without a cordon has tainted the node
+	// (v1alpha1.DisruptionTaints: Karpenter's disruption, the cluster autoscaler's
+	// scale-down). It is acted on as a cordon is (Config.Cordon).
+	SourceDisruptionTaint = "DisruptionTaint"
 	// SourceGKEScheduled: GKE's cloud.google.com/scheduled-maintenance-time label.
 	SourceGKEScheduled = "GKEScheduledMaintenance"
 	// SourceCondition: a node condition that announces a maintenance (Config.Conditions).
@@ -39,7 +43,8 @@ const DefaultLead = 30 * time.Minute
 
 // Config says which platform signals the controller acts on.
 type Config struct {
-	// Cordon: a cordoned node is under maintenance.
+	// Cordon: a cordoned node, or one with a disruption taint (v1alpha1.DisruptionTaints), is
+	// under maintenance.
 	Cordon bool
 	// Lead: a maintenance scheduled by GKE's label is acted on this long before it starts.
 	Lead time.Duration
@@ -128,6 +133,13 @@ func Of(node *corev1.Node, nms []v1alpha1.NodeMaintenance, cfg Config, now time.
 	if cfg.Cordon && Cordoned(node) {
 		active = append(active, Signal{Node: node.Name, Source: SourceCordon, Name: corev1.TaintNodeUnschedulable})
 	}
+	if cfg.Cordon {
+		for _, t := range node.Spec.Taints {
+			if slices.Contains(v1alpha1.DisruptionTaints, t.Key) {
+				active = append(active, Signal{Node: node.Name, Source: SourceDisruptionTaint, Name: t.Key})
+			}
+		}
+	}
 	if v, ok := node.Labels[v1alpha1.LabelGKEScheduledMaintenanceTime]; ok {
 		if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
 			starts := time.Unix(secs, 0)
@@ -154,6 +166,11 @@ func Facts(node *corev1.Node, cfg Config) string {
 		return ""
 	}
 	f := fmt.Sprintf("cordoned=%t scheduled=%s", Cordoned(node), node.Labels[v1alpha1.LabelGKEScheduledMaintenanceTime])
+	for _, t := range node.Spec.Taints {
+		if slices.Contains(v1alpha1.DisruptionTaints, t.Key) {
+			f += " " + t.Key
+		}
+	}
 	for _, c := range node.Status.Conditions {
 		if slices.Contains(cfg.Conditions, string(c.Type)) {
 			f += fmt.Sprintf(" %s=%s", c.Type, c.Status)

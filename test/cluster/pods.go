@@ -18,6 +18,9 @@ const (
 	AnnotationExitCode = "stage.faultline.dev/exit-code"
 	AnnotationReason   = "stage.faultline.dev/reason"
 	AnnotationMessage  = "stage.faultline.dev/message"
+	// AnnotationPodReason and AnnotationPodMessage are the pod's status reason and message.
+	AnnotationPodReason  = "stage.faultline.dev/pod-reason"
+	AnnotationPodMessage = "stage.faultline.dev/pod-message"
 )
 
 // Failure is how a simulated pod's containers terminate.
@@ -27,6 +30,9 @@ type Failure struct {
 	Reason string
 	// Message is the container's termination message.
 	Message string
+	// PodReason and PodMessage are the pod's status reason and message, as the kubelet writes
+	// them when it evicts a pod (PodReason "Evicted"); none if PodReason is empty.
+	PodReason, PodMessage string
 }
 
 // FailPod makes a Running pod fail as Failure says. kwok applies it within milliseconds.
@@ -37,6 +43,9 @@ func (c *Cluster) FailPod(ctx context.Context, namespace, name string, f Failure
 	}
 	if f.Message != "" {
 		ann[AnnotationMessage] = f.Message
+	}
+	if f.PodReason != "" {
+		ann[AnnotationPodReason], ann[AnnotationPodMessage] = f.PodReason, f.PodMessage
 	}
 	return c.patchPodMeta(ctx, namespace, name, map[string]string{LabelFail: "true"}, ann)
 }

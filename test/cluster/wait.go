@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -175,4 +178,30 @@ func (c *Cluster) WaitResourceQuota(ctx context.Context, namespace, name string,
 		return last, fmt.Errorf("the quota controller's count of %s/%s: %w", namespace, name, err)
 	}
 	return last, nil
+}
+
+// WaitAgentHeartbeat returns once the node agent of node has renewed its heartbeat Lease at or
+// after since (agentlease): an agent just started that has not is silent to the controller,
+// which gives a restart in place on its node up at once.
+func (c *Cluster) WaitAgentHeartbeat(ctx context.Context, node string, since time.Time) error {
+	lw := cache.NewListWatchFromClient(c.Client.CoordinationV1().RESTClient(), "leases", agentlease.Namespace,
+		fields.OneTermEqualSelector("metadata.name", agentlease.Name(node)))
+	var last *coordinationv1.Lease
+	_, err := watchtools.UntilWithSync(ctx, lw, &coordinationv1.Lease{}, nil, func(e watch.Event) (bool, error) {
+		l, ok := e.Object.(*coordinationv1.Lease)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		last = l
+		// RenewTime is kept to the microsecond: a renewal in the same second as since counts.
+		return l.Spec.RenewTime != nil && !l.Spec.RenewTime.Time.Before(since.Truncate(time.Second)), nil
+	})
+	if err != nil {
+		renewed := "never"
+		if last != nil && last.Spec.RenewTime != nil {
+			renewed = last.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		return fmt.Errorf("node agent of %s: no heartbeat since %s (last renewed %s): %w", node, since.UTC().Format(time.RFC3339), renewed, err)
+	}
+	return nil
 }

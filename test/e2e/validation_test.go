@@ -183,6 +183,13 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 		{"template-faultline-scheduling-gate", func(s map[string]any) {
 			podSpec(s)["schedulingGates"] = []any{map[string]any{"name": v1alpha1.GroupName + "/hold"}}
 		}, "spec.template.spec.schedulingGates", "must not name faultline.dev/ gates"},
+		// faultline's own names on the workers: its barrier and its run volume.
+		{"template-barrier-named-init-container", func(s map[string]any) {
+			podSpec(s)["initContainers"] = []any{map[string]any{"name": v1alpha1.BarrierContainer, "image": "busybox"}}
+		}, "spec.template.spec.initContainers", "must not name a container " + v1alpha1.BarrierContainer},
+		{"template-run-volume", func(s map[string]any) {
+			podSpec(s)["volumes"] = []any{map[string]any{"name": v1alpha1.RunVolume, "emptyDir": map[string]any{}}}
+		}, "spec.template.spec.volumes", "must not name a volume " + v1alpha1.RunVolume},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -23,10 +23,10 @@ func TestRealAppExitFailsFast(t *testing.T) {
 	startController(t, c, ns)
 
 	run := createRun(ctx, t, c, ns, realRun("bug", 4, []string{"--fail-index", "2", "--fail", "exit", "--fail-after", "1s"}))
-	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	workers := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	start := time.Now()
 	got := waitRun(ctx, t, c, ns, run.Name, "Failed", failedOrRestarted)
-	t.Logf("all 4 Running -> Failed in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("all 4 created -> Failed in %s", time.Since(start).Round(time.Millisecond))
 
 	f := got.Status.LastFailure
 	if f == nil || f.Class != v1alpha1.ClassApplication || f.Cause != v1alpha1.CauseAppExit {
@@ -63,7 +63,7 @@ func TestRealOOMKilledIsApplication(t *testing.T) {
 	// the kubelet takes here, as an operator sizes settleSeconds to the cluster's latency.
 	run := createRun(ctx, t, c, ns, realRun("oom", 4, []string{"--fail-index", "1", "--fail", "oom", "--fail-after", "1s"},
 		func(r *v1alpha1.TrainingRun) { r.Spec.FailurePolicy.SettleSeconds = ptr.To[int32](5) }))
-	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	workers := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	got := waitRun(ctx, t, c, ns, run.Name, "Failed", failedOrRestarted)
 
 	f := got.Status.LastFailure
@@ -135,7 +135,7 @@ func TestRealHintFromLogsFires(t *testing.T) {
 	// exit the runtime timed first is a race.)
 	run := createRun(ctx, t, c, ns, realRun("hint", 4, []string{"--fail-index", "2", "--fail", "message", "--message", message, "--fail-after", "1s",
 		"--heartbeats-only", "--heartbeat-timeout", "60s"}))
-	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	workers := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	got := waitRun(ctx, t, c, ns, run.Name, "the first failure judged", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.LastFailure != nil
 	})

@@ -247,6 +247,27 @@ func waitWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run 
 	return byIndex
 }
 
+// createdWorkers waits until every index of attempt n has a pod made for it, whatever its
+// phase, and returns them by index. A worker that fails a second after its gang registered
+// may be Failed before the kubelet ever reports it Running (the kubelet's status sync
+// coalesces the two on a busy machine), so a test of such a gang names its pods with this,
+// not with waitWorkers.
+func createdWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
+	t.Helper()
+	var byIndex map[int]*corev1.Pod
+	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, n), func(pods []*corev1.Pod) (bool, error) {
+		byIndex = map[int]*corev1.Pod{}
+		for _, p := range pods {
+			byIndex[attempt.IndexOrNone(p)] = p
+		}
+		return len(byIndex) == workers, nil
+	})
+	if err != nil {
+		t.Fatalf("%d workers of %s attempt %d created: %v; pods: %s", workers, run, n, err, describePods(pods))
+	}
+	return byIndex
+}
+
 func describePods(pods []*corev1.Pod) string {
 	var parts []string
 	for _, p := range pods {

@@ -417,7 +417,7 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 
 	// A worker's bug fails the run with its root cause.
 	bug := createRun(ctx, t, c, ns, realRun("bug", 4, []string{"--fail-index", "2", "--fail", "exit", "--fail-after", "2s"}))
-	bugWorkers := waitWorkers(ctx, t, c, ns, bug.Name, 1, 4)
+	bugWorkers := createdWorkers(ctx, t, c, ns, bug.Name, 1, 4)
 	got = waitRun(ctx, t, c, ns, bug.Name, "Failed", failedOrRestarted)
 	f = got.Status.LastFailure
 	if got.Status.Phase != v1alpha1.PhaseFailed || f == nil || f.Class != v1alpha1.ClassApplication || f.Cause != v1alpha1.CauseAppExit || f.Pod != bugWorkers[2].Name {

@@ -124,6 +124,7 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 	if err != nil {
 		return err
 	}
+	started := time.Now()
 	a, err := c.StartRealNodeAgent(actx, n, cluster.AgentOptions{
 		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: []string{"--release-timeout", "5s"},
 	})
@@ -131,5 +132,7 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 		return err
 	}
 	agents[n.Name] = a
-	return nil
+	// Handed on only once the controller hears it: a test after one that killed the agent
+	// must not meet its node as silent (a restart in place there would give up at once).
+	return c.WaitAgentHeartbeat(actx, n.Name, started)
 }

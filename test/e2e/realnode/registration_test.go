@@ -29,7 +29,7 @@ func TestRealNoDuplicateRegistration(t *testing.T) {
 		withRestartMode(v1alpha1.RestartModeRecreate))
 	monitor := monitorOverlaps(ctx, t, c, ns, run.Name)
 	run = createRun(ctx, t, c, ns, run)
-	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	first := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
 	if !runningAttempt(2)(got) {
 		monitor.check(t)

@@ -38,7 +38,7 @@ func TestRealRootCauseWhenEveryWorkerAborts(t *testing.T) {
 			startController(t, c, ns)
 
 			run := createRun(ctx, t, c, ns, realRun("aborts", 4, []string{"--replay", recording}, withRestartMode(mode)))
-			workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+			workers := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
 			got := waitRun(ctx, t, c, ns, run.Name, "Failed", failedOrRestarted)
 
 			f := got.Status.LastFailure
