@@ -317,15 +317,21 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
+// Kubectl runs the pinned kubectl against the cluster, as an operator or a user would, and
+// returns its output; an error carries the command line and the output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, c.Tools.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
 // ApplyKustomization applies a kustomization directory (e.g. deploy/daemonset) with the
 // pinned kubectl, server-side, as an operator would.
 func (c *Cluster) ApplyKustomization(ctx context.Context, dir string) error {
-	cmd := exec.CommandContext(ctx, c.Tools.Kubectl(), "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("kubectl apply -k %s: %w\n%s", dir, err, out)
-	}
-	return nil
+	_, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", dir)
+	return err
 }
 
 // kwokctlConfig is the cluster's kwokctl configuration document: its components' flags beyond

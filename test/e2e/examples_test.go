@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"os/exec"
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -45,9 +45,9 @@ func TestE2EExamplesRun(t *testing.T) {
 // kubectlApply runs `kubectl apply -f path` in namespace ns, as a user would.
 func kubectlApply(t *testing.T, c *cluster.Cluster, ns, path string) {
 	t.Helper()
-	out, err := exec.Command(c.Tools.Kubectl(), "--kubeconfig", c.Kubeconfig, "--namespace", ns, "apply", "-f", path).CombinedOutput()
+	out, err := c.Kubectl(context.Background(), "--namespace", ns, "apply", "-f", path)
 	if err != nil {
-		t.Fatalf("kubectl apply -f %s: %v\n%s", path, err, out)
+		t.Fatal(err)
 	}
 	t.Logf("kubectl apply -f %s: %s", path, out)
 }

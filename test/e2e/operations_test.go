@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -109,9 +108,9 @@ func runningOrFailed(n int32) func(*v1alpha1.TrainingRun) bool {
 // kubectl runs the pinned kubectl against the cluster, as an operator would.
 func kubectl(ctx context.Context, t *testing.T, c *cluster.Cluster, args ...string) {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, c.Tools.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+	out, err := c.Kubectl(ctx, args...)
 	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
 	t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -236,8 +235,8 @@ func removeRolesPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 func installRolesPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
 	t.Helper()
 	path := filepath.Join(c.Tools.Root, "deploy", "admission", "roles.yaml")
-	if out, err := exec.CommandContext(ctx, c.Tools.Kubectl(), "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", path).CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply -f %s: %v\n%s", path, err, out)
+	if _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", path); err != nil {
+		t.Fatal(err)
 	}
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "roles-probe", Namespace: ns, Annotations: map[string]string{

@@ -1,7 +1,6 @@
 package kueue
 
 import (
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -34,9 +33,8 @@ func TestE2EExamplesRun(t *testing.T) {
 			// The example's own queue, beside the scenario's, in front of the same ClusterQueue.
 			e.create(kueue.LocalQueueGVK, e.ns, ex.Queue(), map[string]any{"clusterQueue": e.cq})
 			path := filepath.Join(e.c.Tools.Root, "examples", ex.File)
-			out, err := exec.CommandContext(e.ctx, e.c.Tools.Kubectl(), "--kubeconfig", e.c.Kubeconfig, "--namespace", e.ns, "apply", "-f", path).CombinedOutput()
-			if err != nil {
-				t.Fatalf("kubectl apply -f %s: %v\n%s", path, err, out)
+			if _, err := e.c.Kubectl(e.ctx, "--namespace", e.ns, "apply", "-f", path); err != nil {
+				t.Fatal(err)
 			}
 			running := e.waitRun(run.Name, "attempt 1 Running", runningAttempt(1))
 			e.waitWorkers(run.Name, 1, int(run.Spec.Workers))

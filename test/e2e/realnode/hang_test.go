@@ -122,12 +122,7 @@ func TestRealFatalXIDOnAHungWorkerRestartsTheGang(t *testing.T) {
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	waitHung(ctx, t, c, ns, run.Name, 1, 4)
 	target := first[1]
-	var node *cluster.RealNode
-	for _, n := range c.Real.Nodes {
-		if n.Name == target.Spec.NodeName {
-			node = n
-		}
-	}
+	node := c.Real.Node(target.Spec.NodeName)
 	if node == nil {
 		t.Fatalf("index 1 runs on %s, no real node", target.Spec.NodeName)
 	}
@@ -193,12 +188,7 @@ func TestRealProgramXIDOnAHungWorkerDoesNothing(t *testing.T) {
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
 	waitHung(ctx, t, c, ns, run.Name, 1, 4)
 	target := first[1]
-	var node *cluster.RealNode
-	for _, n := range c.Real.Nodes {
-		if n.Name == target.Spec.NodeName {
-			node = n
-		}
-	}
+	node := c.Real.Node(target.Spec.NodeName)
 	if node == nil {
 		t.Fatalf("index 1 runs on %s, no real node", target.Spec.NodeName)
 	}

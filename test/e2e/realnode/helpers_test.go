@@ -230,21 +230,11 @@ func attemptSelector(run string, n int32) labels.Selector {
 // (attempt.Running).
 func waitWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
 	t.Helper()
-	var byIndex map[int]*corev1.Pod
-	pods, err := c.WaitPods(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}), func(pods []*corev1.Pod) (bool, error) {
-		byIndex = map[int]*corev1.Pod{}
-		for _, p := range pods {
-			if k, _ := attempt.Running(p); k != n || !cluster.PodRunning(p) {
-				continue
-			}
-			byIndex[attempt.IndexOrNone(p)] = p
-		}
-		return len(byIndex) == workers, nil
-	})
-	if err != nil {
-		t.Fatalf("%d workers of %s attempt %d Running: %v; pods: %s", workers, run, n, err, describePods(pods))
-	}
-	return byIndex
+	return waitIndexes(ctx, t, c, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run}), workers,
+		fmt.Sprintf("%d workers of %s attempt %d Running", workers, run, n), func(p *corev1.Pod) bool {
+			k, _ := attempt.Running(p)
+			return k == n && cluster.PodRunning(p)
+		})
 }
 
 // createdWorkers waits until every index of attempt n has a pod made for it, whatever its
@@ -254,16 +244,26 @@ func waitWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run 
 // not with waitWorkers.
 func createdWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, run string, n int32, workers int) map[int]*corev1.Pod {
 	t.Helper()
+	return waitIndexes(ctx, t, c, ns, attemptSelector(run, n), workers,
+		fmt.Sprintf("%d workers of %s attempt %d created", workers, run, n), func(*corev1.Pod) bool { return true })
+}
+
+// waitIndexes waits until the pods that selector selects and keep keeps cover workers indexes,
+// and returns them by index.
+func waitIndexes(ctx context.Context, t testing.TB, c *cluster.Cluster, ns string, selector labels.Selector, workers int, what string, keep func(*corev1.Pod) bool) map[int]*corev1.Pod {
+	t.Helper()
 	var byIndex map[int]*corev1.Pod
-	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, n), func(pods []*corev1.Pod) (bool, error) {
+	pods, err := c.WaitPods(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			byIndex[attempt.IndexOrNone(p)] = p
+			if keep(p) {
+				byIndex[attempt.IndexOrNone(p)] = p
+			}
 		}
 		return len(byIndex) == workers, nil
 	})
 	if err != nil {
-		t.Fatalf("%d workers of %s attempt %d created: %v; pods: %s", workers, run, n, err, describePods(pods))
+		t.Fatalf("%s: %v; pods: %s", what, err, describePods(pods))
 	}
 	return byIndex
 }
