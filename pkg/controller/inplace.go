@@ -84,7 +84,7 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	decidedAt, _ := restartDecidedAt(run)
 	waits := inplacegate.BeforeOpen(workers, n, moved, obs.nodes, decidedAt, hb, now.Time)
 	if overdue := overdueWaits(waits, now.Time); len(overdue) > 0 {
-		return r.inPlaceFallback(ctx, run, overdue, "did not stop its workers in place")
+		return r.inPlaceFallback(ctx, run, overdue, "did not stop its workers in place", false)
 	}
 	var old, present []*corev1.Pod
 	for _, p := range workers {
@@ -187,17 +187,19 @@ func overdueWaits(waits []inplacegate.Wait, now time.Time) []inplacegate.Wait {
 }
 
 // inPlaceFallback ends the waits that ran out: their pods are deleted and their indexes move
-// to new pods, kept off the nodes whose agents are silent for the attempt. The decision is
+// to new pods, kept off the nodes whose agents are silent for the attempt, and off every
+// overdue pod's node when offNodes (an agent that did not open its barrier in time: a new pod
+// there would wait at its barrier for that agent again). The decision is
 // written first (the attempt's excluded nodes, the InPlaceWaiting condition that names each
 // pod, its node and what it waited for), then the pods are deleted.
-func (r *Reconciler) inPlaceFallback(ctx context.Context, run *v1alpha1.TrainingRun, overdue []inplacegate.Wait, what string) (ctrl.Result, error) {
+func (r *Reconciler) inPlaceFallback(ctx context.Context, run *v1alpha1.TrainingRun, overdue []inplacegate.Wait, what string, offNodes bool) (ctrl.Result, error) {
 	rec := attempt.Record(run)
 	var names []string
 	var pods []*corev1.Pod
 	for _, w := range overdue {
 		names = append(names, w.Describe())
 		pods = append(pods, w.Pod)
-		if node := w.Pod.Spec.NodeName; w.Silent && node != "" && !slices.Contains(rec.ExcludedNodes, node) {
+		if node := w.Pod.Spec.NodeName; (w.Silent || offNodes) && node != "" && !slices.Contains(rec.ExcludedNodes, node) {
 			rec.ExcludedNodes = append(rec.ExcludedNodes, node)
 		}
 	}
@@ -227,7 +229,7 @@ func (r *Reconciler) inPlaceOpening(ctx context.Context, run *v1alpha1.TrainingR
 	now := r.now().Time
 	waits := inplacegate.AfterOpen(workers, run.Status.Attempt, rec.BarrierOpenedAt.Time, r.heartbeats(ctx), now)
 	if overdue := overdueWaits(waits, now); len(overdue) > 0 {
-		res, err := r.inPlaceFallback(ctx, run, overdue, "were not let start by their node agents")
+		res, err := r.inPlaceFallback(ctx, run, overdue, "were not let start by their node agents", true)
 		return res.RequeueAfter, true, err
 	}
 	if at := inplacegate.Earliest(waits, now); !at.IsZero() {
