@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -55,11 +56,8 @@ func TestRealGPUToPodMapping(t *testing.T) {
 		t.Fatalf("worker 1 logged NVIDIA_VISIBLE_DEVICES %v, want %s (PodResources):\n%s", m, uuid, logs)
 	}
 
-	t.Cleanup(func() { resetGPUHealth(t, c, node.Name) })
 	injected := time.Now()
-	if err := agents[node.Name].InjectXIDByUUID(uuid, 79); err != nil { // 79: fallen off the bus, fatal
-		t.Fatal(err)
-	}
+	injectFatalXID(t, c, node.Name, uuid)
 	marked, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
 		for _, p := range pods {
 			if p.Name == target.Name && p.Annotations[v1alpha1.AnnotationFaultEvidence] != "" {
@@ -93,14 +91,8 @@ func TestRealGPUToPodMapping(t *testing.T) {
 		}
 	}
 	// The node says which GPU is unhealthy.
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == v1alpha1.NodeConditionGPUHealthy && cond.Status == corev1.ConditionFalse && !strings.Contains(cond.Message, uuid) {
-			t.Errorf("node condition %s: %q does not name %s", cond.Type, cond.Message, uuid)
-		}
+	if err := waitGPUUnhealthy(ctx, c, node.Name, uuid); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -111,6 +103,52 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// injectFatalXID injects XID 79 (fallen off the bus: fatal) on the node's GPU uuid, and hands
+// the node back healthy when the test ends. The agent marks the GPU's pods before it writes
+// GPUHealthy=False on its node, so a test that ends on the pods' evidence can end before that
+// write: the reset first waits for it, or the agent's late write would undo the reset and fail
+// every later test on a node left unhealthy (CI of stop 44).
+func injectFatalXID(t *testing.T, c *cluster.Cluster, node, uuid string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), agentNodeWriteTimeout)
+		defer cancel()
+		if err := waitGPUUnhealthy(ctx, c, node, uuid); err != nil {
+			t.Errorf("before the GPU reset: %v", err)
+		}
+		resetGPUHealth(t, c, node)
+	})
+	if err := agents[node].InjectXIDByUUID(uuid, 79); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentNodeWriteTimeout bounds the wait for the agent's write of its node's condition: one
+// fault's handling and the node write with its retries (nodeagent.DefaultBackoff: about 6 s),
+// on a loaded machine.
+const agentNodeWriteTimeout = 30 * time.Second
+
+// waitGPUUnhealthy waits until the node's GPUHealthy condition is False and names the GPU.
+func waitGPUUnhealthy(ctx context.Context, c *cluster.Cluster, node, uuid string) error {
+	names := func(n *corev1.Node) bool {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == v1alpha1.NodeConditionGPUHealthy {
+				return cond.Status == corev1.ConditionFalse && strings.Contains(cond.Message, uuid)
+			}
+		}
+		return false
+	}
+	last, err := c.WaitNode(ctx, node, func(n *corev1.Node) (bool, error) { return names(n), nil })
+	if err != nil {
+		seen := "never seen"
+		if last != nil {
+			seen = fmt.Sprintf("%+v", last.Status.Conditions)
+		}
+		return fmt.Errorf("node %s never had %s=False naming GPU %s (conditions %s): %w", node, v1alpha1.NodeConditionGPUHealthy, uuid, seen, err)
+	}
+	return nil
 }
 
 // resetGPUHealth turns the node's GPUHealthy condition back to True, as an operator would

@@ -128,12 +128,9 @@ func TestRealFatalXIDOnAHungWorkerRestartsTheGang(t *testing.T) {
 	}
 	monitor := monitorOverlaps(ctx, t, c, ns, run.Name)
 
-	t.Cleanup(func() { resetGPUHealth(t, c, node.Name) })
 	uuid := gpuOfPod(ctx, t, node, target)
 	injected := time.Now()
-	if err := agents[node.Name].InjectXIDByUUID(uuid, 79); err != nil {
-		t.Fatal(err)
-	}
+	injectFatalXID(t, c, node.Name, uuid)
 	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
 	requireRunning(t, got, 2)
 	took := time.Since(injected)

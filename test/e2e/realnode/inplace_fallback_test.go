@@ -100,12 +100,9 @@ func TestRealInPlaceFallsBackToRecreate(t *testing.T) {
 	// A GPU fault on the old node: the agent marks the worker of that GPU, and the fatal
 	// evidence ends the attempt whether or not the worker dies of it (a program on a GPU
 	// fallen off the bus often hangs: issue 42).
-	t.Cleanup(func() { resetGPUHealth(t, c, old.Name) })
 	uuid := gpuOfPod(ctx, t, old, target)
 	injected := time.Now()
-	if err := agents[old.Name].InjectXIDByUUID(uuid, 79); err != nil {
-		t.Fatal(err)
-	}
+	injectFatalXID(t, c, old.Name, uuid)
 	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
 		return slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
 			return p.UID == target.UID && p.Annotations[v1alpha1.AnnotationFaultEvidence] != ""
