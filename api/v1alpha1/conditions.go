@@ -109,6 +109,9 @@ const (
 	// ReasonWorkloadRefused: Stalled, the run's Workload cannot be made: its priority class
 	// is missing, or the API server (Kueue's webhook) refuses it; the message says which.
 	ReasonWorkloadRefused = "WorkloadRefused"
+	// ReasonWorkloadOutdated: Stalled, spec.template or spec.roles changed after the run's
+	// Workload was queued: no attempt starts with pods other than those Kueue admits.
+	ReasonWorkloadOutdated = "WorkloadOutdated"
 	// ReasonGangRestarting is the Workload's PodsReady=False reason while faultline restarts
 	// the gang inside one admission. Kueue's WaitForPodsReady times only its own reasons
 	// (WaitForStart, WaitForRecovery): a restart, bounded by the run's own budgets and

@@ -336,6 +336,15 @@ const (
 	// integrations.externalFrameworks (Kind.version.group): Kueue then knows the attempts'
 	// Jobs for children of a queued TrainingRun and never queues them on their own.
 	KueueExternalFramework = KindTrainingRun + ".v1alpha1." + GroupName
-	// PodSetWorkers names the one pod set of a run's Workload: its workers.
+	// PodSetWorkers names the one pod set of the Workload of a run without spec.roles: its
+	// workers. A run with spec.roles has one pod set per role, named as the role.
 	PodSetWorkers = "workers"
+	// AnnotationPodSets is, on a run's Workload, the digest of the pod sets faultline made
+	// it with (spec.template, spec.roles and the framework's layout): an attempt starts only
+	// while the run would still make the same, so that what runs is what Kueue admitted.
+	AnnotationPodSets = GroupName + "/pod-sets"
+	// QueuePolicyName names the ValidatingAdmissionPolicy (and its binding) that fixes a
+	// queued run's queue label, spec.template and spec.roles until it finishes
+	// (deploy/admission/queue.yaml).
+	QueuePolicyName = "faultline-queue"
 )

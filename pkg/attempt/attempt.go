@@ -206,19 +206,9 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt)
 	}
 
-	var annotations map[string]string
-	if len(run.Spec.Roles) > 0 {
-		// The Job is all Pod reads: the roles go with it (AnnotationRoleTemplates).
-		raw, err := json.Marshal(run.Spec.Roles)
-		if err != nil {
-			panic(fmt.Sprintf("marshal spec.roles: %v", err)) // plain data: cannot fail
-		}
-		annotations = map[string]string{v1alpha1.AnnotationRoleTemplates: string(raw)}
-	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            run.Name,
-			Annotations:     annotations,
 			Namespace:       run.Namespace,
 			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))},
@@ -253,6 +243,8 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 		// leader there (TensorFlow's chief before its parameter servers and workers).
 		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
 	}
+	// The Job is all Pod reads: the roles go with it (AnnotationRoleTemplates).
+	SetRoleTemplates(job, run.Spec.Roles)
 	return job
 }
 
@@ -337,7 +329,7 @@ func RestartsInPlace(spec *corev1.PodSpec) bool {
 // so: its attempt label and FAULTLINE_ATTEMPT are that attempt's, and it keeps off the nodes
 // the attempt excludes (the Job's template holds only its own attempt's).
 func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
-	roles, err := roleTemplates(job)
+	roles, err := RoleTemplates(job)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +368,7 @@ func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
 		pod.Labels[v1alpha1.LabelRole] = role
 		pod.Labels[v1alpha1.LabelRoleIndex] = strconv.Itoa(roleIndex)
 		if k := slices.IndexFunc(roles, func(t v1alpha1.RoleTemplate) bool { return t.Name == role }); k >= 0 {
-			applyRole(&pod.Spec, &roles[k])
+			ApplyRole(&pod.Spec, &roles[k])
 		}
 	}
 	pod.Spec.Hostname = job.Name + "-" + index
@@ -393,8 +385,9 @@ func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// roleTemplates reads the run's spec.roles that job was made with (AnnotationRoleTemplates).
-func roleTemplates(job *batchv1.Job) ([]v1alpha1.RoleTemplate, error) {
+// RoleTemplates reads the run's spec.roles that job was made with (AnnotationRoleTemplates),
+// with what the run's admission added to them (SetRoleTemplates).
+func RoleTemplates(job *batchv1.Job) ([]v1alpha1.RoleTemplate, error) {
 	raw, ok := job.Annotations[v1alpha1.AnnotationRoleTemplates]
 	if !ok {
 		return nil, nil
@@ -406,9 +399,26 @@ func roleTemplates(job *batchv1.Job) ([]v1alpha1.RoleTemplate, error) {
 	return roles, nil
 }
 
-// applyRole gives a pod of a role what spec.roles sets for it: its nodeSelector over the
+// SetRoleTemplates writes the role templates a Job's pods are made with: the run's
+// spec.roles, with the node labels and tolerations of the flavors Kueue admitted each role to.
+func SetRoleTemplates(job *batchv1.Job, roles []v1alpha1.RoleTemplate) {
+	if len(roles) == 0 {
+		delete(job.Annotations, v1alpha1.AnnotationRoleTemplates)
+		return
+	}
+	raw, err := json.Marshal(roles)
+	if err != nil {
+		panic(fmt.Sprintf("marshal role templates: %v", err)) // plain data: cannot fail
+	}
+	if job.Annotations == nil {
+		job.Annotations = map[string]string{}
+	}
+	job.Annotations[v1alpha1.AnnotationRoleTemplates] = string(raw)
+}
+
+// ApplyRole gives a pod of a role what spec.roles sets for it: its nodeSelector over the
 // template's, its tolerations beside the template's, its containers' resources instead.
-func applyRole(spec *corev1.PodSpec, t *v1alpha1.RoleTemplate) {
+func ApplyRole(spec *corev1.PodSpec, t *v1alpha1.RoleTemplate) {
 	if len(t.NodeSelector) > 0 {
 		spec.NodeSelector = merge(spec.NodeSelector, t.NodeSelector)
 	}

@@ -30,6 +30,7 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
 			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", // the pods' roles
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // a queued run's pods and queue
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
 			"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "DaemonSet", "FlowSchema",
 		}},

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -33,7 +34,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/kueue"
 )
 
@@ -70,7 +73,8 @@ func (r *Reconciler) queueGate(ctx context.Context, run *v1alpha1.TrainingRun) (
 		if finished {
 			return res, false, nil
 		}
-		return res, true, r.createWorkload(ctx, run)
+		res, err = r.createWorkload(ctx, run)
+		return res, true, err
 	case err != nil:
 		return res, true, fmt.Errorf("get workload %s: %w", kueue.WorkloadName(run), err)
 	}
@@ -177,31 +181,58 @@ func (r *Reconciler) holdQueued(ctx context.Context, run *v1alpha1.TrainingRun, 
 }
 
 // createWorkload creates run's Workload and says so in the run's status.
-func (r *Reconciler) createWorkload(ctx context.Context, run *v1alpha1.TrainingRun) error {
+func (r *Reconciler) createWorkload(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, error) {
 	prio, err := r.priority(ctx, run)
 	if err != nil {
-		_, err = r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
-		return err
+		return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
 	}
-	u, err := kueue.NewWorkload(run, prio)
+	roles, err := r.layout(ctx, run)
 	if err != nil {
-		return err
+		return r.pluginNotReady(ctx, run, err)
+	}
+	sets, err := kueue.PodSets(run, roles)
+	if err != nil {
+		return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
+	}
+	u, err := kueue.NewWorkload(run, sets, prio)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			_, serr := r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
-			return serr
+			return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
 		}
-		return fmt.Errorf("create workload %s: %w", u.GetName(), err)
+		return ctrl.Result{}, fmt.Errorf("create workload %s: %w", u.GetName(), err)
 	}
 	st := &run.Status
 	st.Queue = &v1alpha1.QueueStatus{Name: kueue.QueueName(run), Workload: u.GetName()}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonQueued, Message: fmt.Sprintf("workload %s waits in queue %s", u.GetName(), kueue.QueueName(run))})
 	if err := r.writeStatus(ctx, run); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonQueued, v1alpha1.ActionQueue, "workload %s created in queue %s", u.GetName(), kueue.QueueName(run))
-	return nil
+	return ctrl.Result{}, nil
+}
+
+// layout is the roles of a run with spec.roles, as its framework lays them out (its pod
+// sets are per role); nil for a run without, whose pods are all alike.
+func (r *Reconciler) layout(ctx context.Context, run *v1alpha1.TrainingRun) ([]kueue.Role, error) {
+	if len(run.Spec.Roles) == 0 {
+		return nil, nil
+	}
+	fw, err := r.Frameworks.Resolve(withCurrentEpisode(ctx, run), run)
+	if err != nil {
+		return nil, err
+	}
+	return kueueRoles(fw.Roles), nil
+}
+
+func kueueRoles(roles []framework.Role) []kueue.Role {
+	out := make([]kueue.Role, 0, len(roles))
+	for _, role := range roles {
+		out = append(out, kueue.Role{Name: role.Name, Count: role.Replicas})
+	}
+	return out
 }
 
 // priority is the Workload's priority, as Kueue gives its jobs': the WorkloadPriorityClass
@@ -282,12 +313,7 @@ func reflectWorkload(run *v1alpha1.TrainingRun, wl *kueue.Workload, now metav1.T
 	if wl.Admitted() {
 		a := wl.Status.Admission
 		q.ClusterQueue = a.ClusterQueue
-		q.Flavors = nil
-		for _, psa := range a.PodSetAssignments {
-			if psa.Name == v1alpha1.PodSetWorkers && len(psa.Flavors) > 0 {
-				q.Flavors = maps.Clone(psa.Flavors)
-			}
-		}
+		q.Flavors = kueue.FlavorsOf(a)
 		if c := wl.Condition(kueue.ConditionAdmitted); c != nil {
 			q.AdmittedAt = ptr.To(c.LastTransitionTime)
 		}
@@ -339,56 +365,86 @@ func queuedMessage(run *v1alpha1.TrainingRun, wl *kueue.Workload) string {
 // creation; the Workload's change brings the run back.
 var errNotAdmitted = errors.New("workload not admitted")
 
-// placeAdmitted puts the admission of a run that names a queue onto an attempt's pod
-// template: the node labels and tolerations of its flavors and what its admission checks
-// ask, on every attempt, so that no attempt lands outside what Kueue admitted. It reports
-// false when the attempt must not be created now (res says when to look again).
-func (r *Reconciler) placeAdmitted(ctx context.Context, run *v1alpha1.TrainingRun, tmpl *corev1.PodTemplateSpec) (ctrl.Result, bool, error) {
+// placeAdmitted puts the admission of a run that names a queue onto an attempt's Job: the
+// node labels and tolerations of each pod set's flavors and what its admission checks ask,
+// on every attempt, so that no attempt lands outside what Kueue admitted (kueue.Place), and
+// only while the run's pods are still those the Workload was made with. It reports false
+// when the attempt must not be created now (res says when to look again).
+func (r *Reconciler) placeAdmitted(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, layout []framework.Role) (ctrl.Result, bool, error) {
 	if kueue.QueueName(run) == "" || !r.Kueue {
 		return ctrl.Result{}, true, nil
 	}
-	info, err := r.admissionInfo(ctx, run)
-	if errors.Is(err, errNotAdmitted) {
+	stall := func(reason, msg string) (ctrl.Result, bool, error) {
+		res, err := r.stallFor(ctx, run, reason, jobRejectedRetry, msg)
+		return res, false, err
+	}
+	sets, err := kueue.PodSets(run, kueueRoles(layout))
+	if err != nil {
+		return stall(v1alpha1.ReasonJobRejected, err.Error())
+	}
+	infos, outdated, err := r.admissionInfos(ctx, run, sets)
+	switch {
+	case errors.Is(err, errNotAdmitted):
 		return ctrl.Result{}, false, nil
+	case outdated != "":
+		return stall(v1alpha1.ReasonWorkloadOutdated, outdated)
+	}
+	var roles []v1alpha1.RoleTemplate
+	if err == nil {
+		roles, err = attempt.RoleTemplates(job)
 	}
 	if err == nil {
-		err = kueue.Apply(tmpl, info)
+		roles, err = kueue.Place(&job.Spec.Template, roles, infos)
 	}
 	if err != nil {
-		res, serr := r.stallFor(ctx, run, v1alpha1.ReasonJobRejected, jobRejectedRetry, fmt.Sprintf("Kueue's admission cannot be applied to attempt %d's workers: %v", run.Status.Attempt, err))
-		return res, false, serr
+		return stall(v1alpha1.ReasonJobRejected, fmt.Sprintf("Kueue's admission cannot be applied to attempt %d's workers: %v", run.Status.Attempt, err))
 	}
+	attempt.SetRoleTemplates(job, roles)
 	return ctrl.Result{}, true, nil
 }
 
-func (r *Reconciler) admissionInfo(ctx context.Context, run *v1alpha1.TrainingRun) (kueue.PodSetInfo, error) {
+// admissionInfos are what the admission of run's Workload adds to the pods of each of its
+// pod sets; outdated says why the Workload's pod sets are not sets any more.
+func (r *Reconciler) admissionInfos(ctx context.Context, run *v1alpha1.TrainingRun, sets []kueue.PodSet) (map[string]kueue.PodSetInfo, string, error) {
 	u := newWorkloadObject()
 	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: kueue.WorkloadName(run)}, u); err != nil {
-		return kueue.PodSetInfo{}, fmt.Errorf("get workload: %w", err)
+		return nil, "", fmt.Errorf("get workload: %w", err)
 	}
 	wl, err := kueue.Parse(u)
 	if err != nil {
-		return kueue.PodSetInfo{}, err
+		return nil, "", err
 	}
 	if !wl.Admitted() {
-		return kueue.PodSetInfo{}, errNotAdmitted
+		return nil, "", errNotAdmitted
 	}
-	a, err := wl.WorkersAssignment(run.Spec.Workers)
+	if why := wl.Outdated(sets); why != "" {
+		return nil, why, nil
+	}
+	assigned, err := wl.Assignments(sets)
 	if err != nil {
-		return kueue.PodSetInfo{}, err
+		return nil, "", err
 	}
 	flavors := map[string]*kueue.ResourceFlavor{}
-	for _, name := range a.FlavorNames() {
-		f := &unstructured.Unstructured{}
-		f.SetGroupVersionKind(kueue.ResourceFlavorGVK)
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, f); err != nil {
-			return kueue.PodSetInfo{}, fmt.Errorf("resource flavor %s: %w", name, err)
+	infos := make(map[string]kueue.PodSetInfo, len(assigned))
+	for set, a := range assigned {
+		for _, name := range a.FlavorNames() {
+			if flavors[name] != nil {
+				continue
+			}
+			f := &unstructured.Unstructured{}
+			f.SetGroupVersionKind(kueue.ResourceFlavorGVK)
+			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, f); err != nil {
+				return nil, "", fmt.Errorf("resource flavor %s: %w", name, err)
+			}
+			rf := &kueue.ResourceFlavor{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(f.Object, rf); err != nil {
+				return nil, "", fmt.Errorf("resource flavor %s: %w", name, err)
+			}
+			flavors[name] = rf
 		}
-		rf := &kueue.ResourceFlavor{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(f.Object, rf); err != nil {
-			return kueue.PodSetInfo{}, fmt.Errorf("resource flavor %s: %w", name, err)
+		if infos[set], err = kueue.Info(a, flavors, wl.Status.AdmissionChecks); err != nil {
+			return nil, "", fmt.Errorf("pod set %s: %w", set, err)
 		}
-		flavors[name] = rf
 	}
-	return kueue.Info(a, flavors, wl.Status.AdmissionChecks)
+	return infos, "", nil
 }

@@ -238,7 +238,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		RoleRanges:         layout,
 		ServiceAccountName: sa,
 	})
-	if res, ok, err := r.placeAdmitted(ctx, run, &job.Spec.Template); !ok || err != nil {
+	if res, ok, err := r.placeAdmitted(ctx, run, job, fw.Roles); !ok || err != nil {
 		return res, err
 	}
 	if err := r.Create(ctx, job); err != nil {

@@ -50,27 +50,22 @@ type Priority struct {
 }
 
 // NewWorkload is run's Workload: owned by the run (its controller), in its LocalQueue, with
-// one pod set of spec.workers pods shaped as the run's workers. The pod set asks for what
-// every attempt's pods ask for; faultline's own additions to the pods (env, ports, the
-// exclusion of faulty nodes) ask for no resource and are left out, so that the Workload
-// never has to change between attempts.
-func NewWorkload(run *v1alpha1.TrainingRun, prio Priority) (*unstructured.Unstructured, error) {
-	tmpl := run.Spec.Template.DeepCopy()
-	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+// the run's pod sets (PodSets) and their digest (AnnotationPodSets).
+func NewWorkload(run *v1alpha1.TrainingRun, sets []PodSet, prio Priority) (*unstructured.Unstructured, error) {
+	podSets := make([]any, 0, len(sets))
+	for _, set := range sets {
+		t, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&set.Template)
+		if err != nil {
+			return nil, fmt.Errorf("pod set %s: %w", set.Name, err)
+		}
+		// Zero timestamps convert to null, which the Workload's schema refuses.
+		unstructured.RemoveNestedField(t, "metadata", "creationTimestamp")
+		podSets = append(podSets, map[string]any{"name": set.Name, "count": int64(set.Count), "template": t})
+	}
 	spec := map[string]any{
 		"queueName": QueueName(run),
-		"podSets": []any{map[string]any{
-			"name":  v1alpha1.PodSetWorkers,
-			"count": int64(run.Spec.Workers),
-		}},
+		"podSets":   podSets,
 	}
-	t, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tmpl)
-	if err != nil {
-		return nil, fmt.Errorf("spec.template: %w", err)
-	}
-	// Zero timestamps convert to null, which the Workload's schema refuses.
-	unstructured.RemoveNestedField(t, "metadata", "creationTimestamp")
-	spec["podSets"].([]any)[0].(map[string]any)["template"] = t
 	if prio.Name != "" {
 		spec["priorityClassRef"] = map[string]any{"group": prio.Group, "kind": prio.Kind, "name": prio.Name}
 		spec["priority"] = int64(prio.Value)
@@ -90,6 +85,7 @@ func NewWorkload(run *v1alpha1.TrainingRun, prio Priority) (*unstructured.Unstru
 				v1alpha1.LabelRunUID: string(run.UID),
 				LabelJobUID:          string(run.UID),
 			},
+			"annotations": map[string]any{v1alpha1.AnnotationPodSets: Digest(sets)},
 		},
 		"spec": spec,
 	}}
@@ -137,30 +133,6 @@ func (w *Workload) HoldsQuota() bool {
 // Active is spec.active (true when unset).
 func (w *Workload) Active() bool { return ptr.Deref(w.Spec.Active, true) }
 
-// WorkersAssignment is the admission of the workers pod set. It refuses what faultline cannot
-// honour: no admission, another pod set, a partial admission (a gang runs whole or not at
-// all), and Topology-Aware Scheduling (its pods would wait for Kueue's TAS ungater, which
-// knows only the Jobs of its own integrations).
-func (w *Workload) WorkersAssignment(workers int32) (*PodSetAssignment, error) {
-	if w.Status.Admission == nil {
-		return nil, fmt.Errorf("workload %s has no admission", w.Name)
-	}
-	for i := range w.Status.Admission.PodSetAssignments {
-		a := &w.Status.Admission.PodSetAssignments[i]
-		if a.Name != v1alpha1.PodSetWorkers {
-			continue
-		}
-		if n := ptr.Deref(a.Count, workers); n != workers {
-			return nil, fmt.Errorf("workload %s: status.admission.podSetAssignments[%d].count is %d, the run has %d workers: a partial admission cannot run a gang", w.Name, i, n, workers)
-		}
-		if a.TopologyAssignment != nil {
-			return nil, fmt.Errorf("workload %s: status.admission.podSetAssignments[%d].topologyAssignment is set: faultline does not support Kueue's Topology-Aware Scheduling", w.Name, i)
-		}
-		return a, nil
-	}
-	return nil, fmt.Errorf("workload %s: status.admission.podSetAssignments has no pod set %q", w.Name, v1alpha1.PodSetWorkers)
-}
-
 // FlavorNames are the distinct flavors of an assignment, sorted.
 func (a *PodSetAssignment) FlavorNames() []string {
 	names := slices.Collect(maps.Values(a.Flavors))
@@ -195,7 +167,7 @@ func Info(a *PodSetAssignment, flavors map[string]*ResourceFlavor, checks []Admi
 	}
 	for _, c := range checks {
 		for _, u := range c.PodSetUpdates {
-			if u.Name != v1alpha1.PodSetWorkers {
+			if u.Name != a.Name {
 				continue
 			}
 			what := "admission check " + c.Name + " podSetUpdates"

@@ -47,7 +47,11 @@ func TestWorkloadName(t *testing.T) {
 func TestNewWorkload(t *testing.T) {
 	run := testRun()
 	run.Spec.Suspend = ptr.To(true)
-	u, err := NewWorkload(run, Priority{Value: 100, Group: PriorityClassGroupPod, Kind: PriorityClassKindPod, Name: "low"})
+	sets, err := PodSets(run, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewWorkload(run, sets, Priority{Value: 100, Group: PriorityClassGroupPod, Kind: PriorityClassKindPod, Name: "low"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +73,9 @@ func TestNewWorkload(t *testing.T) {
 	}
 	if o := metav1.GetControllerOf(u); o == nil || o.UID != run.UID || o.Kind != v1alpha1.KindTrainingRun {
 		t.Errorf("controller %+v, want the run", o)
+	}
+	if got := u.GetAnnotations()[v1alpha1.AnnotationPodSets]; got != Digest(sets) || got == "" {
+		t.Errorf("annotation %s = %q, want the pod sets' digest %q", v1alpha1.AnnotationPodSets, got, Digest(sets))
 	}
 }
 
@@ -202,22 +209,30 @@ func TestInfoAndApply(t *testing.T) {
 	}
 }
 
-func TestWorkersAssignment(t *testing.T) {
+func TestAssignments(t *testing.T) {
+	workers := []PodSet{{Name: v1alpha1.PodSetWorkers, Count: 4}}
+	roles := []PodSet{{Name: "chief", Count: 1}, {Name: "ps", Count: 2}}
 	for name, tc := range map[string]struct {
+		sets    []PodSet
 		adm     *Admission
 		wantErr string
 	}{
-		"whole":   {adm: &Admission{ClusterQueue: "cq", PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, Count: ptr.To[int32](4)}}}},
-		"none":    {wantErr: "has no admission"},
-		"partial": {adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, Count: ptr.To[int32](2)}}}, wantErr: "status.admission.podSetAssignments[0].count is 2"},
-		"tas":     {adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, TopologyAssignment: map[string]any{"levels": []any{}}}}}, wantErr: "topologyAssignment"},
-		"other":   {adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: "main"}}}, wantErr: `no pod set "workers"`},
+		"whole":          {sets: workers, adm: &Admission{ClusterQueue: "cq", PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, Count: ptr.To[int32](4)}}}},
+		"roles":          {sets: roles, adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: "ps", Count: ptr.To[int32](2)}, {Name: "chief"}}}},
+		"none":           {sets: workers, wantErr: "has no admission"},
+		"partial":        {sets: workers, adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, Count: ptr.To[int32](2)}}}, wantErr: "status.admission.podSetAssignments[0].count is 2"},
+		"tas":            {sets: workers, adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: v1alpha1.PodSetWorkers, TopologyAssignment: map[string]any{"levels": []any{}}}}}, wantErr: "topologyAssignment"},
+		"other":          {sets: workers, adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: "main"}}}, wantErr: `no pod set "workers"`},
+		"a role missing": {sets: roles, adm: &Admission{PodSetAssignments: []PodSetAssignment{{Name: "chief"}}}, wantErr: `no pod set "ps"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := &Workload{ObjectMeta: metav1.ObjectMeta{Name: "wl"}, Status: WorkloadStatus{Admission: tc.adm}}
-			_, err := w.WorkersAssignment(4)
+			got, err := w.Assignments(tc.sets)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Errorf("error %v, want %q", err, tc.wantErr)
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+			if err == nil && len(got) != len(tc.sets) {
+				t.Errorf("assignments %v, want one per pod set %v", got, tc.sets)
 			}
 		})
 	}

@@ -64,6 +64,9 @@ type queueSpec struct {
 	// admissionCheck, when set, names an AdmissionCheck the ClusterQueue requires, whose
 	// controller the scenario plays (setCheck).
 	admissionCheck string
+	// withoutQueuePolicy puts the scenario in a namespace the faultline-queue policy does
+	// not cover, as in a cluster without it (noQueuePolicyLabel).
+	withoutQueuePolicy bool
 }
 
 // checkController is the controllerName of the scenarios' admission checks: no controller
@@ -78,6 +81,12 @@ func scenario(t *testing.T, q queueSpec) *env {
 	t.Helper()
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
+	if q.withoutQueuePolicy {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, noQueuePolicyLabel)
+		if _, err := c.Client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, ns: ns, queue: "lq", cq: "cq-" + ns, flavor: "rf-" + ns}
@@ -217,6 +226,19 @@ func (e *env) getRun(name string) *v1alpha1.TrainingRun {
 		e.t.Fatalf("get TrainingRun %s: %v", name, err)
 	}
 	return run
+}
+
+// updateRun changes the run as a user would (a read, the change, a write; a conflict with
+// the controller's own writes is tried again) and returns what the API server answered.
+func (e *env) updateRun(name string, change func(*v1alpha1.TrainingRun)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		run := &v1alpha1.TrainingRun{}
+		if err := e.cl.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: name}, run); err != nil {
+			return err
+		}
+		change(run)
+		return e.cl.Update(e.ctx, run)
+	})
 }
 
 // watchRun returns as soon as cond holds for the run, with the run that satisfied it.

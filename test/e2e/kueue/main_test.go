@@ -16,6 +16,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -68,6 +74,9 @@ func TestMain(m *testing.M) {
 			if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
 				return err
 			}
+			if err := installQueuePolicy(ctx, c); err != nil {
+				return err
+			}
 			var err error
 			kq, err = c.StartKueue(ctx, kueueDir, cluster.KueueOptions{
 				ExternalFrameworks:       []string{v1alpha1.KueueExternalFramework},
@@ -108,4 +117,57 @@ func countLines(path string, subs ...string) int {
 		}
 	}
 	return n
+}
+
+// noQueuePolicyLabel marks a namespace that the faultline-queue policy's binding leaves out
+// here, as a cluster without the policy would: there, the controller's own check holds.
+const noQueuePolicyLabel = "kueue-test.faultline.dev/no-queue-policy"
+
+// installQueuePolicy applies the faultline-queue policy as an operator would
+// (deploy/admission/queue.yaml), binds it everywhere but the namespaces labelled
+// noQueuePolicyLabel, and waits until the API server enforces it: a policy takes effect some
+// time after it is created, and nothing can be watched for that. The probe is a queued run
+// of its own, whose label removal (a dry run) must be refused.
+func installQueuePolicy(ctx context.Context, c *cluster.Cluster) error {
+	path := filepath.Join(c.Tools.Root, "deploy", "admission", "queue.yaml")
+	if _, err := c.Kubectl(ctx, "apply", "--server-side", "-f", path); err != nil {
+		return err
+	}
+	patch := `{"spec":{"matchResources":{"namespaceSelector":{"matchExpressions":[{"key":"` + noQueuePolicyLabel + `","operator":"DoesNotExist"}]}}}}`
+	if _, err := c.Kubectl(ctx, "patch", "validatingadmissionpolicybinding", v1alpha1.QueuePolicyName, "--type=merge", "-p", patch); err != nil {
+		return err
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: testScheme})
+	if err != nil {
+		return err
+	}
+	const ns = "queue-policy-probe"
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{v1alpha1.LabelQueueName: "lq"}},
+		Spec: v1alpha1.TrainingRunSpec{Workers: 1, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "worker", Image: "probe"}},
+		}}},
+	}
+	if err := cl.Create(ctx, run); err != nil {
+		return err
+	}
+	// No controller serves the namespace: the probe writes the queued status itself.
+	run.Status.Queue = &v1alpha1.QueueStatus{Name: "lq", Workload: "probe"}
+	if err := cl.Status().Update(ctx, run); err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		unlabelled := run.DeepCopy()
+		delete(unlabelled.Labels, v1alpha1.LabelQueueName)
+		last = cl.Update(ctx, unlabelled, client.DryRunAll)
+		return apierrors.IsForbidden(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the %s policy never refused the removal of a queued run's queue label: %w (last answer: %v)", v1alpha1.QueuePolicyName, err, last)
+	}
+	return nil
 }
