@@ -328,6 +328,14 @@ func RestartsInPlace(spec *corev1.PodSpec) bool {
 // A pod made for a later attempt than the Job's (a moved index of an in-place restart) says
 // so: its attempt label and FAULTLINE_ATTEMPT are that attempt's, and it keeps off the nodes
 // the attempt excludes (the Job's template holds only its own attempt's).
+//
+// It carries the Job-tracking finalizer, as the Job controller's pods do, for the same
+// reason: a worker that is deleted (an eviction, a preemption, a kubectl delete) stays until
+// faultline has seen how it ended and judged its attempt; the controller drops the
+// finalizer when it retires the pod, or when the run finishes. Without it, a worker that
+// failed and went before a reconcile saw it would leave a hole that looks like a pod not yet
+// made, and a new process would join the running gang unjudged (issue 38). The Job
+// controller leaves the finalizer of a pod whose Job another controller manages alone.
 func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
 	roles, err := RoleTemplates(job)
 	if err != nil {
@@ -358,6 +366,7 @@ func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
 			Labels:          merge(tmpl.Labels, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
 			Annotations:     merge(tmpl.Annotations, map[string]string{batchv1.JobCompletionIndexAnnotation: index}),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+			Finalizers:      []string{batchv1.JobTrackingFinalizer},
 		},
 		Spec: tmpl.Spec,
 	}

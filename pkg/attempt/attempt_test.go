@@ -1,6 +1,7 @@
 package attempt
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -346,6 +347,9 @@ func TestPod(t *testing.T) {
 	}
 	if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != job.UID || ref.Kind != "Job" || ref.APIVersion != "batch/v1" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
 		t.Errorf("controller ref %+v, want the Job", ref)
+	}
+	if !slices.Equal(p.Finalizers, []string{batchv1.JobTrackingFinalizer}) {
+		t.Errorf("finalizers %v, want the Job-tracking finalizer: a deleted worker stays until judged", p.Finalizers)
 	}
 	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
 		last := c.Env[len(c.Env)-1]

@@ -84,6 +84,11 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		if err := r.removePods(ctx, live, true); err != nil {
 			return ctrl.Result{}, err
 		}
+		if obs.job != nil {
+			if err := r.releaseEnded(ctx, obs.job, obs.current); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 	}
 	ttl := run.Spec.TTLSecondsAfterFinished
 	if ttl == nil || run.Status.CompletionTime == nil {

@@ -166,8 +166,13 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		return ctrl.Result{}, r.succeed(ctx, run, obs)
 	}
 	if attempt.Managed(obs.job) && obs.job.DeletionTimestamp == nil {
-		// Indexes without a pod: a creation a crash cut short, or a pod gone before the
-		// cache showed it.
+		// Indexes without a pod: a creation a crash cut short, or a pod deleted before it
+		// was ever scheduled, which its finalizer no longer holds: it never ran, so a new
+		// one joins no gang behind its back. A pod that ran is held by its finalizer until
+		// it is judged (attempt.Pod), and keeps its index.
+		if err := r.releaseUnscheduled(ctx, workers); err != nil {
+			return ctrl.Result{}, err
+		}
 		excluded := excludedNodes(run)
 		if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
 			excluded = rec.ExcludedNodes

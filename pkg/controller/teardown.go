@@ -315,6 +315,25 @@ func (r *Reconciler) removePod(ctx context.Context, p *corev1.Pod, strip bool) e
 	return nil
 }
 
+// releaseUnscheduled drops the finalizer of the pods deleted before any node took them: no
+// kubelet will ever end them, and nothing of them needs judging.
+func (r *Reconciler) releaseUnscheduled(ctx context.Context, pods []*corev1.Pod) error {
+	held := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
+		return p.DeletionTimestamp == nil || p.Spec.NodeName != "" || !hasTrackingFinalizer(p)
+	})
+	return forEachPod(held, "release", func(p *corev1.Pod) error { return r.dropTrackingFinalizer(ctx, p) })
+}
+
+// releaseEnded drops the finalizer of the pods of a finished run's managed Job that ended:
+// they stay for their logs, and nothing judges them any more.
+func (r *Reconciler) releaseEnded(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod) error {
+	if !attempt.Managed(job) {
+		return nil // the Job controller drops its own once it has counted them
+	}
+	ended := slices.DeleteFunc(controlledBy(pods, job.UID), func(p *corev1.Pod) bool { return podLive(p) || !hasTrackingFinalizer(p) })
+	return forEachPod(ended, "release", func(p *corev1.Pod) error { return r.dropTrackingFinalizer(ctx, p) })
+}
+
 // dropTrackingFinalizer removes the Job-tracking finalizer from p, and nothing else: a
 // strategic merge patch that deletes the one value (as the Job controller does), so that it
 // needs no resourceVersion and cannot conflict with a cache that lags; p's UID guards

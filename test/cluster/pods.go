@@ -21,7 +21,30 @@ const (
 	// AnnotationPodReason and AnnotationPodMessage are the pod's status reason and message.
 	AnnotationPodReason  = "stage.faultline.dev/pod-reason"
 	AnnotationPodMessage = "stage.faultline.dev/pod-message"
+	// LabelStopping marks a pod whose kubelet is slow to stop it (HoldStopping): once
+	// deleted it stays Running, its containers still stopping (stages/pod-evicted.yaml
+	// leaves it alone), held by FinalizerStopping.
+	LabelStopping     = "stage.faultline.dev/stopping"
+	FinalizerStopping = "stage.faultline.dev/stopping"
 )
+
+// HoldStopping makes the kubelet of a simulated pod slow to stop it: once deleted, the pod
+// stays, Running, until release is called (as a kubelet still stopping its containers
+// would keep it; kwok otherwise ends a deleted pod at once).
+func (c *Cluster) HoldStopping(ctx context.Context, namespace, name string) (release func(context.Context) error, err error) {
+	patch := func(ctx context.Context, p string) error {
+		if _, err := c.Client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("patch pod %s/%s: %w", namespace, name, err)
+		}
+		return nil
+	}
+	if err := patch(ctx, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"finalizers":[%q]}}`, LabelStopping, FinalizerStopping)); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return patch(ctx, fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, FinalizerStopping))
+	}, nil
+}
 
 // Failure is how a simulated pod's containers terminate.
 type Failure struct {

@@ -181,23 +181,19 @@ func TestE2EMaintenanceRestarts(t *testing.T) {
 	overlaps.check(t)
 }
 
-// slowKubelet, on a pod being deleted, stands for a kubelet still stopping its containers
-// (kwok deletes a pod at once): the pod stays until the test removes it.
-const slowKubelet = "test.faultline.dev/slow-kubelet"
-
-// stopSlowly makes the kubelet of pod slow to stop it, once deleted, until stopped is called.
+// stopSlowly makes the kubelet of pod slow to stop it, once deleted, until stopped is called
+// (cluster.HoldStopping).
 func stopSlowly(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) (stopped func()) {
 	t.Helper()
-	finalizer := func(patch string) {
-		t.Helper()
-		if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("patch finalizers of %s: %v", pod.Name, err)
-		}
+	release, err := c.HoldStopping(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	finalizer(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, slowKubelet))
 	return func() {
 		t.Helper()
-		finalizer(fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, slowKubelet))
+		if err := release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -150,6 +153,53 @@ func TestE2EOwnStorageLimitIsApplication(t *testing.T) {
 	restarted := waitRun(ctx, t, c, ns, pressure.Name, "attempt 2 Running", runningAttempt(2))
 	if lf := restarted.Status.LastFailure; lf == nil || lf.Class != v1alpha1.ClassInfrastructure || lf.Cause != v1alpha1.CauseEviction {
 		t.Errorf("lastFailure %+v, want Infrastructure/Eviction for node pressure", lf)
+	}
+	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
+}
+
+// TestE2EVanishedWorkerIsJudged: a worker is evicted and ends while no reconcile sees it (its
+// controller is down, as during an upgrade of the controller or a change of leader). Held by
+// its finalizer, the worker stays, Failed as the kubelet left it, until the controller is back:
+// the attempt is judged on it (an eviction from a node nobody takes away: Infrastructure, on
+// the budget) and the gang restarts. Before, the worker went at once, and the controller,
+// back, took its index for one whose pod was never made: a new process joined the running
+// gang, and no verdict was ever written.
+func TestE2EVanishedWorkerIsJudged(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, ctrl := scenario(t)
+	run, pods := runningRun(ctx, t, c, ns, newRun("vanish", 2, withoutGPUs()))
+	victim := pods[1]
+	ctrl.Stop()
+	evict(ctx, t, c, victim)
+	// What a kubelet does: the evicted worker's containers end, and it turns Failed; a pod
+	// that nothing holds goes then.
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = nil
+			return true, nil
+		}
+		last = p
+		return err == nil && p.Status.Phase == corev1.PodFailed, err
+	})
+	if err != nil {
+		t.Fatalf("the evicted worker %s never ended: %v (last %+v)", victim.Name, err, last)
+	}
+	if last == nil {
+		t.Logf("the evicted worker %s went before the controller was back", victim.Name)
+	} else {
+		t.Logf("the evicted worker %s is Failed, held by %v", victim.Name, last.Finalizers)
+	}
+	startController(t, ns)
+
+	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running, or the run Failed", runningOrFailed(2))
+	if restarted.Status.Phase == v1alpha1.PhaseFailed {
+		t.Fatalf("the run failed: %s", describeRun(restarted))
+	}
+	lf := restarted.Status.LastFailure
+	if lf == nil || lf.Pod != victim.Name || lf.Cause != v1alpha1.CauseEviction || lf.Class != v1alpha1.ClassInfrastructure {
+		t.Fatalf("lastFailure %+v, want Infrastructure/Eviction on %s", lf, victim.Name)
 	}
 	requireRestarts(t, restarted, v1alpha1.RestartCounts{Infrastructure: 1})
 }

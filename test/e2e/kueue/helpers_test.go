@@ -506,17 +506,12 @@ func (e *env) infraFault(pod *corev1.Pod) {
 	}
 }
 
-// heldFinalizer keeps a deleted pod in place, as a kubelet slow to stop it would.
-const heldFinalizer = "kueue-test.faultline.dev/held"
-
-// holdPod makes the pod stay after its deletion until the returned function lets it go.
+// holdPod makes the pod stay, Running, after its deletion until the returned function lets
+// it go, as a kubelet slow to stop it would (cluster.HoldStopping).
 func (e *env) holdPod(pod *corev1.Pod) (release func()) {
 	e.t.Helper()
-	patch := func(p string) error {
-		_, err := e.c.Client.CoreV1().Pods(e.ns).Patch(context.Background(), pod.Name, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{})
-		return err
-	}
-	if err := patch(fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, heldFinalizer)); err != nil {
+	let, err := e.c.HoldStopping(e.ctx, e.ns, pod.Name)
+	if err != nil {
 		e.t.Fatalf("hold pod %s: %v", pod.Name, err)
 	}
 	released := false
@@ -525,7 +520,7 @@ func (e *env) holdPod(pod *corev1.Pod) (release func()) {
 			return
 		}
 		released = true
-		if err := patch(fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, heldFinalizer)); err != nil {
+		if err := let(context.Background()); err != nil {
 			e.t.Errorf("release pod %s: %v", pod.Name, err)
 		}
 	}
