@@ -18,9 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -74,12 +74,19 @@ func install(ctx context.Context, c *cluster.Cluster) error {
 
 // waitEnforced returns once the API server enforces the evidence policy: a policy takes
 // effect some time after it is created, and nothing can be watched for that. The probe is a
-// dry run of what the policy refuses even to the admin, so it changes nothing.
+// dry run of what the policy refuses even to the admin (a worker made with evidence), so it
+// stores nothing.
 func waitEnforced(ctx context.Context, c *cluster.Cluster) error {
-	probe := dsPods[cluster.NodeName(0)]
-	patch := []byte(`{"metadata":{"annotations":{"faultline.dev/fault-evidence":"{}"}}}`)
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "evidence-probe", Namespace: metav1.NamespaceDefault,
+			Labels:      map[string]string{v1alpha1.LabelRun: "probe"},
+			Annotations: map[string]string{v1alpha1.AnnotationFaultEvidence: "{}"},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Pods(probe.Namespace).Patch(ctx, probe.Name, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := c.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsForbidden(err), nil
 	})
 }

@@ -504,3 +504,56 @@ func runAsTenant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name
 	tr.victim = runningWorkers(ctx, t, c, ns, name, 2)[0]
 	return tr
 }
+
+// TestE2EControllerCannotCreateForeignPods: the controller's RBAC lets it create any pod in
+// any namespace; admission keeps it to the workers of a run's Job: a pod of no run, a pod no
+// Job controls, a pod whose Job is not its run's, and any pod in a system namespace (where a
+// pod would run with the token of one of the cluster's or faultline's own ServiceAccounts)
+// are refused, each with the rule named; a worker of its run's Job in the run's namespace
+// goes through.
+func TestE2EControllerCannotCreateForeignPods(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	defer cancel()
+	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobOf := func(name string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "3e0f6f8e-0000-4000-8000-000000000001", Controller: ptr.To(true)}
+	}
+	pod := func(ns, run, sa string, owners ...metav1.OwnerReference) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "w-", Namespace: ns, OwnerReferences: owners},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: sa, RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest"}},
+			},
+		}
+		if run != "" {
+			p.Labels = map[string]string{v1alpha1.LabelRun: run, v1alpha1.LabelAttempt: "1"}
+		}
+		return p
+	}
+	create := func(p *corev1.Pod) error {
+		_, err := asController.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+
+	if err := create(pod(ns, "llm", "", jobOf("llm"))); err != nil {
+		t.Errorf("the controller creating a worker of its run's Job: %v", err)
+	}
+	requireForbidden(t, "a pod of no run", create(pod(ns, "", "", jobOf("llm"))), "no worker of a TrainingRun")
+	requireForbidden(t, "a worker no Job controls", create(pod(ns, "llm", "")), "only the workers of a Job")
+	requireForbidden(t, "a worker of another Job", create(pod(ns, "llm", "", jobOf("other"))), "its Job is not the one of its run")
+	for _, sys := range []struct{ ns, sa string }{{systemNamespace, "faultline-nodeagent"}, {systemNamespace, controllerSA}, {"kube-system", "default"}} {
+		requireForbidden(t, "a worker in "+sys.ns+" as "+sys.sa, create(pod(sys.ns, "llm", sys.sa, jobOf("llm"))),
+			"faultline-controller may not create pod "+sys.ns+"/", sys.ns+" is a system namespace")
+	}
+}
