@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -264,16 +265,9 @@ func releaseJobs(ctx context.Context, dyn dynamic.Interface, out io.Writer) erro
 		return err
 	}
 	for _, j := range jobs {
-		fins := j.GetFinalizers()
-		if !slices.Contains(fins, v1alpha1.FinalizerAttemptJob) {
-			continue
-		}
-		keep := slices.DeleteFunc(slices.Clone(fins), func(f string) bool { return f == v1alpha1.FinalizerAttemptJob })
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep, "resourceVersion": j.GetResourceVersion()}})
-		if _, err := dyn.Resource(gvrJobs).Namespace(j.GetNamespace()).Patch(ctx, j.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := dropFinalizer(ctx, dyn.Resource(gvrJobs).Namespace(j.GetNamespace()), "job.batch", j, v1alpha1.FinalizerAttemptJob, out); err != nil {
 			return fmt.Errorf("release job %s: %w", qualified(j), err)
 		}
-		fmt.Fprintf(out, "job.batch/%s released (finalizer %s)\n", qualified(j), v1alpha1.FinalizerAttemptJob)
 	}
 	// A gang's pods are the controller's (their Job is managed by faultline): the Job
 	// controller never takes its tracking finalizer off them, the controller does.
@@ -283,18 +277,43 @@ func releaseJobs(ctx context.Context, dyn dynamic.Interface, out io.Writer) erro
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		fins := p.GetFinalizers()
-		if !slices.Contains(fins, batchv1.JobTrackingFinalizer) {
-			continue
-		}
-		keep := slices.DeleteFunc(slices.Clone(fins), func(f string) bool { return f == batchv1.JobTrackingFinalizer })
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep, "resourceVersion": p.GetResourceVersion()}})
-		if _, err := dyn.Resource(gvrPods).Namespace(p.GetNamespace()).Patch(ctx, p.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := dropFinalizer(ctx, dyn.Resource(gvrPods).Namespace(p.GetNamespace()), "pod", p, batchv1.JobTrackingFinalizer, out); err != nil {
 			return fmt.Errorf("release pod %s: %w", qualified(p), err)
 		}
-		fmt.Fprintf(out, "pod/%s released (finalizer %s)\n", qualified(p), batchv1.JobTrackingFinalizer)
 	}
 	return nil
+}
+
+// dropFinalizer takes finalizer off u, if it still has it, and says so. The controller may be
+// letting the same object go at the same moment (a run just deleted): a write that conflicts
+// reads the object again, and one already let go (or gone) is done.
+func dropFinalizer(ctx context.Context, res dynamic.ResourceInterface, kind string, u *unstructured.Unstructured, finalizer string, out io.Writer) error {
+	dropped := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fins := u.GetFinalizers()
+		if !slices.Contains(fins, finalizer) {
+			return nil
+		}
+		keep := slices.DeleteFunc(slices.Clone(fins), func(f string) bool { return f == finalizer })
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep, "resourceVersion": u.GetResourceVersion()}})
+		_, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			fresh, gerr := res.Get(ctx, u.GetName(), metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			u = fresh
+		}
+		dropped = err == nil
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if dropped {
+		fmt.Fprintf(out, "%s/%s released (finalizer %s)\n", kind, qualified(u), finalizer)
+	}
+	return err
 }
 
 // unmarkNodes takes the node agent's marks off every Node: its conditions

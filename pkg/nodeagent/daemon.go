@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -88,6 +89,35 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Served from the start: the liveness probe asks whether the process lives, which it does
+	// while its start waits (the TrainingRuns' first list alone may take 20 s, then NVML and
+	// logind, longer on a loaded node: a probe that failed all that time had the kubelet
+	// restart a healthy agent mid-start). Ready only once the shutdown lock is held.
+	var inhibitor atomic.Pointer[shutdown.Inhibitor]
+	httpErr := make(chan error, 1)
+	if cfg.HTTPAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			// Ready once the shutdown lock is held: before that a shutdown would go unseen.
+			if i := inhibitor.Load(); i == nil || !i.Holding() {
+				http.Error(w, "logind delay inhibitor lock not held", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		httpDone := make(chan struct{})
+		go func() {
+			defer close(httpDone)
+			httpErr <- serve(ctx, ln, mux)
+		}()
+		defer func() { cancel(); <-httpDone }()
+	}
 	podInformer := NodePodInformer(cfg.Client, cfg.Node, 0)
 	pods := corelisters.NewPodLister(podInformer.GetIndexer())
 	informerDone := make(chan struct{})
@@ -197,13 +227,14 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return err
 	}
-	inhibitor, err := shutdown.New(shutdown.Config{
+	inh, err := shutdown.New(shutdown.Config{
 		Handler: agent, Dial: shutdown.BusDialer(cfg.DBusAddress),
 		ReleaseTimeout: cfg.ReleaseTimeout, Clock: clock.RealClock{}, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
+	inhibitor.Store(inh)
 
 	// The runs' progress deadlines (the workers' annotation): a worker silent that long is
 	// said so on its pod.
@@ -216,24 +247,20 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	g.Go(func() error { return agent.Run(ctx) })
 	g.Go(func() error { progress.Run(ctx); return nil })
 	g.Go(func() error { return monitor.Run(ctx, agent.OnGPUFault) })
-	g.Go(func() error { return inhibitor.Run(ctx) })
+	g.Go(func() error { return inh.Run(ctx) })
 	g.Go(func() error {
 		WatchResets(ctx, cfg.Client, cfg.Node, agent.ResetRequested, log)
 		return nil
 	})
 	if cfg.HTTPAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			// Ready once the shutdown lock is held: before that a shutdown would go unseen.
-			if !inhibitor.Holding() {
-				http.Error(w, "logind delay inhibitor lock not held", http.StatusServiceUnavailable)
-				return
+		g.Go(func() error {
+			select {
+			case err := <-httpErr:
+				return err
+			case <-ctx.Done():
+				return nil
 			}
-			_, _ = w.Write([]byte("ok"))
 		})
-		g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, mux) })
 	}
 	if sim != nil && cfg.SimulateAddr != "" {
 		// Apart from the main listener, which a DaemonSet exposes on the pod network.
@@ -344,6 +371,11 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	return serve(ctx, ln, h)
+}
+
+// serve serves h on ln until ctx is done.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -471,7 +471,7 @@ func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *a
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.RestartCount > 0 {
-				t.Errorf("agent pod %s on %s restarted %d times", p.Name, p.Spec.NodeName, cs.RestartCount)
+				t.Errorf("agent pod %s on %s restarted %d times; its last end: %s", p.Name, p.Spec.NodeName, cs.RestartCount, lastEnd(cs))
 			}
 		}
 	}
@@ -747,4 +747,14 @@ func (r *otlpReceiver) waitCauses(ctx context.Context, service string, causes ..
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// lastEnd says how a container's previous run ended, with the last lines it wrote (the
+// kubelet's termination message, from its log on error).
+func lastEnd(cs corev1.ContainerStatus) string {
+	t := cs.LastTerminationState.Terminated
+	if t == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("exit %d (%s) at %s: %s", t.ExitCode, t.Reason, t.FinishedAt.Format(time.RFC3339), t.Message)
 }
