@@ -72,13 +72,18 @@ func SortEvents(events []corev1.Event) {
 	sort.SliceStable(events, func(i, j int) bool { return eventTime(&events[i]).Before(eventTime(&events[j])) })
 }
 
-// budgets is "infrastructure 1/10, application 0/0, unknown 0/1": spent of allowed.
+// budgets is "infrastructure 1/10, application 0/0, unknown 0/1": spent of allowed; a run
+// with a progress deadline adds its own budget, "no progress 0/1".
 func budgets(run *v1alpha1.TrainingRun) string {
 	b, r := run.Spec.FailurePolicy.MaxRestarts, run.Status.Restarts
-	return fmt.Sprintf("infrastructure %d/%d, application %d/%d, unknown %d/%d",
+	s := fmt.Sprintf("infrastructure %d/%d, application %d/%d, unknown %d/%d",
 		r.Infrastructure, policy.Budget(b, v1alpha1.ClassInfrastructure),
 		r.Application, policy.Budget(b, v1alpha1.ClassApplication),
 		r.Unknown, policy.Budget(b, v1alpha1.ClassUnknown))
+	if policy.WatchesProgress(run) {
+		s += fmt.Sprintf(", no progress %d/%d", r.NoProgress, policy.LineBudget(b, policy.LineNoProgress))
+	}
+	return s
 }
 
 // verdictLine is "NodeShutdown (infrastructure) at index 5 (pod llm-5-x) on node gpu-node-3, exit 143".

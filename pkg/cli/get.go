@@ -477,7 +477,7 @@ func restartsShort(c v1alpha1.RestartCounts) string {
 	for _, p := range []struct {
 		n    int32
 		name string
-	}{{c.Infrastructure, "infra"}, {c.Application, "app"}, {c.Unknown, "unknown"}} {
+	}{{c.Infrastructure, "infra"}, {c.Application, "app"}, {c.Unknown, "unknown"}, {c.NoProgress, "no progress"}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.name))
 		}

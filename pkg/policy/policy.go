@@ -208,6 +208,13 @@ func LineBudget(b v1alpha1.RestartBudgets, l Line) int32 {
 	}
 }
 
+// WatchesProgress reports whether run's attempts can end for want of progress (its
+// failurePolicy.progressDeadlineSeconds is set) or already did: only then is its NoProgress
+// budget worth showing.
+func WatchesProgress(run *v1alpha1.TrainingRun) bool {
+	return run.Spec.FailurePolicy.ProgressDeadlineSeconds != nil || run.Status.Restarts.NoProgress > 0
+}
+
 // LineSpent is how many restarts a line has spent.
 func LineSpent(r v1alpha1.RestartCounts, l Line) int32 {
 	switch l {

@@ -18,7 +18,7 @@ import (
 const MetricBudgetRemaining = "faultline_restart_budget_remaining"
 
 var budgetDesc = prometheus.NewDesc(MetricBudgetRemaining,
-	"Restarts a TrainingRun that has not ended may still spend, by failure class (spec.failurePolicy.maxRestarts less status.restarts, never below 0), read from the runs at scrape time.",
+	"Restarts a TrainingRun that has not ended may still spend, by failure class (spec.failurePolicy.maxRestarts less status.restarts, never below 0; class NoProgress, for a run with a progress deadline, is the budget of attempts that stopped making progress), read from the runs at scrape time.",
 	[]string{"namespace", "run", "class"}, nil)
 
 // Lister lists the runs to report: the controller's client, of its namespace or the cluster.
@@ -60,7 +60,9 @@ type Budget struct {
 }
 
 // Budgets are the remaining budgets of the runs that have not ended, the class named as
-// faultline_restarts_total labels it (Infrastructure, Application, Unknown).
+// faultline_restarts_total labels it (Infrastructure, Application, Unknown), and, for a run
+// whose attempts can end for want of progress (failurePolicy.progressDeadlineSeconds, or one
+// that already did), its own budget as class NoProgress.
 func Budgets(runs []v1alpha1.TrainingRun) []Budget {
 	var out []Budget
 	for i := range runs {
@@ -68,14 +70,13 @@ func Budgets(runs []v1alpha1.TrainingRun) []Budget {
 		if r.Status.Phase == v1alpha1.PhaseSucceeded || r.Status.Phase == v1alpha1.PhaseFailed {
 			continue
 		}
-		spent := map[v1alpha1.Class]int32{
-			v1alpha1.ClassInfrastructure: r.Status.Restarts.Infrastructure,
-			v1alpha1.ClassApplication:    r.Status.Restarts.Application,
-			v1alpha1.ClassUnknown:        r.Status.Restarts.Unknown,
+		lines := []policy.Line{policy.LineInfrastructure, policy.LineApplication, policy.LineUnknown}
+		if policy.WatchesProgress(r) {
+			lines = append(lines, policy.LineNoProgress)
 		}
-		for _, class := range []v1alpha1.Class{v1alpha1.ClassInfrastructure, v1alpha1.ClassApplication, v1alpha1.ClassUnknown} {
-			left := max(policy.Budget(r.Spec.FailurePolicy.MaxRestarts, class)-spent[class], 0)
-			out = append(out, Budget{Namespace: r.Namespace, Run: r.Name, Class: string(class), Remaining: left})
+		for _, l := range lines {
+			left := max(policy.LineBudget(r.Spec.FailurePolicy.MaxRestarts, l)-policy.LineSpent(r.Status.Restarts, l), 0)
+			out = append(out, Budget{Namespace: r.Namespace, Run: r.Name, Class: string(l), Remaining: left})
 		}
 	}
 	return out
