@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/version"
@@ -245,25 +246,27 @@ func (i *installation) waitRunning(ctx context.Context, t *testing.T) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	locks := make(chan error, len(i.c.Real.Nodes))
-	for _, n := range i.c.Real.Nodes {
-		go func() {
-			_, err := n.WaitLock(wctx, cluster.AgentLockWho)
-			locks <- err
-		}()
+	// The rollouts first, as an operator waits for them: the OTLP settings (traceTo) change
+	// both templates, and until the old pods are gone an old controller may hold the Lease
+	// (and handle the story's fault without tracing it), an old agent the node's lock.
+	for _, obj := range []string{"deployment/faultline-controller", "daemonset/faultline-nodeagent"} {
+		if out, err := i.c.Kubectl(wctx, "rollout", "status", obj, "-n", v1alpha1.NodeAgentNamespace, "--timeout=4m"); err != nil {
+			t.Fatalf("kubectl rollout status %s: %v\n%s%s", obj, err, out, i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+		}
 	}
 	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelAppName: "faultline-controller"})
+	var current []string
 	pods, err := i.c.WaitPods(wctx, v1alpha1.NodeAgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
-		ready := 0
+		current = current[:0]
 		for _, p := range pods {
 			if podReady(p) && p.DeletionTimestamp == nil {
-				ready++
+				current = append(current, p.Name)
 			}
 		}
-		return ready == 2, nil
+		return len(current) == 2 && len(pods) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the controller's 2 replicas Ready: %v; pods: %s%s", err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+		t.Fatalf("the controller's 2 replicas Ready, and no other: %v; pods: %s%s", err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
 	}
 	sel = labels.SelectorFromSet(labels.Set{v1alpha1.LabelAppName: cluster.AgentAppLabel})
 	pods, err = i.c.WaitPods(wctx, v1alpha1.NodeAgentNamespace, sel, func(pods []*corev1.Pod) (bool, error) {
@@ -273,17 +276,26 @@ func (i *installation) waitRunning(ctx context.Context, t *testing.T) {
 				nodes[p.Spec.NodeName] = true
 			}
 		}
-		return len(nodes) == len(i.c.Real.Nodes), nil
+		return len(nodes) == len(i.c.Real.Nodes) && len(pods) == len(i.c.Real.Nodes), nil
 	})
 	if err != nil {
-		t.Fatalf("the agent's pod Ready on each of %d real nodes: %v; pods: %s%s", len(i.c.Real.Nodes), err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+		t.Fatalf("the agent's pod Ready on each of %d real nodes, and no other: %v; pods: %s%s", len(i.c.Real.Nodes), err, describePods(pods), i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
 	}
-	for range i.c.Real.Nodes {
-		if err := <-locks; err != nil {
-			t.Fatalf("the agent's pod took no inhibitor lock on its node's logind: %v", err)
+	for _, n := range i.c.Real.Nodes {
+		if _, err := n.WaitLock(wctx, cluster.AgentLockWho); err != nil {
+			t.Fatalf("the agent's pod took no inhibitor lock on %s's logind: %v", n.Name, err)
 		}
 	}
-	if _, err := waitLeader(wctx, i.c); err != nil {
+	leader, err := waitLeader(wctx, i.c)
+	for err == nil && !slices.ContainsFunc(current, func(name string) bool { return strings.HasPrefix(leader, name+"_") }) {
+		select {
+		case <-wctx.Done():
+			err = fmt.Errorf("the Lease is held by %s, none of the current controller pods %v", leader, current)
+		case <-time.After(250 * time.Millisecond):
+			leader, err = waitLeader(wctx, i.c)
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -353,7 +365,10 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgentPods(ctx, t, c, ds, images.Agent)
+	if !checkAgentPods(ctx, t, c, ds, images.Agent) {
+		// What the kubelet said of the agent's pods (a probe, a sandbox changed, a kill).
+		t.Logf("events in %s:%s", v1alpha1.NodeAgentNamespace, i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+	}
 	dep, err := c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-controller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -438,8 +453,9 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 // checkAgentPods: the agent's pod on each real node runs the rendered image with the
 // DaemonSet's mounts of the node (its system bus, CRI socket, PodResources, pod logs, driver
 // root) and its security context (root, privileged).
-func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *appsv1.DaemonSet, image string) {
+func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *appsv1.DaemonSet, image string) (restartFree bool) {
 	t.Helper()
+	restartFree = true
 	pods, err := c.Client.CoreV1().Pods(v1alpha1.NodeAgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(ds.Spec.Selector.MatchLabels).String()})
 	if err != nil {
 		t.Fatal(err)
@@ -471,10 +487,16 @@ func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *a
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.RestartCount > 0 {
-				t.Errorf("agent pod %s on %s restarted %d times; its last end: %s", p.Name, p.Spec.NodeName, cs.RestartCount, lastEnd(cs))
+				prev, err := c.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, Previous: true, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
+				if err != nil {
+					prev = []byte(err.Error())
+				}
+				t.Errorf("agent pod %s on %s restarted %d times; its last end: %s; its last lines:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, lastEnd(cs), prev)
+				restartFree = false
 			}
 		}
 	}
+	return restartFree
 }
 
 // TestRealUninstallLeavesNothing: after the story, `launcher uninstall --force` (the gang of the
