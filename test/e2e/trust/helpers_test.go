@@ -3,6 +3,7 @@ package trust
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/kubernetes"
 	"testing"
 	"time"
 
@@ -198,4 +199,18 @@ func dropFinalizers(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
 		_, _ = c.Client.CoreV1().Pods(pod.Namespace).Patch(context.Background(), pod.Name, "application/merge-patch+json",
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
+}
+
+// controllerClient is a client with the controller's own ServiceAccount token.
+func controllerClient(ctx context.Context, t *testing.T, c *cluster.Cluster) kubernetes.Interface {
+	t.Helper()
+	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }

@@ -154,14 +154,7 @@ func TestE2EJaxNoArgumentInit(t *testing.T) {
 	}
 
 	// The controller's own token cannot create a broader Role, or bind one to anyone else.
-	_, ccfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := kubernetes.NewForConfig(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(ctx, t, c)
 	owner := []metav1.OwnerReference{*metav1.NewControllerRef(running, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	broader := workeraccess.Role(running)

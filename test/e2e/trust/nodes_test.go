@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -32,14 +31,7 @@ func TestE2EControllerCannotUncordonOrRelabelNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(ctx, t, c)
 	nodes := asController.CoreV1().Nodes()
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	patch := func(p string) error {
@@ -70,7 +62,7 @@ func TestE2EControllerCannotUncordonOrRelabelNodes(t *testing.T) {
 	} {
 		requireForbidden(t, "the controller's "+tc.what+" of node "+name, patch(tc.patch), tc.says)
 	}
-	err = nodes.Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	err := nodes.Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	requireForbidden(t, "the controller's delete of node "+name, err)
 
 	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

@@ -301,14 +301,7 @@ func TestE2EControllerCannotTakeOtherLeases(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
-	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(ctx, t, c)
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	for _, l := range []struct{ namespace, name string }{
 		{"kube-system", "kube-controller-manager"},
@@ -361,14 +354,7 @@ func TestE2EControllerPodWritesAreConfined(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
-	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(ctx, t, c)
 	const keep = "test.faultline.dev/keep"
 	node := cluster.NodeName(2)
 	worker := createPod(ctx, t, c, ns, "worker", node, map[string]string{v1alpha1.LabelRun: "r", v1alpha1.LabelAttempt: "1"}, "batch.kubernetes.io/job-tracking", keep)
@@ -387,7 +373,7 @@ func TestE2EControllerPodWritesAreConfined(t *testing.T) {
 	}
 	// Nothing else.
 	image := `{"spec":{"containers":[{"name":"worker","image":"attacker/miner:latest"}]}}`
-	_, err = pods.Patch(ctx, other.Name, types.StrategicMergePatchType, []byte(image), dry)
+	_, err := pods.Patch(ctx, other.Name, types.StrategicMergePatchType, []byte(image), dry)
 	requireForbidden(t, "controller changing the image of a pod of no run", err, "no worker of a TrainingRun")
 	err = pods.Delete(ctx, other.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	requireForbidden(t, "controller deleting a pod of no run", err, "no worker of a TrainingRun")
@@ -517,14 +503,7 @@ func TestE2EControllerCannotCreateForeignPods(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
-	_, cfg, err := c.ServiceAccountKubeconfig(ctx, systemNamespace, controllerSA, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(ctx, t, c)
 	jobOf := func(name string) metav1.OwnerReference {
 		return metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "3e0f6f8e-0000-4000-8000-000000000001", Controller: ptr.To(true)}
 	}
