@@ -190,22 +190,34 @@ func overdueWaits(waits []inplacegate.Wait, now time.Time) []inplacegate.Wait {
 // to new pods, kept off the nodes whose agents are silent for the attempt, and off every
 // overdue pod's node when offNodes (an agent that did not open its barrier in time: a new pod
 // there would wait at its barrier for that agent again). The decision is
-// written first (the attempt's excluded nodes, the InPlaceWaiting condition that names each
-// pod, its node and what it waited for), then the pods are deleted.
+// written first (the attempt's excluded nodes and moved indexes, the InPlaceWaiting
+// condition that names each pod, its node and what it waited for), then the pods are
+// deleted. The record makes the deleted pods superseded: the exit their deletion causes (the
+// barrier's SIGTERM) is no failure of the attempt, whenever a reconcile sees it, and a
+// controller that crashed before the deletions makes them after (track).
 func (r *Reconciler) inPlaceFallback(ctx context.Context, run *v1alpha1.TrainingRun, overdue []inplacegate.Wait, what string, offNodes bool) (ctrl.Result, error) {
 	rec := attempt.Record(run)
 	var names []string
 	var pods []*corev1.Pod
+	changed := false
 	for _, w := range overdue {
 		names = append(names, w.Describe())
 		pods = append(pods, w.Pod)
 		if node := w.Pod.Spec.NodeName; (w.Silent || offNodes) && node != "" && !slices.Contains(rec.ExcludedNodes, node) {
 			rec.ExcludedNodes = append(rec.ExcludedNodes, node)
+			changed = true
+		}
+		if i, ok := attempt.Index(w.Pod); ok && !slices.Contains(rec.MovedIndexes, int32(i)) {
+			rec.MovedIndexes = append(rec.MovedIndexes, int32(i))
+			slices.Sort(rec.MovedIndexes)
+			changed = true
 		}
 	}
 	msg := fmt.Sprintf("attempt %d: %d %s %s in time, so their indexes move to new pods elsewhere: %s", run.Status.Attempt, len(overdue), plural(len(overdue), "pod", "pods"), what, named(names))
-	changed := meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonInPlaceFallback, Message: msg})
+	if meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonInPlaceFallback, Message: msg}) {
+		changed = true
+	}
 	if changed {
 		if err := r.writeStatus(ctx, run); err != nil {
 			return ctrl.Result{}, err

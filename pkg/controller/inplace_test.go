@@ -1,14 +1,29 @@
 package controller
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 func inPlacePod(index, attemptLabel, node string, mut ...func(*corev1.Pod)) *corev1.Pod {
@@ -44,8 +59,156 @@ func TestSuperseded(t *testing.T) {
 	if len(got) != 2 || !got["old-1"] || !got["old-2"] {
 		t.Errorf("superseded %v, want old-1 and old-2", got)
 	}
+	// A pod made for attempt 2 of a recorded index, retired (deleted) before its barrier
+	// opened, is superseded; one of an index the record did not move is judged.
+	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }
+	retired := append(slices.Clone(current), uid(inPlacePod("1", "2", "up", deleting), "retired-1"), uid(inPlacePod("2", "2", "up", deleting), "gone-2"))
+	retired = slices.DeleteFunc(retired, func(p *corev1.Pod) bool { return p.UID == "new-2" })
+	if got := superseded(run, retired); len(got) != 3 || !got["retired-1"] || got["gone-2"] {
+		t.Errorf("superseded %v, want old-1, old-2 and retired-1", got)
+	}
 	run.Status.Attempts[1].RestartMode = v1alpha1.RestartModeRecreate
 	if got := superseded(run, current); len(got) != 0 {
 		t.Errorf("a recreated attempt supersedes %v", got)
+	}
+}
+
+// fallbackFixture is ml/llm, two workers restarted in place into attempt 2 in attempt 1's
+// Job, its barrier opened 40 s ago: index 0's pod (node gpu-0) runs attempt 2; index 1's
+// (node gpu-1, whose node agent is silent: no heartbeat) still waits at its barrier, held
+// in the API by the kubelet once deleted (kubeletStopping).
+func fallbackFixture(t *testing.T) (*Reconciler, client.Client, *v1alpha1.TrainingRun, *batchv1.Job, []*corev1.Pod) {
+	t.Helper()
+	// Now, not a fixed time: meta.SetStatusCondition stamps conditions with the wall clock.
+	now := time.Now().UTC().Truncate(time.Second)
+	opened := metav1.NewTime(now.Add(-40 * time.Second))
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+		Spec: v1alpha1.TrainingRunSpec{
+			Workers: 2, Framework: v1alpha1.FrameworkNone,
+			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
+			Template:      corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer"}}}},
+		},
+		Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhasePending, Restarts: v1alpha1.RestartCounts{Unknown: 1}, Attempts: []v1alpha1.AttemptRecord{
+			{Attempt: 1, EndTime: ptr.To(metav1.NewTime(now.Add(-time.Minute)))},
+			{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, BarrierOpenedAt: &opened, StartTime: &opened},
+		}},
+	}
+	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier"})
+	job.UID = "uid-job-1"
+	var pods []*corev1.Pod
+	for i := range 2 {
+		p, err := attempt.Pod(job, i, attempt.PodOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
+		p.Spec.NodeName = fmt.Sprintf("gpu-%d", i)
+		p.Status.Phase = corev1.PodRunning
+		pods = append(pods, p)
+	}
+	pods[0].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: barrier.OpenedMessage(2)}}}}
+	pods[0].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: opened}}}}
+	pods[1].Finalizers = append(pods[1].Finalizers, kubeletStopping)
+	pods[1].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: opened}}}}
+	pods[1].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(run, job, pods[0], pods[1], &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}).
+		WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now), Frameworks: &spyFrameworks{}}
+	return r, cl, run, job, pods
+}
+
+// TestInPlaceFallbackAfterOpenIsNoFailure: after the barrier opened, a pod whose node agent
+// is silent is retired (its index moves): the record names the moved index before the pod
+// is deleted, the SIGTERM its deletion gives the barrier is no failure of the attempt, the
+// index gets its new pod only once the old one is gone, off the silent node. Seen on a real
+// node (CI, stop 45): the deleted pod's barrier exit was judged Unknown and failed the run.
+func TestInPlaceFallbackAfterOpenIsNoFailure(t *testing.T) {
+	ctx := context.Background()
+	r, cl, run, job, pods := fallbackFixture(t)
+	got, _ := reconcileRun(t, r, cl, run)
+	rec := attempt.Record(got)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInPlaceWaiting); c == nil || c.Reason != v1alpha1.ReasonInPlaceFallback {
+		t.Fatalf("InPlaceWaiting %+v, want the fallback", c)
+	}
+	if !slices.Equal(rec.MovedIndexes, []int32{1}) || !slices.Contains(rec.ExcludedNodes, "gpu-1") {
+		t.Fatalf("record moved %v, excluded %v: want index 1 moved, gpu-1 excluded", rec.MovedIndexes, rec.ExcludedNodes)
+	}
+	old := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp == nil {
+		t.Fatalf("index 1's pod: %v, deleting %v; want it deleted", err, old.DeletionTimestamp)
+	}
+
+	// The kubelet stops the barrier (SIGTERM), then ends the pod, which stays in the API;
+	// each is looked at past the settle window in which a failure is judged.
+	clock := r.Clock.(*clocktesting.FakeClock)
+	newName := attempt.PodName(job, 1, 2)
+	for _, step := range []struct {
+		phase   corev1.PodPhase
+		holding bool // the old pod holds its index: its process may still run
+	}{{corev1.PodRunning, true}, {corev1.PodFailed, false}} {
+		old.Status.Phase = step.phase
+		old.Status.InitContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"}}
+		if err := cl.Status().Update(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		reconcileRun(t, r, cl, run) // a failure would be seen here
+		clock.Step(time.Minute)
+		got, _ = reconcileRun(t, r, cl, run) // and judged here
+		if got.Status.Attempt != 2 || got.Status.Phase == v1alpha1.PhaseFailed || got.Status.Restarts != (v1alpha1.RestartCounts{Unknown: 1}) {
+			t.Fatalf("the retired pod %s: attempt %d phase %s restarts %+v lastFailure %+v; want attempt 2 going on, no failure judged",
+				step.phase, got.Status.Attempt, got.Status.Phase, got.Status.Restarts, got.Status.LastFailure)
+		}
+		err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{})
+		if step.holding && !apierrors.IsNotFound(err) {
+			t.Fatalf("index 1's new pod %s: %v; want none while the old one may run", newName, err)
+		}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The kubelet lets the old pod go: the index has its new pod, made for attempt 2.
+	old.Finalizers = slices.DeleteFunc(old.Finalizers, func(f string) bool { return f == kubeletStopping })
+	if err := cl.Update(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	reconcileRun(t, r, cl, run)
+	fresh := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, fresh); err != nil {
+		t.Fatalf("index 1's new pod %s: %v", newName, err)
+	}
+	if fresh.Labels[v1alpha1.LabelAttempt] != "2" || !strings.Contains(fmt.Sprint(fresh.Spec.Affinity), "gpu-1") {
+		t.Errorf("index 1's new pod: attempt %s, affinity %v; want attempt 2, kept off gpu-1", fresh.Labels[v1alpha1.LabelAttempt], fresh.Spec.Affinity)
+	}
+}
+
+// TestInPlaceFallbackResumesAfterACrash: the controller wrote the fallback's record and
+// crashed before it deleted the pod: the next reconcile deletes it, and judges nothing.
+func TestInPlaceFallbackResumesAfterACrash(t *testing.T) {
+	ctx := context.Background()
+	r, cl, run, _, pods := fallbackFixture(t)
+	stored := &v1alpha1.TrainingRun{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
+		t.Fatal(err)
+	}
+	rec := attempt.Record(stored)
+	rec.MovedIndexes, rec.ExcludedNodes = []int32{1}, []string{"gpu-1"}
+	if err := cl.Status().Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := reconcileRun(t, r, cl, run)
+	old := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp == nil {
+		t.Fatalf("index 1's pod, retired by the record: %v, deleting %v; want it deleted", err, old.DeletionTimestamp)
+	}
+	if slices.Contains(old.Finalizers, batchv1.JobTrackingFinalizer) {
+		t.Errorf("index 1's retired pod keeps the tracking finalizer %v: nothing judges it", old.Finalizers)
+	}
+	if got.Status.Attempt != 2 || got.Status.Phase == v1alpha1.PhaseFailed {
+		t.Errorf("attempt %d phase %s, want attempt 2 going on", got.Status.Attempt, got.Status.Phase)
 	}
 }

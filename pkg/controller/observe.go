@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/inplacegate"
 )
 
 // observed is what the reconciler knows of a run's world at one moment.
@@ -79,17 +81,21 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 
 // superseded are the pods of current (the current attempt's, see observe) that an in-place
 // restart moved: made for an attempt before the current one, of an index the attempt's
-// record moved or that has a pod made for the current attempt. Pure.
+// record moved or that has a pod made for the current attempt; and a pod made for the
+// current attempt, of an index the record moved, that is being deleted before its barrier
+// opened for the attempt (a fallback retired it, inPlaceFallback): it ran nothing of the
+// attempt, and its end is no failure of it. Pure.
 func superseded(run *v1alpha1.TrainingRun, current []*corev1.Pod) map[types.UID]bool {
 	rec := attempt.Record(run)
 	if rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace {
 		return nil
 	}
 	n := run.Status.Attempt
-	moved := map[int]bool{}
+	recorded := map[int]bool{}
 	for _, i := range rec.MovedIndexes {
-		moved[int(i)] = true
+		recorded[int(i)] = true
 	}
+	moved := maps.Clone(recorded)
 	for _, p := range current {
 		if k, _ := attempt.Number(p); k == n {
 			moved[attempt.IndexOrNone(p)] = true
@@ -97,11 +103,26 @@ func superseded(run *v1alpha1.TrainingRun, current []*corev1.Pod) map[types.UID]
 	}
 	out := map[types.UID]bool{}
 	for _, p := range current {
-		if k, _ := attempt.Number(p); k < n && moved[attempt.IndexOrNone(p)] {
+		k, _ := attempt.Number(p)
+		i := attempt.IndexOrNone(p)
+		if k < n && moved[i] || k == n && recorded[i] && p.DeletionTimestamp != nil && !inplacegate.OpenedFor(p, n) {
 			out[p.UID] = true
 		}
 	}
 	return out
+}
+
+// supersededPods are the current Job's pods that an in-place restart superseded (see
+// superseded): they are to go.
+func (o *observed) supersededPods() []*corev1.Pod {
+	return slices.DeleteFunc(o.jobPods(), func(p *corev1.Pod) bool { return !o.superseded[p.UID] })
+}
+
+// holders are the current Job's pods that hold their index: its workers, and the superseded
+// pods not gone yet. An index gets its new pod only once its old one is gone: two
+// processes of one index would meet in the gang (TensorFlow and JAX refuse duplicates).
+func (o *observed) holders() []*corev1.Pod {
+	return slices.DeleteFunc(o.jobPods(), func(p *corev1.Pod) bool { return o.superseded[p.UID] && exitclass.Gone(p, o.nodes) })
 }
 
 // podsOf lists the pods under a run's name, of every attempt and of every run of that name,

@@ -173,11 +173,17 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		if err := r.releaseUnscheduled(ctx, workers); err != nil {
 			return ctrl.Result{}, err
 		}
+		// The pods an in-place fallback retired after the barrier opened go (again, if a
+		// crash came between the record and their deletion), and their indexes get new
+		// pods once they are gone.
+		if err := r.removePods(ctx, obs.supersededPods(), true); err != nil {
+			return ctrl.Result{}, err
+		}
 		excluded := excludedNodes(run)
 		if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
 			excluded = rec.ExcludedNodes
 		}
-		if err := r.createPods(ctx, run, obs.job, workers, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}); err != nil && !errors.Is(err, errPodRefused) {
+		if err := r.createPods(ctx, run, obs.job, obs.holders(), attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}); err != nil && !errors.Is(err, errPodRefused) {
 			return ctrl.Result{}, err
 		}
 	}
