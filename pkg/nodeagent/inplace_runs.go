@@ -9,27 +9,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/runwatch"
 )
 
 // Runs lists and watches the TrainingRuns, read-only: the node agent reads there what the
 // controller decided for an in-place restart (the attempt, whether the gang's barrier is
-// open). coreclient.Client is one.
+// open), of the runs with pods on its node alone (runwatch). coreclient.Client is one.
 type Runs interface {
-	ListTrainingRuns(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.TrainingRunList, error)
-	WatchTrainingRuns(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	runwatch.Runs
 	// GetTrainingRun reads one run from the API server itself: a barrier opens only for
 	// the attempt it confirms (inplace.Confirm).
 	GetTrainingRun(ctx context.Context, namespace, name string) (*v1alpha1.TrainingRun, error)
 }
 
-// runsSyncTimeout bounds the first list of the TrainingRuns.
+// runsSyncTimeout bounds the first reads of the TrainingRuns.
 const runsSyncTimeout = 20 * time.Second
 
 // inPlaceWorkers is how many of the node's pods the agent syncs at once: a stop waits for the
@@ -37,45 +35,34 @@ const runsSyncTimeout = 20 * time.Second
 const inPlaceWorkers = 4
 
 // runInPlace carries the runs' in-place decisions out on the node's pods until ctx is done:
-// a read-only informer of the TrainingRuns, the loop of package inplace over the node's pod
-// informer, and the pod and run events that queue pods into it; and it reports, through
-// reporter, the exits of workers that end on their own (inplace.ExitWatcher), calling
-// noExits if the runtime cannot tell them. It returns once the runs' cache has synced (so
-// that no decision is read from an empty cache), with the loop and the exit watcher running.
+// read-only watches of the runs with pods on the node (runwatch), the loop of package
+// inplace over the node's pod informer, and the pod and run events that queue pods into it;
+// and it reports, through reporter, the exits of workers that end on their own
+// (inplace.ExitWatcher), calling noExits if the runtime cannot tell them. It returns once
+// the runs of the node's pods have been read (so that no decision is read from an empty
+// cache), with the loop and the exit watcher running.
 func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), node string, log *slog.Logger) error {
 	if restarter.Exits() == nil {
 		return errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return runs.ListTrainingRuns(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return runs.WatchTrainingRuns(ctx, o)
-		},
+	// Bounded: an agent that cannot list the runs (the CRD not installed yet, RBAC without
+	// them) must not wait here forever, before its inhibitor lock; it runs without
+	// restarts in place instead.
+	pctx, cancel := context.WithTimeout(ctx, runsSyncTimeout)
+	defer cancel()
+	if err := runwatch.Probe(pctx, runs); err != nil {
+		return fmt.Errorf("the TrainingRuns could not be listed (is faultline's CRD installed, and may the agent list them?): %w", err)
 	}
-	runInformer := cache.NewSharedIndexInformer(lw, &v1alpha1.TrainingRun{}, 0, cache.Indexers{})
-	_ = runInformer.SetTransform(slimRun) // fails only once the informer runs
 	podLister := corelisters.NewPodLister(podInformer.GetIndexer())
-	decisions := inplace.StoreDecisions{Runs: runInformer.GetStore()}
-	loop := inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
+	var loop *inplace.Loop
+	watched := runwatch.New(runs, podInformer.GetStore(), slimRun, func(ns, name string) { loop.RunChanged(ns, name) }, log.With("component", "runs"))
+	decisions := inplace.StoreDecisions{Runs: watched}
+	loop = inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
 	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits
-	runChanged := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if r, ok := obj.(*v1alpha1.TrainingRun); ok {
-			loop.RunChanged(r.Namespace, r.Name)
-		}
-	}
-	if _, err := runInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    runChanged,
-		UpdateFunc: func(_, obj any) { runChanged(obj) },
-		DeleteFunc: runChanged,
-	}); err != nil {
-		return fmt.Errorf("watch the runs' decisions: %w", err)
+	if _, err := podInformer.AddEventHandler(watched.Handler()); err != nil {
+		return fmt.Errorf("watch the runs of the node's pods: %w", err)
 	}
 	podChanged := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
@@ -88,21 +75,8 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	}); err != nil {
 		return fmt.Errorf("watch the node's pods for in-place restarts: %w", err)
 	}
-	// Bounded: an agent that cannot list the runs (the CRD not installed yet, RBAC without
-	// them) must not wait here forever, before its inhibitor lock; it runs without
-	// restarts in place instead.
-	informerCtx, stop := context.WithCancel(ctx)
-	synced := false
-	defer func() {
-		if !synced {
-			stop() // the agent goes on without the runs
-		}
-	}()
-	go runInformer.RunWithContext(informerCtx)
-	syncCtx, cancel := context.WithTimeout(ctx, runsSyncTimeout)
-	defer cancel()
-	if synced = cache.WaitForCacheSync(syncCtx.Done(), runInformer.HasSynced); !synced {
-		return fmt.Errorf("the TrainingRuns could not be listed within %s (is faultline's CRD installed, and may the agent list them?): %w", runsSyncTimeout, context.Cause(syncCtx))
+	if err := watched.Start(ctx, runsSyncTimeout); err != nil {
+		return err
 	}
 	go loop.Run(ctx, inPlaceWorkers)
 	go exits.Run(ctx)
@@ -110,8 +84,8 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 }
 
 // slimRun keeps of a cached TrainingRun what a decision reads (inplace.RunDecision): its
-// name, namespace and UID, its phase, attempt and current attempt's record. The agent of
-// every node caches every run of the cluster; their pod templates are most of them.
+// name, namespace and UID, its phase, attempt and current attempt's record: its pod
+// template, most of it, is nothing the agent reads.
 func slimRun(obj any) (any, error) {
 	r, ok := obj.(*v1alpha1.TrainingRun)
 	if !ok {

@@ -205,6 +205,12 @@ func Delete(tools Tools, name string) error {
 	return nil
 }
 
+// AuditLog is the path of the API server's audit log, written when the cluster was started
+// with Options.AuditPolicy.
+func (c *Cluster) AuditLog() string {
+	return filepath.Join(c.workdir, "clusters", c.Name, "logs", "audit.log")
+}
+
 // SaveLogs copies the components' logs (and the audit log, if any) to dir/<cluster name>/.
 func (c *Cluster) SaveLogs(dir string) (string, error) {
 	src := filepath.Join(c.workdir, "clusters", c.Name, "logs")

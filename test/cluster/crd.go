@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,12 +31,9 @@ import (
 // waits until each one is Established and served by discovery, so that its resources can be
 // used at once.
 func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	docs, err := readCRDs(dir)
 	if err != nil {
 		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no CRD manifests (*.yaml) in %s", dir)
 	}
 	client, err := apiextensions.NewForConfig(c.Config)
 	if err != nil {
@@ -42,39 +41,17 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
 	}
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	var names []string
-	for _, file := range files {
-		f, err := os.Open(file)
+	for _, doc := range docs {
+		body, err := json.Marshal(doc.body)
 		if err != nil {
 			return err
 		}
-		dec := yaml.NewYAMLOrJSONDecoder(f, 64<<10)
-		for {
-			var doc map[string]any
-			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				f.Close()
-				return fmt.Errorf("decode %s: %w", file, err)
-			}
-			if doc["kind"] != "CustomResourceDefinition" {
-				continue // e.g. the kustomization next to the CRDs
-			}
-			meta, _ := doc["metadata"].(map[string]any)
-			name, _ := meta["name"].(string)
-			body, err := json.Marshal(doc)
-			if err != nil {
-				f.Close()
-				return err
-			}
-			_, err = crds.Patch(ctx, name, types.ApplyPatchType, body,
-				metav1.PatchOptions{FieldManager: "faultline-test", Force: ptr.To(true)})
-			if err != nil {
-				f.Close()
-				return fmt.Errorf("apply CRD %s from %s: %w", name, file, err)
-			}
-			names = append(names, name)
+		_, err = crds.Patch(ctx, doc.name, types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: "faultline-test", Force: ptr.To(true)})
+		if err != nil {
+			return fmt.Errorf("apply CRD %s from %s: %w", doc.name, doc.file, err)
 		}
-		f.Close()
+		names = append(names, doc.name)
 	}
 	for _, name := range names {
 		var crd *apiextensionsv1.CustomResourceDefinition
@@ -123,4 +100,74 @@ func (c *Cluster) waitDiscovery(ctx context.Context, crd *apiextensionsv1.Custom
 		}
 		return true, nil
 	})
+}
+
+// DeleteCRDs deletes every CRD in the *.yaml files of dir, with their objects, and waits
+// until each one is gone: a test that installed them leaves the cluster as it found it.
+func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
+	docs, err := readCRDs(dir)
+	if err != nil {
+		return err
+	}
+	client, err := apiextensions.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("apiextensions clientset: %w", err)
+	}
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, doc := range docs {
+		if err := crds.Delete(ctx, doc.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete CRD %s: %w", doc.name, err)
+		}
+	}
+	for _, doc := range docs {
+		lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
+			fields.OneTermEqualSelector("metadata.name", doc.name))
+		_, err := watchtools.UntilWithSync(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(store cache.Store) (bool, error) {
+			return len(store.List()) == 0, nil
+		}, func(e watch.Event) (bool, error) { return e.Type == watch.Deleted, nil })
+		if err != nil {
+			return fmt.Errorf("wait for CRD %s to be gone: %w", doc.name, err)
+		}
+	}
+	return nil
+}
+
+// crdDoc is one CRD of a manifest file.
+type crdDoc struct {
+	file, name string
+	body       map[string]any
+}
+
+// readCRDs reads the CRDs in the *.yaml files of dir.
+func readCRDs(dir string) ([]crdDoc, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no CRD manifests (*.yaml) in %s", dir)
+	}
+	var docs []crdDoc
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 64<<10)
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("decode %s: %w", file, err)
+			}
+			if doc["kind"] != "CustomResourceDefinition" {
+				continue // e.g. the kustomization next to the CRDs
+			}
+			meta, _ := doc["metadata"].(map[string]any)
+			name, _ := meta["name"].(string)
+			docs = append(docs, crdDoc{file: file, name: name, body: doc})
+		}
+	}
+	return docs, nil
 }

@@ -7,7 +7,6 @@ import (
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -49,9 +48,14 @@ func RunDecision(run *v1alpha1.TrainingRun, pod *corev1.Pod) (attemptNumber int,
 	return int(n), open, true
 }
 
-// StoreDecisions is the agent's Decisions over its informer's store of TrainingRuns (keyed
-// namespace/name, as cache.MetaNamespaceKeyFunc keys them).
-type StoreDecisions struct{ Runs cache.Store }
+// StoreDecisions is the agent's Decisions over a store of TrainingRuns keyed namespace/name,
+// as cache.MetaNamespaceKeyFunc keys them: an informer's store, or the agent's watches of
+// its node's runs (runwatch.Set).
+type StoreDecisions struct {
+	Runs interface {
+		GetByKey(key string) (item any, exists bool, err error)
+	}
+}
 
 var _ Decisions = StoreDecisions{}
 

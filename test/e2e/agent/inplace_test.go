@@ -2,13 +2,11 @@ package agent
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -33,7 +31,8 @@ func (noEventsRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*ru
 // for good), so its node says InPlaceReady False, NoExitEvents, and the controller recreates
 // that node's pods instead. First, with faultline's CRD not installed yet (this package's
 // cluster has none), the agent cannot list the runs: it takes its inhibitor lock all the
-// same, and its node says why it cannot restart in place.
+// same, and its node says why it cannot restart in place (TestE2EAgentSeesOnlyItsNode, which
+// runs before it, deletes the CRD it installs).
 func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
 	t.Parallel()
 	c := cluster.Shared(t)
@@ -41,15 +40,7 @@ func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
 	defer cancel()
 	node := cluster.NodeName(8)
 
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, noEventsRuntime{})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	sock := serveRuntime(t, noEventsRuntime{})
 	waitInPlaceReady := func(reason, says string) {
 		t.Helper()
 		var cond *corev1.NodeCondition

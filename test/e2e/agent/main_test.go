@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -56,12 +57,39 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := cluster.Main(m, cluster.Options{Name: "agent", Nodes: nodes, Setup: installAgent})
+	opts := cluster.Options{Name: "agent", Nodes: nodes, Setup: installAgent}
+	if binDir != "" {
+		// What the agents read, for TestE2EAgentSeesOnlyItsNode: the API server's own record.
+		opts.AuditPolicy = filepath.Join(binDir, "audit-policy.yaml")
+		if err := os.WriteFile(opts.AuditPolicy, []byte(agentReadsAudit), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.RemoveAll(binDir)
+			os.Exit(1)
+		}
+	}
+	code := cluster.Main(m, opts)
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
+
+// agentReadsAudit is the API server's audit policy: the node agents' reads of pods and
+// TrainingRuns (their metadata: who, what, which selector), nothing else.
+const agentReadsAudit = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:faultline-system:faultline-nodeagent"]
+  verbs: ["get", "list", "watch"]
+  resources:
+  - group: ""
+    resources: ["pods"]
+  - group: faultline.dev
+    resources: ["trainingruns"]
+- level: None
+`
 
 // installAgent applies deploy/daemonset as an operator would and waits for one agent pod
 // per node (kwok runs them; the test runs the agent processes themselves).
