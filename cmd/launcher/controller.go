@@ -25,6 +25,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/memlimit"
+	"github.com/faultline-dev/faultline/pkg/sandbox"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/pkg/version"
 )
@@ -108,11 +109,19 @@ controller), or --leader-elect=false where no other faultline controller acts on
 			}
 			logger.Info("Kueue integration", "on", opts.Kueue, "mode", kueueMode)
 			opts.Plugins.Logger = logger
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this binary, which starts the framework plugins: %w", err)
+			}
 			if opts.Plugins.PluginDir == "" {
-				// Next to this binary, where `make build` puts the plugins.
-				if exe, err := os.Executable(); err == nil {
-					opts.Plugins.PluginDir = filepath.Dir(exe)
-				}
+				opts.Plugins.PluginDir = filepath.Dir(exe) // where `make build` puts the plugins
+			}
+			// Each plugin starts confined: it never holds this controller's token.
+			opts.Plugins.Command = sandbox.Command(exe)
+			if abi, err := sandbox.Supported(); err != nil {
+				logger.Warn("framework plugins run unconfined: they can read this controller's ServiceAccount token", "reason", err.Error())
+			} else {
+				logger.Info("framework plugins run confined", "landlockABI", abi)
 			}
 			if crashAt != "" {
 				logger.Warn("test crash point armed: this controller kills itself on purpose", "point", crashAt)
@@ -164,4 +173,18 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.StringVar(&crashAt, "test-crash-at", "", "for crash-safety tests only: SIGKILL this process at the named point")
 	_ = f.MarkHidden("test-crash-at")
 	return cmd
+}
+
+// newPluginSandboxCommand is how the controller starts a framework plugin: this binary
+// confines itself and becomes the plugin (pkg/sandbox). Not for people.
+func newPluginSandboxCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    sandbox.Subcommand + " -- PLUGIN",
+		Short:  "Start a framework plugin confined (the controller's own use)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return sandbox.Exec(args[0], args)
+		},
+	}
 }

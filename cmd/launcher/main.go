@@ -85,6 +85,7 @@ program does. It takes kubectl's flags for the cluster and namespace.`,
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
+	root.AddCommand(newPluginSandboxCommand())
 	root.SetHelpCommandGroupID("admin")
 	root.SetCompletionCommandGroupID("admin")
 	return root

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,9 @@ type HostOptions struct {
 	PluginLog io.Writer
 	// Clock times RetryAfter.
 	Clock clock.PassiveClock
+	// Command is how a plugin process is started: exec.Command(path) when nil. The
+	// controller starts each confined (sandbox.Command).
+	Command func(path string) *exec.Cmd
 }
 
 // Host runs framework plugins for the controller: it implements the controller's

@@ -49,10 +49,21 @@ func (h *Host) launchProcess(framework, path string) (*conn, error) {
 		Level:      hclog.Debug, // what the plugin writes to its stderr outside its log (a Go crash) is logged at Debug
 		JSONFormat: true,
 	})
+	cmd := exec.Command(path)
+	if h.opts.Command != nil {
+		cmd = h.opts.Command(path)
+	}
+	// The plugin makes its socket in a directory of its own (go-plugin's variable; the
+	// host's environment follows it): a confined plugin may write nowhere else.
+	dir, err := os.MkdirTemp("", "faultline-plugin-"+framework+"-")
+	if err != nil {
+		return nil, fmt.Errorf("make the plugin's socket directory: %w", err)
+	}
+	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+dir)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  HandshakeConfig,
 		VersionedPlugins: PluginSets(nil),
-		Cmd:              exec.Command(path),
+		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           logger,
 		SyncStdout:       &lineLog{log: logger, stream: "stdout"},
@@ -60,14 +71,18 @@ func (h *Host) launchProcess(framework, path string) (*conn, error) {
 		StartTimeout:     h.opts.StartTimeout,
 		AutoMTLS:         true,
 	})
+	kill := func() {
+		client.Kill()
+		_ = os.RemoveAll(dir)
+	}
 	rpc, err := client.Client()
 	if err != nil {
-		client.Kill()
+		kill()
 		return nil, err
 	}
 	raw, err := rpc.Dispense(PluginName)
 	if err != nil {
-		client.Kill()
+		kill()
 		return nil, err
 	}
 	version := client.NegotiatedVersion()
@@ -77,14 +92,15 @@ func (h *Host) launchProcess(framework, path string) (*conn, error) {
 		p, _ = raw.(Plugin)
 	}
 	if p == nil {
-		client.Kill()
+		kill()
 		return nil, fmt.Errorf("negotiated API version %d, which this host cannot use", version)
 	}
 	pid := 0
 	if rc := client.ReattachConfig(); rc != nil {
 		pid = rc.Pid
 	}
-	return &conn{path: path, pid: pid, plugin: p, version: version, kill: killer(client, pid), exited: client.Exited}, nil
+	end := killer(client, pid)
+	return &conn{path: path, pid: pid, plugin: p, version: version, kill: func() { end(); _ = os.RemoveAll(dir) }, exited: client.Exited}, nil
 }
 
 // killer ends a plugin process: go-plugin's Kill (a graceful shutdown request, then a

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/sandbox"
 )
 
 // The tests in this file start real plugin processes: the TensorFlow, JAX and PyTorch
@@ -30,7 +31,16 @@ var (
 	buildErr  error
 )
 
+// confinedEnv makes the test binary play the launcher's plugin-sandbox command: it confines
+// itself and becomes the plugin named by its last argument.
+const confinedEnv = "FAULTLINE_FRAMEWORK_TEST_CONFINE"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(confinedEnv) != "" {
+		plugin := os.Args[len(os.Args)-1]
+		fmt.Fprintln(os.Stderr, sandbox.Exec(plugin, []string{plugin}))
+		os.Exit(3)
+	}
 	goTool, _ = exec.LookPath("go")
 	code := m.Run()
 	if buildDir != "" {
@@ -214,6 +224,33 @@ func TestProcessRealPlugins(t *testing.T) {
 			t.Fatal("no plugin process recorded")
 		}
 		gone(t, pid)
+	}
+}
+
+// TestProcessPluginsRunConfined: plugins started as the controller starts them, confined
+// (sandbox.Command; here the test binary plays the launcher), make their socket in the
+// directory they are given and answer as they do unconfined.
+func TestProcessPluginsRunConfined(t *testing.T) {
+	if _, err := sandbox.Supported(); err != nil {
+		t.Skipf("plugins run unconfined here: %v", err)
+	}
+	dir := t.TempDir()
+	install(t, dir, "jax", "jax")
+	install(t, dir, "pytorch", "pytorch")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := processHost(t, HostOptions{PluginDir: dir, Command: func(path string) *exec.Cmd {
+		cmd := exec.Command(exe, "--", path)
+		cmd.Env = []string{confinedEnv + "=1"}
+		return cmd
+	}})
+	if got := envValue(t, h, makeRun("jax", "lm"), "JAX_COORDINATOR_ADDRESS"); got != "lm-0.lm.ns.svc:1234" {
+		t.Errorf("JAX_COORDINATOR_ADDRESS = %q", got)
+	}
+	if hints, err := h.Hints(context.Background(), makeRun("pytorch", "r")); err != nil || len(hints) == 0 {
+		t.Errorf("Hints(pytorch) = %d hints, %v", len(hints), err)
 	}
 }
 

@@ -448,6 +448,15 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	if err := i.otlp.waitCauses(tctx, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
 		t.Errorf("the controller's trace: %v", err)
 	}
+	// The leader started the runs' framework plugin confined (pkg/sandbox): the pod's
+	// seccomp profile (RuntimeDefault, containerd's) lets Landlock through.
+	if podName, _, _ := strings.Cut(leader, "_"); podName != "" {
+		raw, err := c.Client.CoreV1().Pods(v1alpha1.NodeAgentNamespace).GetLogs(podName, &corev1.PodLogOptions{}).DoRaw(ctx)
+		logs := string(raw)
+		if err != nil || !strings.Contains(logs, "framework plugins run confined") || !strings.Contains(logs, "faultline-plugin-jax") {
+			t.Errorf("controller %s: its log (%v) does not say that the JAX plugin started confined:\n%s", podName, err, tail(logs, 20))
+		}
+	}
 }
 
 // checkAgentPods: the agent's pod on each real node runs the rendered image with the
@@ -779,4 +788,10 @@ func lastEnd(cs corev1.ContainerStatus) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("exit %d (%s) at %s: %s", t.ExitCode, t.Reason, t.FinishedAt.Format(time.RFC3339), t.Message)
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
