@@ -149,7 +149,7 @@ demo-bins:
 .PHONY: bench
 bench: tools build ## Benchmarks on the local control plane (BENCH_FLAGS, e.g. -workers 8,256 -controller-manager-qps 200), then what the admission policies cost other pods.
 	$(GO) run ./bench $(BENCH_FLAGS)
-	$(GO) test -count=1 -run '^$$' -bench AdmissionCostOfPlainPods -benchtime 1x ./test/e2e/trust
+	$(GO) test -count=1 -run '^$$' -bench AdmissionCostOf -benchtime 1x ./test/e2e/trust
 
 .PHONY: cluster-up
 cluster-up: tools ## Start a persistent dev cluster with 8 fake GPU nodes; prints its kubeconfig path.
