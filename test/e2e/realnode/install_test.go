@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -368,6 +369,9 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	if !checkAgentPods(ctx, t, c, ds, images.Agent) {
 		// What the kubelet said of the agent's pods (a probe, a sandbox changed, a kill).
 		t.Logf("events in %s:%s", v1alpha1.NodeAgentNamespace, i.podEvents(ctx, v1alpha1.NodeAgentNamespace))
+		if dir, err := c.SaveLogs(filepath.Join(c.Tools.Root, "_output", "test-logs")); err == nil {
+			t.Logf("the nodes' kubelet and containerd logs: %s", dir)
+		}
 	}
 	dep, err := c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-controller", metav1.GetOptions{})
 	if err != nil {
@@ -448,9 +452,12 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	if err := i.otlp.waitCauses(tctx, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
 		t.Errorf("the controller's trace: %v", err)
 	}
-	// The leader started the runs' framework plugin confined (pkg/sandbox): the pod's
-	// seccomp profile (RuntimeDefault, containerd's) lets Landlock through.
-	if podName, _, _ := strings.Cut(leader, "_"); podName != "" {
+	// The runs' framework plugin started confined (pkg/sandbox), in the controller pod that
+	// leads now: the pod's seccomp profile (RuntimeDefault, containerd's) lets Landlock
+	// through. (The leader before the story may have been a pod of the rollout's past.)
+	if now, err := waitLeader(ctx, c); err != nil {
+		t.Error(err)
+	} else if podName, _, _ := strings.Cut(now, "_"); podName != "" {
 		raw, err := c.Client.CoreV1().Pods(v1alpha1.NodeAgentNamespace).GetLogs(podName, &corev1.PodLogOptions{}).DoRaw(ctx)
 		logs := string(raw)
 		if err != nil || !strings.Contains(logs, "framework plugins run confined") || !strings.Contains(logs, "faultline-plugin-jax") {
