@@ -14,7 +14,6 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,36 +99,6 @@ func (c *Cluster) waitDiscovery(ctx context.Context, crd *apiextensionsv1.Custom
 		}
 		return true, nil
 	})
-}
-
-// DeleteCRDs deletes every CRD in the *.yaml files of dir, with their objects, and waits
-// until each one is gone: a test that installed them leaves the cluster as it found it.
-func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
-	docs, err := readCRDs(dir)
-	if err != nil {
-		return err
-	}
-	client, err := apiextensions.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("apiextensions clientset: %w", err)
-	}
-	crds := client.ApiextensionsV1().CustomResourceDefinitions()
-	for _, doc := range docs {
-		if err := crds.Delete(ctx, doc.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete CRD %s: %w", doc.name, err)
-		}
-	}
-	for _, doc := range docs {
-		lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
-			fields.OneTermEqualSelector("metadata.name", doc.name))
-		_, err := watchtools.UntilWithSync(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(store cache.Store) (bool, error) {
-			return len(store.List()) == 0, nil
-		}, func(e watch.Event) (bool, error) { return e.Type == watch.Deleted, nil })
-		if err != nil {
-			return fmt.Errorf("wait for CRD %s to be gone: %w", doc.name, err)
-		}
-	}
-	return nil
 }
 
 // crdDoc is one CRD of a manifest file.

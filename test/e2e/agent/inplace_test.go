@@ -31,10 +31,12 @@ func (noEventsRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*ru
 // for good), so its node says InPlaceReady False, NoExitEvents, and the controller recreates
 // that node's pods instead. First, with faultline's CRD not installed yet (this package's
 // cluster has none), the agent cannot list the runs: it takes its inhibitor lock all the
-// same, and its node says why it cannot restart in place (TestE2EAgentSeesOnlyItsNode, which
-// runs before it, deletes the CRD it installs).
+// same, and its node says why it cannot restart in place.
+//
+// It runs alone, first of the package (its file comes first, and the others' tests are
+// parallel or come after): it installs the CRD, which this package's cluster has none of
+// until then, and which stays.
 func TestE2EAgentWithoutContainerEventsCannotRestartInPlace(t *testing.T) {
-	t.Parallel()
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

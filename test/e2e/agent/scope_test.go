@@ -44,25 +44,17 @@ func (eventsRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s runtim
 // pod on A) and never reads "theirs" (a pod on B) nor "idle" (no pod anywhere) until a pod
 // of "idle" comes to A; once mine's last pod has left A, its watch ends.
 //
-// It runs alone, before the package's parallel tests: it installs faultline's CRD, which
-// TestE2EAgentWithoutContainerEventsCannotRestartInPlace needs absent at its start, and
-// deletes it again.
+// It runs alone, before the package's parallel tests and after
+// TestE2EAgentWithoutContainerEventsCannotRestartInPlace (its file comes first), which needs
+// faultline's CRD absent at its start: this test installs it (again), and it stays.
 func TestE2EAgentSeesOnlyItsNode(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	crds := filepath.Join(c.Tools.Root, "deploy", "crd")
-	if err := c.InstallCRDs(ctx, crds); err != nil {
+	if err := c.InstallCRDs(ctx, filepath.Join(c.Tools.Root, "deploy", "crd")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // after the agents have stopped (cleanups run last first)
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.DeleteCRDs(dctx, crds); err != nil {
-			t.Errorf("leave the cluster without faultline's CRD, as the package's other tests need: %v", err)
-		}
-	})
 	runs, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
