@@ -73,17 +73,22 @@ func SortEvents(events []corev1.Event) {
 }
 
 // budgets is "infrastructure 1/10, application 0/0, unknown 0/1": spent of allowed; a run
-// with a progress deadline adds its own budget, "no progress 0/1".
+// with a progress deadline adds its own budget, "no progress 0/1" (policy.Lines).
 func budgets(run *v1alpha1.TrainingRun) string {
 	b, r := run.Spec.FailurePolicy.MaxRestarts, run.Status.Restarts
-	s := fmt.Sprintf("infrastructure %d/%d, application %d/%d, unknown %d/%d",
-		r.Infrastructure, policy.Budget(b, v1alpha1.ClassInfrastructure),
-		r.Application, policy.Budget(b, v1alpha1.ClassApplication),
-		r.Unknown, policy.Budget(b, v1alpha1.ClassUnknown))
-	if policy.WatchesProgress(run) {
-		s += fmt.Sprintf(", no progress %d/%d", r.NoProgress, policy.LineBudget(b, policy.LineNoProgress))
+	var parts []string
+	for _, l := range policy.Lines(run) {
+		parts = append(parts, fmt.Sprintf("%s %d/%d", lineWords[l], policy.LineSpent(r, l), policy.LineBudget(b, l)))
 	}
-	return s
+	return strings.Join(parts, ", ")
+}
+
+// lineWords name the budget lines in the CLI's sentences.
+var lineWords = map[policy.Line]string{
+	policy.LineInfrastructure: "infrastructure",
+	policy.LineApplication:    "application",
+	policy.LineUnknown:        "unknown",
+	policy.LineNoProgress:     "no progress",
 }
 
 // verdictLine is "NodeShutdown (infrastructure) at index 5 (pod llm-5-x) on node gpu-node-3, exit 143".

@@ -209,10 +209,10 @@ func (r *Reconciler) inPlaceFallback(ctx context.Context, run *v1alpha1.Training
 		}
 		if i, ok := attempt.Index(w.Pod); ok && !slices.Contains(rec.MovedIndexes, int32(i)) {
 			rec.MovedIndexes = append(rec.MovedIndexes, int32(i))
-			slices.Sort(rec.MovedIndexes)
 			changed = true
 		}
 	}
+	slices.Sort(rec.MovedIndexes)
 	msg := fmt.Sprintf("attempt %d: %d %s %s in time, so their indexes move to new pods elsewhere: %s", run.Status.Attempt, len(overdue), plural(len(overdue), "pod", "pods"), what, named(names))
 	if meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonInPlaceFallback, Message: msg}) {

@@ -208,11 +208,15 @@ func LineBudget(b v1alpha1.RestartBudgets, l Line) int32 {
 	}
 }
 
-// WatchesProgress reports whether run's attempts can end for want of progress (its
-// failurePolicy.progressDeadlineSeconds is set) or already did: only then is its NoProgress
-// budget worth showing.
-func WatchesProgress(run *v1alpha1.TrainingRun) bool {
-	return run.Spec.FailurePolicy.ProgressDeadlineSeconds != nil || run.Status.Restarts.NoProgress > 0
+// Lines are the budget lines worth showing for run: one per class, and NoProgress's own when
+// its attempts can end for want of progress (failurePolicy.progressDeadlineSeconds is set) or
+// already did.
+func Lines(run *v1alpha1.TrainingRun) []Line {
+	lines := []Line{LineInfrastructure, LineApplication, LineUnknown}
+	if run.Spec.FailurePolicy.ProgressDeadlineSeconds != nil || run.Status.Restarts.NoProgress > 0 {
+		lines = append(lines, LineNoProgress)
+	}
+	return lines
 }
 
 // LineSpent is how many restarts a line has spent.

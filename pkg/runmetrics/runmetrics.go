@@ -70,11 +70,7 @@ func Budgets(runs []v1alpha1.TrainingRun) []Budget {
 		if r.Status.Phase == v1alpha1.PhaseSucceeded || r.Status.Phase == v1alpha1.PhaseFailed {
 			continue
 		}
-		lines := []policy.Line{policy.LineInfrastructure, policy.LineApplication, policy.LineUnknown}
-		if policy.WatchesProgress(r) {
-			lines = append(lines, policy.LineNoProgress)
-		}
-		for _, l := range lines {
+		for _, l := range policy.Lines(r) {
 			left := max(policy.LineBudget(r.Spec.FailurePolicy.MaxRestarts, l)-policy.LineSpent(r.Status.Restarts, l), 0)
 			out = append(out, Budget{Namespace: r.Namespace, Run: r.Name, Class: string(l), Remaining: left})
 		}

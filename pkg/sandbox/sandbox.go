@@ -13,12 +13,12 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
 
+	"github.com/hashicorp/go-plugin"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 )
@@ -29,10 +29,6 @@ const Subcommand = "plugin-sandbox"
 
 // libraryDirs are where the dynamic loader finds shared libraries.
 var libraryDirs = []string{"/lib", "/lib64", "/usr/lib", "/usr/lib64"}
-
-// SocketDirEnv is go-plugin's variable for the directory a plugin makes its socket in
-// (plugin.EnvUnixSocketDir): the one directory a confined plugin may write.
-const SocketDirEnv = "PLUGIN_UNIX_SOCKET_DIR"
 
 // Command returns how the controller starts the plugin at path: through launcher (the
 // controller's own binary), confined.
@@ -52,20 +48,19 @@ func Supported() (int, error) {
 	return v, nil
 }
 
-// Exec confines the calling process to what a plugin needs (Restrict) and replaces it with
-// the program at path, given args and the environment. It returns only on failure.
+// Exec confines the calling process to what a plugin needs (Restrict), with go-plugin's
+// socket directory (plugin.EnvUnixSocketDir, which the host sets) the one it may write, and
+// replaces it with the program at path, given args and the environment. It returns only on
+// failure.
 func Exec(path string, args []string) error {
-	dir := os.Getenv(SocketDirEnv)
+	dir := os.Getenv(plugin.EnvUnixSocketDir)
 	if dir == "" {
-		return fmt.Errorf("%s is not set: a confined plugin may write nowhere else, so it could not make its socket", SocketDirEnv)
+		return fmt.Errorf("%s is not set: a confined plugin may write nowhere else, so it could not make its socket", plugin.EnvUnixSocketDir)
 	}
 	if err := Restrict(path, dir); err != nil {
 		return err
 	}
-	if err := syscall.Exec(path, args, os.Environ()); err != nil {
-		return fmt.Errorf("start plugin %s: %w", path, err)
-	}
-	return errors.New("unreachable")
+	return fmt.Errorf("start plugin %s: %w", path, syscall.Exec(path, args, os.Environ()))
 }
 
 // Restrict confines the calling process, and every process it starts after, for good: it

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/hashicorp/go-plugin"
 )
 
 // The test binary plays both parts: the launcher that confines itself (role sandbox) and
@@ -48,7 +50,7 @@ func probe() {
 	try("tcp", err)
 	_, err = os.ReadFile("/proc/" + strconv.Itoa(os.Getppid()) + "/environ")
 	try("parent", err)
-	l, err := net.Listen("unix", filepath.Join(os.Getenv(SocketDirEnv), "plugin.sock"))
+	l, err := net.Listen("unix", filepath.Join(os.Getenv(plugin.EnvUnixSocketDir), "plugin.sock"))
 	if err == nil {
 		l.Close()
 	}
@@ -65,7 +67,7 @@ func run(t *testing.T, role, secret, addr string) map[string]string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), roleEnv+"="+role, "SECRET="+secret, "ADDR="+addr, SocketDirEnv+"="+t.TempDir())
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, "SECRET="+secret, "ADDR="+addr, plugin.EnvUnixSocketDir+"="+t.TempDir())
 	raw, err := cmd.Output()
 	if err != nil {
 		msg := ""

@@ -119,8 +119,8 @@ func (s *Set) GetByKey(key string) (any, bool, error) {
 	return w.informer.GetStore().GetByKey(key)
 }
 
-// Watched are the keys (namespace/name) of the runs watched now, sorted.
-func (s *Set) Watched() []string {
+// watched are the keys (namespace/name) of the runs watched now, sorted (for the tests).
+func (s *Set) watched() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.watches))

@@ -101,7 +101,7 @@ func TestSetWatchesTheRunsOfTheNodesPods(t *testing.T) {
 	if err := s.Start(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Watched(), []string{"ml/a"}; !slices.Equal(got, want) {
+	if got, want := s.watched(), []string{"ml/a"}; !slices.Equal(got, want) {
 		t.Fatalf("watched %v, want %v", got, want)
 	}
 	obj, ok, _ := s.GetByKey("ml/a")
@@ -123,12 +123,12 @@ func TestSetWatchesTheRunsOfTheNodesPods(t *testing.T) {
 	// a's pods go, one after the other: its watch ends with the last.
 	_ = store.Delete(a0)
 	h.OnDelete(a0)
-	if got := s.Watched(); !slices.Equal(got, []string{"ml/a", "ml/b"}) {
+	if got := s.watched(); !slices.Equal(got, []string{"ml/a", "ml/b"}) {
 		t.Errorf("with one pod of a left: watched %v", got)
 	}
 	_ = store.Delete(a1)
 	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ml/a-1", Obj: a1})
-	if got := s.Watched(); !slices.Equal(got, []string{"ml/b"}) {
+	if got := s.watched(); !slices.Equal(got, []string{"ml/b"}) {
 		t.Errorf("a's last pod gone: watched %v, want ml/b", got)
 	}
 	waitFor(t, "a's watch to stop", func() bool { return slices.Equal(runs.open(), []string{Selector("ml", "b")}) })
