@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -140,4 +142,52 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// The pod bridge keeps its MAC address while pods come and go: a veth with a lower MAC
+// joins it, then leaves. (Linux otherwise gives a bridge its lowest port's MAC, and every
+// pod's ARP entry for the host's addresses on it goes stale: the agent's pods were cut off
+// from the host for 40 s and restarted by their liveness probes.)
+func TestPodBridgeKeepsItsMAC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes a bridge")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip(8)")
+	}
+	id := "t" + randomSuffix()[:5]
+	p := &podNetwork{bridge: realNodePrefix + id, subnet: netip.MustParsePrefix("10.239.0.0/16")}
+	if err := p.create(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := deleteLink(p.bridge); err != nil {
+			t.Error(err)
+		}
+	})
+	mac := func() string {
+		b, err := os.ReadFile(filepath.Join("/sys/class/net", p.bridge, "address"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	before := mac()
+	veth, peer := "fl-tv"+id, "fl-tp"+id
+	if err := ip("link", "add", veth, "address", "02:00:00:00:00:01", "type", "veth", "peer", "name", peer); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deleteLink(veth) })
+	if err := ip("link", "set", veth, "master", p.bridge); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac(); got != before {
+		t.Errorf("a port with a lower MAC joined: the bridge's MAC went from %s to %s", before, got)
+	}
+	if err := deleteLink(veth); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac(); got != before {
+		t.Errorf("the port left: the bridge's MAC went from %s to %s", before, got)
+	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -118,8 +119,19 @@ func (p *podNetwork) nodeRange(i int) (netip.Addr, netip.Addr) {
 }
 
 // create makes the bridge with the host's addresses for n nodes.
+//
+// The bridge gets a MAC address of its own. Without one, Linux gives a bridge the lowest MAC
+// of its ports, so a pod's veth that joins with a lower one, or leaves holding it, changes
+// the MAC of every host address on the bridge: each pod's ARP entry for them (the API
+// server's Service address, CoreDNS, the kubelets' probes answered back) then points nowhere
+// until it expires, 30 to 45 s in which every pod of the instance is cut off from the host.
+// A set address (addr_assign_type 3) never follows the ports.
 func (p *podNetwork) create(nodes int) error {
-	if err := ip("link", "add", p.bridge, "type", "bridge"); err != nil {
+	mac, err := localMAC()
+	if err != nil {
+		return err
+	}
+	if err := ip("link", "add", p.bridge, "address", mac.String(), "type", "bridge"); err != nil {
 		return err
 	}
 	addrs := []netip.Addr{p.dnsIP()}
@@ -135,4 +147,14 @@ func (p *podNetwork) create(nodes int) error {
 		return errors.Join(err, deleteLink(p.bridge))
 	}
 	return nil
+}
+
+// localMAC is a random locally administered unicast MAC address.
+func localMAC() (net.HardwareAddr, error) {
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, err
+	}
+	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
+	return mac, nil
 }

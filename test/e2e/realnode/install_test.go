@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +30,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/version"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/otlp"
 )
 
 // Every part as a pod, on real nodes: a cluster of its own (two real nodes, untainted, no kwok
@@ -67,7 +66,7 @@ type installation struct {
 	before map[string]bool
 	// installed: faultline is installed now (the story's, or a reinstall's).
 	installed bool
-	otlp      *otlpReceiver
+	otlp      *otlp.Receiver
 }
 
 var (
@@ -151,7 +150,7 @@ func stopInstallationLocked(i *installation) {
 		return
 	}
 	if i.otlp != nil {
-		i.otlp.stop()
+		i.otlp.Stop()
 	}
 	if i.registry != nil {
 		_ = i.registry.Close()
@@ -216,7 +215,7 @@ func (i *installation) install(ctx context.Context, t *testing.T, flags ...strin
 		}
 	}
 	if i.otlp != nil {
-		i.traceTo(ctx, t, i.otlp.addr)
+		i.traceTo(ctx, t, i.otlp.Addr)
 	}
 	i.waitRunning(ctx, t)
 }
@@ -349,7 +348,12 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	defer cancel()
 	c, ns := i.c, i.ns
 	if i.otlp == nil {
-		i.otlp = startPodOTLPReceiver(t, c.Real.HostIP())
+		// On the pod network (the host's address on the real nodes' bridge): the controller's
+		// and the agents' pods send their spans there.
+		var err error
+		if i.otlp, err = otlp.Start(net.JoinHostPort(c.Real.HostIP(), "0")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	i.install(ctx, t)
 
@@ -449,7 +453,7 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	// The controller's trace (from its pod, over the pod network) has both verdicts.
 	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
 	defer tcancel()
-	if err := i.otlp.waitCauses(tctx, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
+	if err := waitCauses(tctx, i.otlp, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
 		t.Errorf("the controller's trace: %v", err)
 	}
 	// The runs' framework plugin started confined (pkg/sandbox), in the controller pod that
@@ -507,7 +511,8 @@ func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *a
 				if err != nil {
 					prev = []byte(err.Error())
 				}
-				t.Errorf("agent pod %s on %s restarted %d times; its last end: %s; its last lines:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, lastEnd(cs), prev)
+				t.Errorf("agent pod %s on %s restarted %d times; its last end: %s; its last lines:\n%s\nwhy, its events and its kubelet's words:\n%s",
+					p.Name, p.Spec.NodeName, cs.RestartCount, lastEnd(cs), prev, whyRestarted(ctx, c, &p))
 				restartFree = false
 			}
 		}
@@ -721,70 +726,22 @@ func faultlineMarks(ctx context.Context, t *testing.T, c *cluster.Cluster) []str
 	return marks
 }
 
-// otlpReceiver is an OTLP/gRPC trace receiver on the pod network (the host's address on the
-// real nodes' bridge), recording each span's service and faultline.cause.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	addr string
-	srv  *grpc.Server
-
-	mu     sync.Mutex
-	causes map[string][]string // service → causes
-}
-
-func startPodOTLPReceiver(t *testing.T, hostIP string) *otlpReceiver {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(hostIP, "0"))
+// waitCauses waits until service's spans (received by r) have named every cause.
+func waitCauses(ctx context.Context, r *otlp.Receiver, service string, causes ...string) error {
+	var got []string
+	_, err := r.WaitFor(ctx, func(spans []otlp.Span) bool {
+		got = got[:0]
+		for _, s := range spans {
+			if c := s.Attr("faultline.cause"); s.Service == service && c != "" {
+				got = append(got, c)
+			}
+		}
+		return !slices.ContainsFunc(causes, func(c string) bool { return !slices.Contains(got, c) })
+	})
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("no span of %s names every one of %v (its spans' causes: %v)", service, causes, got)
 	}
-	r := &otlpReceiver{addr: ln.Addr().String(), srv: grpc.NewServer(), causes: map[string][]string{}}
-	collectortrace.RegisterTraceServiceServer(r.srv, r)
-	go func() { _ = r.srv.Serve(ln) }()
-	return r
-}
-
-func (r *otlpReceiver) stop() { r.srv.Stop() }
-
-func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		service := ""
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.Key == "service.name" {
-				service = kv.GetValue().GetStringValue()
-			}
-		}
-		for _, ss := range rs.ScopeSpans {
-			for _, s := range ss.Spans {
-				for _, kv := range s.Attributes {
-					if kv.Key == "faultline.cause" {
-						r.causes[service] = append(r.causes[service], kv.GetValue().GetStringValue())
-					}
-				}
-			}
-		}
-	}
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// waitCauses waits until service's spans have named every cause.
-func (r *otlpReceiver) waitCauses(ctx context.Context, service string, causes ...string) error {
-	for {
-		r.mu.Lock()
-		got := slices.Clone(r.causes[service])
-		r.mu.Unlock()
-		missing := slices.DeleteFunc(slices.Clone(causes), func(c string) bool { return slices.Contains(got, c) })
-		if len(missing) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no span of %s names %v (its spans' causes: %v)", service, missing, got)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // lastEnd says how a container's previous run ended, with the last lines it wrote (the
@@ -795,6 +752,30 @@ func lastEnd(cs corev1.ContainerStatus) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("exit %d (%s) at %s: %s", t.ExitCode, t.Reason, t.FinishedAt.Format(time.RFC3339), t.Message)
+}
+
+// whyRestarted is what the kubelet said of pod p's restart, kept short for CI's excerpt: the
+// pod's events, and its node's kubelet log lines that name the pod and a kill, a probe or a
+// sandbox.
+func whyRestarted(ctx context.Context, c *cluster.Cluster, p *corev1.Pod) string {
+	var b strings.Builder
+	if evs, err := c.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "  event %s %s (x%d, last %s): %s\n", e.Type, e.Reason, e.Count, e.LastTimestamp.Format(time.RFC3339), e.Message)
+		}
+	}
+	if n := c.Real.Node(p.Spec.NodeName); n != nil {
+		raw, _ := os.ReadFile(n.KubeletLog())
+		var lines []string
+		for _, l := range strings.Split(string(raw), "\n") {
+			low := strings.ToLower(l)
+			if strings.Contains(l, p.Name) && (strings.Contains(low, "kill") || strings.Contains(low, "probe") || strings.Contains(low, "sandbox") || strings.Contains(low, "restart")) {
+				lines = append(lines, l)
+			}
+		}
+		fmt.Fprintf(&b, "  kubelet of %s:\n%s", n.Name, tail(strings.Join(lines, "\n"), 12))
+	}
+	return b.String()
 }
 
 // tail is the last n lines of s.

@@ -3,6 +3,7 @@ package trace
 import (
 	"context"
 	"fmt"
+	"github.com/faultline-dev/faultline/test/otlp"
 	"slices"
 	"strings"
 	"sync"
@@ -41,9 +42,13 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 	node := cluster.NodeName(0)
 	const workers = 4
 
-	recv := startOTLPReceiver(t)
+	recv, err := otlp.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(recv.Stop)
 	env := []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.addr,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.Addr,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 		"OTEL_BSP_SCHEDULE_DELAY=100",
 		"OTEL_TRACES_SAMPLER=parentbased_always_on",
@@ -149,7 +154,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 	// Wait for the whole episode, and the attempt span, to arrive.
 	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer wcancel()
-	spans, err := recv.waitFor(wctx, func(spans []receivedSpan) bool {
+	spans, err := recv.WaitFor(wctx, func(spans []otlp.Span) bool {
 		names := map[string]bool{}
 		for _, s := range spans {
 			if s.TraceID() == traceID || s.Name == tracing.SpanAttempt {
@@ -167,7 +172,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 		t.Fatalf("spans received by the OTLP receiver: %v\n%s", err, describeSpans(spans))
 	}
 
-	byName := map[string][]receivedSpan{}
+	byName := map[string][]otlp.Span{}
 	for _, s := range spans {
 		if s.TraceID() == traceID {
 			byName[s.Name] = append(byName[s.Name], s)
@@ -193,7 +198,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 		t.Errorf("root span names no root pod and index: %v", rootSpan.Attributes)
 	}
 
-	var children []receivedSpan
+	var children []otlp.Span
 	var breakdown strings.Builder
 	for _, name := range episodeChildren {
 		got := byName[name]
@@ -246,7 +251,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 			continue
 		}
 		for _, l := range s.Links {
-			if fmt.Sprintf("%x", l.TraceId) == traceID && fmt.Sprintf("%x", l.SpanId) == rootID && attrString(l.Attributes, string(tracing.KeyLink)) == tracing.LinkEndedBy {
+			if fmt.Sprintf("%x", l.TraceId) == traceID && fmt.Sprintf("%x", l.SpanId) == rootID && otlp.Attr(l.Attributes, string(tracing.KeyLink)) == tracing.LinkEndedBy {
 				linked = true
 			}
 		}
@@ -258,8 +263,8 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 
 // coverage is how much time the spans cover together, each moment once: the phases of a
 // restart whose next attempt was created during the teardown run side by side.
-func coverage(spans []receivedSpan) time.Duration {
-	sorted := slices.SortedFunc(slices.Values(spans), func(a, b receivedSpan) int { return a.Start().Compare(b.Start()) })
+func coverage(spans []otlp.Span) time.Duration {
+	sorted := slices.SortedFunc(slices.Values(spans), func(a, b otlp.Span) int { return a.Start().Compare(b.Start()) })
 	var total time.Duration
 	var end time.Time
 	for _, s := range sorted {
@@ -285,7 +290,7 @@ func within(got, want time.Duration, frac float64) bool {
 	return float64(diff) <= frac*float64(want)
 }
 
-func describeSpans(spans []receivedSpan) string {
+func describeSpans(spans []otlp.Span) string {
 	var b strings.Builder
 	for _, s := range spans {
 		fmt.Fprintf(&b, "  %s %s/%s parent %s %s %.1fms\n", s.Service, s.TraceID(), s.ID(), s.Parent(), s.Name, ms(s.Duration()))
