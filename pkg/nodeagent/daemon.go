@@ -87,6 +87,9 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := NewMetrics(reg)
 
+	// asked ends when the agent is asked to stop (SIGTERM: its cause names the signal), as
+	// opposed to a component that fails and stops the others.
+	asked := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Served from the start: the liveness probe asks whether the process lives, which it does
@@ -272,11 +275,25 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	log.Info("node agent running", "node", cfg.Node, "gpus", len(monitor.Devices()),
 		"simulatedHardware", cfg.SimulateHardware, "simulatedGPUs", len(cfg.SimulateGPUs) > 0)
-	err = g.Wait()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil
+	err = stopped(asked, cfg.Node, g.Wait())
+	if err == nil {
+		log.Info("node agent stopped", "node", cfg.Node, "why", context.Cause(asked).Error())
 	}
 	return err
+}
+
+// stopped is how the agent ends once its components returned err: cleanly when it was asked
+// to stop (asked ended), whatever they returned on their way out; else with their error. A
+// component that fails, even with an error that wraps context.Canceled, never ends the agent
+// with exit 0, which reads as a SIGTERM.
+func stopped(asked context.Context, node string, err error) error {
+	if asked.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("every component stopped on its own")
+	}
+	return fmt.Errorf("node agent on %s stopped: %w", node, err)
 }
 
 // dialRestarter connects to the node's container runtime for in-place restarts, and says

@@ -1,6 +1,9 @@
 package nodeagent
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -76,5 +79,33 @@ func TestSimulateXIDByIndexOrUUID(t *testing.T) {
 		if uuid, _ := ev.Device.GetUUID(); uuid != tc.wantGPU {
 			t.Errorf("%s: XID on %s, want %s", tc.query, uuid, tc.wantGPU)
 		}
+	}
+}
+
+// An agent asked to stop exits 0 whatever its components returned on their way out; one whose
+// component failed exits with the error, even one that wraps context.Canceled (a CRI or API
+// call of the component's own context): exit 0 would read as the kubelet's SIGTERM.
+func TestStoppedOnlyCleanWhenAsked(t *testing.T) {
+	running := context.Background()
+	asked, stop := context.WithCancelCause(context.Background())
+	stop(errors.New("terminated signal received"))
+	ownCancel := fmt.Errorf("watch the node's pods: %w", context.Canceled)
+	for name, tc := range map[string]struct {
+		asked   context.Context
+		err     error
+		wantErr string
+	}{
+		"asked, components canceled":        {asked: asked, err: ownCancel},
+		"asked, components clean":           {asked: asked},
+		"a component failed":                {asked: running, err: errors.New("dbus: connection closed"), wantErr: "node agent on n1 stopped: dbus: connection closed"},
+		"a component canceled on its own":   {asked: running, err: ownCancel, wantErr: "context canceled"},
+		"every component returned, unasked": {asked: running, wantErr: "every component stopped on its own"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := stopped(tc.asked, "n1", tc.err)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("stopped = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }
