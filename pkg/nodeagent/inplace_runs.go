@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -15,6 +16,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/runwatch"
+	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
 // Runs lists and watches the TrainingRuns, read-only: the node agent reads there what the
@@ -41,7 +43,7 @@ const inPlaceWorkers = 4
 // (inplace.ExitWatcher), calling noExits if the runtime cannot tell them. It returns once
 // the runs of the node's pods have been read (so that no decision is read from an empty
 // cache), with the loop and the exit watcher running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), node string, log *slog.Logger) error {
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), node string, tp *tracing.Provider, log *slog.Logger) error {
 	if restarter.Exits() == nil {
 		return errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
@@ -59,6 +61,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	decisions := inplace.StoreDecisions{Runs: watched}
 	loop = inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
 	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun)
+	loop.Traced = traceInPlace(tp, watched, node)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits
 	if _, err := podInformer.AddEventHandler(watched.Handler()); err != nil {
@@ -83,9 +86,45 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	return nil
 }
 
+// traceInPlace records the loop's steps on a pod (its old workers stopped, its barrier
+// opened) in the run's current episode (status.trace), as children of the episode's root:
+// beside the kubelet's spans of the same pod (k8s.pod.uid), they show where a restart in
+// place spends its time. Nil when tracing is off.
+func traceInPlace(tp *tracing.Provider, runs interface {
+	GetByKey(key string) (item any, exists bool, err error)
+}, node string) func(context.Context, *corev1.Pod, inplace.Action, int, time.Time, time.Time, error) {
+	if !tp.Enabled() {
+		return nil
+	}
+	return func(ctx context.Context, pod *corev1.Pod, action inplace.Action, attempt int, start, end time.Time, err error) {
+		obj, _, _ := runs.GetByKey(pod.Namespace + "/" + pod.Labels[v1alpha1.LabelRun])
+		run, _ := obj.(*v1alpha1.TrainingRun)
+		if run == nil || run.Status.Trace == nil {
+			return
+		}
+		parent, ok := tracing.ParseTraceparent(run.Status.Trace.Traceparent)
+		if !ok {
+			return
+		}
+		name := tracing.SpanInPlaceStop
+		if action == inplace.ActionOpenBarrier {
+			name = tracing.SpanInPlaceOpen
+		}
+		s := tracing.Span{Name: name, Start: start, End: end, Attributes: []attribute.KeyValue{
+			tracing.KeyRun.String(run.Name), tracing.KeyNamespace.String(pod.Namespace), tracing.KeyPod.String(pod.Name),
+			tracing.KeyPodUID.String(string(pod.UID)), tracing.KeyNode.String(node), tracing.KeyAttempt.Int(attempt),
+		}}
+		if err != nil {
+			s.Error = err.Error()
+		}
+		tp.Emit(ctx, parent, s)
+	}
+}
+
 // slimRun keeps of a cached TrainingRun what a decision reads (inplace.RunDecision): its
 // name, namespace and UID, its phase, attempt and current attempt's record: its pod
-// template, most of it, is nothing the agent reads.
+// template, most of it, is nothing the agent reads; and its episode's traceparent, which
+// the agent's spans of a restart in place join (traceInPlace).
 func slimRun(obj any) (any, error) {
 	r, ok := obj.(*v1alpha1.TrainingRun)
 	if !ok {
@@ -94,6 +133,9 @@ func slimRun(obj any) (any, error) {
 	out := &v1alpha1.TrainingRun{
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, UID: r.UID, ResourceVersion: r.ResourceVersion},
 		Status:     v1alpha1.TrainingRunStatus{Phase: r.Status.Phase, Attempt: r.Status.Attempt},
+	}
+	if tr := r.Status.Trace; tr != nil && tr.Traceparent != "" {
+		out.Status.Trace = &v1alpha1.TraceStatus{Traceparent: tr.Traceparent}
 	}
 	if h := r.Status.Attempts; len(h) > 0 {
 		out.Status.Attempts = []v1alpha1.AttemptRecord{h[len(h)-1]}

@@ -14,9 +14,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
@@ -214,5 +217,49 @@ func TestDetectEndsWithTheFirstEvidence(t *testing.T) {
 		if kv.Key == tracing.KeyPods && kv.Value.AsInt64() != 3 {
 			t.Errorf("%s = %d, want 3", kv.Key, kv.Value.AsInt64())
 		}
+	}
+}
+
+// The agent's steps of a restart in place are children of the run's episode (status.trace,
+// which slimRun keeps), with the pod's UID that the kubelet's spans carry; a run without an
+// episode gets none.
+func TestInPlaceStepsJoinTheRunsEpisode(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	root := tracing.New(nil, sdktrace.WithSyncer(exp)).NewEpisode()
+	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ml", UID: "run-uid"}}
+	run.Status.Trace = &v1alpha1.TraceStatus{Traceparent: tracing.Traceparent(root)}
+	slim, err := slimRun(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := store.Add(slim); err != nil {
+		t.Fatal(err)
+	}
+	traced := traceInPlace(tracing.New(nil, sdktrace.WithSyncer(exp)), store, node)
+	pod := makePod("r-0").run("r").obj()
+	pod.Namespace, pod.UID = "ml", "pod-uid"
+	start := time.Now()
+	traced(context.Background(), pod, inplace.ActionOpenBarrier, 2, start, start.Add(time.Second), nil)
+	other := makePod("q-0").run("q").obj()
+	other.Namespace = "ml"
+	traced(context.Background(), other, inplace.ActionStopWorkers, 2, start, start.Add(time.Second), nil)
+
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want r-0's open alone (q has no run in the store)", len(spans))
+	}
+	s := spans[0]
+	attrs := map[string]string{}
+	for _, kv := range s.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	if s.Name != tracing.SpanInPlaceOpen || s.Parent.SpanID() != root.SpanID() || s.SpanContext.TraceID() != root.TraceID() ||
+		attrs[string(tracing.KeyPodUID)] != "pod-uid" || attrs[string(tracing.KeyAttempt)] != "2" || attrs[string(tracing.KeyNode)] != node {
+		t.Errorf("span %s, parent %s in trace %s, attributes %v; want %s, child of the episode's root %s in %s, with the pod's UID, attempt 2 and the node",
+			s.Name, s.Parent.SpanID(), s.SpanContext.TraceID(), attrs, tracing.SpanInPlaceOpen, root.SpanID(), root.TraceID())
+	}
+	if traceInPlace(nil, store, node) != nil {
+		t.Error("tracing off: want no tracer of the steps")
 	}
 }

@@ -37,13 +37,24 @@ const (
 	SpanSchedule = "schedule"
 	// SpanRunning: from every worker bound to every worker Running.
 	SpanRunning = "running"
+
+	// SpanInPlaceStop (node agent): its stop of one pod's old workers through the container
+	// runtime, for a gang that restarts in place (the kubelet then restarts the pod's
+	// containers: its own spans, by k8s.pod.uid).
+	SpanInPlaceStop = "inplace.stop"
+	// SpanInPlaceOpen (node agent): its opening of one pod's barrier for the new attempt (the
+	// API server's confirmation, then an exec of faultline-barrier open).
+	SpanInPlaceOpen = "inplace.open"
 )
 
 // Attribute keys: OpenTelemetry semantic conventions where one exists, faultline.* otherwise.
 const (
 	KeyNamespace = semconv.K8SNamespaceNameKey
 	KeyPod       = semconv.K8SPodNameKey
-	KeyNode      = semconv.K8SNodeNameKey
+	// KeyPodUID is on the kubelet's spans of a pod too (syncPod): a trace backend joins
+	// faultline's steps on a pod with the kubelet's on it.
+	KeyPodUID = semconv.K8SPodUIDKey
+	KeyNode   = semconv.K8SNodeNameKey
 	// KeyErrorType is the cause of a failed run (on faultline.fail).
 	KeyErrorType = semconv.ErrorTypeKey
 

@@ -63,6 +63,9 @@ type RealNodeSpec struct {
 	// are the real ones, where pods that tolerate nothing of the test's (an installed
 	// controller's Deployment) must run.
 	Untainted bool
+	// TracingEndpoint, when set, is where the kubelets export their OpenTelemetry spans
+	// (OTLP/gRPC host:port, every span sampled): the pods' syncs with their CRI calls.
+	TracingEndpoint string
 }
 
 func (s RealNodeSpec) withDefaults() RealNodeSpec {

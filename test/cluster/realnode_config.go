@@ -170,9 +170,18 @@ shutdownGracePeriodCriticalPods: %[9]s
 # (10s by default): the device plugin's GPUs reach the Node's allocatable, and a cancelled
 # shutdown its Ready condition, within a second instead of ten.
 nodeStatusUpdateFrequency: 1s
-%[10]sfeatureGates: {%[11]s}
+%[10]s%[12]sfeatureGates: {%[11]s}
 `, n.IP, n.kubeletPort, clientCA, n.ContainerdSocket, n.cgroup, n.dir("volume-plugins"),
-		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, registerTaints(spec), featureGates(gates))
+		dnsIP, spec.ShutdownGracePeriod, spec.ShutdownGracePeriodCriticalPods, registerTaints(spec), featureGates(gates), kubeletTracing(spec))
+}
+
+// kubeletTracing is the kubelet's tracing configuration (GA since 1.34): every span to the
+// spec's endpoint, or none.
+func kubeletTracing(spec RealNodeSpec) string {
+	if spec.TracingEndpoint == "" {
+		return ""
+	}
+	return fmt.Sprintf("tracing: {endpoint: %q, samplingRatePerMillion: 1000000}\n", spec.TracingEndpoint)
 }
 
 // registerTaints is the kubelet's registerWithTaints: TaintRealNode unless the spec says the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -47,8 +48,11 @@ type Loop struct {
 	decisions Decisions
 	// Confirm, when set, is asked before a barrier opens (see Confirm).
 	Confirm Confirm
-	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	log     *slog.Logger
+	// Traced, when set, is told of each stop and open the loop carried out on a pod (the
+	// confirmation included), when it began and ended, and its error.
+	Traced func(ctx context.Context, pod *corev1.Pod, action Action, attempt int, start, end time.Time, err error)
+	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	log    *slog.Logger
 	// stopping are the stops in flight: a stop waits for the old workers to exit, up to
 	// their grace period, and holds no loop worker meanwhile (see processNext).
 	stopping sync.WaitGroup
@@ -131,10 +135,14 @@ func (l *Loop) processNext(ctx context.Context) bool {
 		})
 		return true
 	case ActionOpenBarrier:
+		start := time.Now()
 		if !l.confirmed(ctx, key, pod, attempt) {
 			l.queue.Done(key)
 			return true
 		}
+		defer l.queue.Done(key)
+		l.syncFrom(ctx, key, pod, attempt, open, start)
+		return true
 	}
 	defer l.queue.Done(key)
 	l.sync(ctx, key, pod, attempt, open)
@@ -166,7 +174,15 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 
 // sync carries out the decision on one pod.
 func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
+	l.syncFrom(ctx, key, pod, attempt, open, time.Now())
+}
+
+// syncFrom is sync of a step that began at start (an open's confirmation before it).
+func (l *Loop) syncFrom(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool, start time.Time) {
 	action, err := l.syncer.Sync(ctx, pod, attempt, open)
+	if l.Traced != nil && (action == ActionStopWorkers || action == ActionOpenBarrier) {
+		l.Traced(ctx, pod, action, attempt, start, time.Now(), err)
+	}
 	switch {
 	case err == nil:
 		l.queue.Forget(key)

@@ -3,6 +3,7 @@ package inplace
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -186,5 +187,54 @@ func TestLoopOpensOnlyWhatTheAPIServerConfirms(t *testing.T) {
 	processAll(l)
 	if len(rt.Execs) != 1 {
 		t.Errorf("the API server confirms: execs %v, want one open", rt.Execs)
+	}
+}
+
+// The loop tells Traced of each step it carried out on a pod: a stop, and an open timed from
+// before its confirmation by the API server (a part of what the open costs); a refused
+// confirmation, no step.
+func TestLoopTracesItsSteps(t *testing.T) {
+	old := inRun(makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj(), "llm")
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	atBarrier.Name, atBarrier.UID = "llm-1", "uid-2"
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("w1", "uid-1", "worker", run), ctr("bar", "uid-2", v1alpha1.BarrierContainer, run)}}
+	decided := map[string]bool{}
+	l := loopWith(t, rt, decisionsFunc(func(p *corev1.Pod) (int, bool, bool) { return 2, decided["open"], true }), old, atBarrier)
+	type step struct {
+		pod    string
+		action Action
+		took   time.Duration
+	}
+	var steps []step
+	l.Traced = func(_ context.Context, p *corev1.Pod, a Action, n int, start, end time.Time, err error) {
+		if n != 2 || err != nil || end.Before(start) {
+			t.Errorf("traced %s %s: attempt %d, %s to %s, error %v", p.Name, a, n, start, end, err)
+		}
+		steps = append(steps, step{p.Name, a, end.Sub(start)})
+	}
+	confirm := time.Duration(0)
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
+		time.Sleep(confirm)
+		return 2, decided["open"], true, nil
+	}
+	l.PodChanged(old)
+	processAll(l)
+	// Refused by the API server: no open, nothing traced.
+	decided["open"] = true
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return 2, false, true, nil }
+	l.PodChanged(atBarrier)
+	processAll(l)
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
+		time.Sleep(confirm)
+		return 2, true, true, nil
+	}
+	confirm = 20 * time.Millisecond
+	l.PodChanged(atBarrier)
+	processAll(l)
+	if len(steps) != 2 || steps[0].pod != "llm-0" || steps[0].action != ActionStopWorkers || steps[1].pod != "llm-1" || steps[1].action != ActionOpenBarrier {
+		t.Fatalf("traced %+v, want llm-0's stop then llm-1's open", steps)
+	}
+	if steps[1].took < confirm {
+		t.Errorf("the open took %s, less than its confirmation's %s: the confirmation is not in it", steps[1].took, confirm)
 	}
 }

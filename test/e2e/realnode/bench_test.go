@@ -14,6 +14,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/hops"
 )
 
 // benchWorkers are the gang sizes of BenchmarkRealNodeShutdownRestart. After the shutdown
@@ -99,7 +100,8 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	requireRunning(b, got, 2)
 	var r restartResult
 	r.took = took
-	for _, p := range waitWorkers(ctx, b, c, ns, run.Name, 2, workers) {
+	after := waitWorkers(ctx, b, c, ns, run.Name, 2, workers)
+	for _, p := range after {
 		if before[string(p.UID)] {
 			r.inPlace++
 		} else {
@@ -108,6 +110,10 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	}
 	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d new pods (attempt 2's record: %s); %s",
 		workers, mode, took.Round(time.Millisecond), r.inPlace, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
+	if mode == v1alpha1.RestartModeInPlace && traces != nil {
+		ep := waitBreakdown(b, got, first, after)
+		b.Logf("%d workers in place, by hop (trace %s):\n%s", workers, ep.TraceID, hops.Table(ep))
+	}
 
 	// The next measurement gets both nodes to itself.
 	if err := runClient(b, c).Delete(ctx, got); err != nil {

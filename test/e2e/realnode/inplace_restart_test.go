@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +15,10 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/hops"
+	"github.com/faultline-dev/faultline/test/otlp"
 )
 
 // TestRealInPlaceRestartKeepsHealthyPods (issue 27): a 4-worker run with restartMode InPlace
@@ -97,6 +101,77 @@ func TestRealInPlaceBarrier(t *testing.T) {
 	}
 	t.Logf("barrier held %s: first old worker stopped -> last stopped %s -> first new running %s",
 		tFirstStart.Sub(tFirstStop).Round(time.Millisecond), tLastStop.Sub(tFirstStop).Round(time.Millisecond), tFirstStart.Sub(tLastStop).Round(time.Millisecond))
+}
+
+// TestRealInPlaceRestartTraced (issue 41): the same restart, as the package's collector got
+// it. Per restarted pod, faultline's steps (the agent's stop and open, in the restart's
+// trace) and the kubelet's own work on the pod (its syncs' CRI calls, joined on the pod's
+// UID: the old containers removed, the barrier started, the worker started) are all there,
+// in the order the invariant needs; it logs the hop table (test/hops).
+func TestRealInPlaceRestartTraced(t *testing.T) {
+	if traces == nil {
+		t.Skip("no collector (-real-traces=false)")
+	}
+	sc := sharedInPlaceShutdown(t)
+	ep := waitBreakdown(t, sc.got, sc.before, sc.after)
+	for _, p := range ep.Pods {
+		// The gang's barrier opens once no old worker runs, maybe before a pod's barrier
+		// container started; the agent opens a pod's once both are so.
+		// The worker may start before the open's exec returns (the barrier exits first).
+		order := []time.Time{ep.Decided, p.BarrierStarted, p.OpenBegan, p.WorkerStarted}
+		if p.InPlace {
+			order = []time.Time{p.StopBegan, p.Stopped, p.Removed, p.BarrierStarted, p.OpenBegan, p.WorkerStarted}
+		}
+		if !slices.IsSortedFunc(order, func(a, b time.Time) int { return a.Compare(b) }) || p.OpenBegan.Before(ep.BarrierOpen) {
+			t.Errorf("pod %s (in place %t): its moments out of order: %s", p.Name, p.InPlace, describeTimes(ep, p))
+		}
+		if p.InPlace && ep.BarrierOpen.Before(p.Stopped) {
+			t.Errorf("pod %s: the gang's barrier opened before its old worker stopped: %s", p.Name, describeTimes(ep, p))
+		}
+	}
+	t.Logf("the restart by hop (trace %s):\n%s", ep.TraceID, hops.Table(ep))
+}
+
+// waitBreakdown waits until the package's collector has every moment of run's last restart
+// for the pods of its new attempt (after, by index; restarted in place where before has the
+// same pod), and returns it.
+func waitBreakdown(t testing.TB, run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod) hops.Episode {
+	t.Helper()
+	if run.Status.Trace == nil {
+		t.Fatalf("run %s has no trace of its restart", run.Name)
+	}
+	root, ok := tracing.ParseTraceparent(run.Status.Trace.Traceparent)
+	if !ok {
+		t.Fatalf("run %s: traceparent %q", run.Name, run.Status.Trace.Traceparent)
+	}
+	var pods []hops.Pod
+	for i, p := range after {
+		old := before[i]
+		pods = append(pods, hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID})
+	}
+	// The kubelet exports every 5 s (its batch processor's default).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ep hops.Episode
+	var err error
+	if _, werr := traces.WaitFor(ctx, func(spans []otlp.Span) bool {
+		ep, err = hops.Breakdown(spans, root.TraceID().String(), pods)
+		return err == nil && ep.Complete()
+	}); werr != nil {
+		t.Fatalf("the collector lacks moments of run %s's restart (trace %s): %v; got: %+v", run.Name, root.TraceID(), err, ep)
+	}
+	return ep
+}
+
+func describeTimes(ep hops.Episode, p hops.PodTimes) string {
+	at := func(x time.Time) string {
+		if x.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%+.3fs", x.Sub(ep.Decided).Seconds())
+	}
+	return fmt.Sprintf("stop %s-%s, removed %s, barrier started %s, barrier open %s, open %s-%s, worker started %s, Running %s (from the decision)",
+		at(p.StopBegan), at(p.Stopped), at(p.Removed), at(p.BarrierStarted), at(ep.BarrierOpen), at(p.OpenBegan), at(p.Opened), at(p.WorkerStarted), at(ep.Running))
 }
 
 // The two named tests read one in-place restart: every node shutdown of the package costs a

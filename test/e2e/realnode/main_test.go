@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/faultline-dev/faultline/test/cluster"
+	"github.com/faultline-dev/faultline/test/otlp"
 )
 
 // gpusPerNode: enough for a GPU scenario beside the others on either node.
@@ -36,6 +37,12 @@ var (
 	agentDir string
 	// nodes are the cluster's real nodes, kept to check after the teardown.
 	nodes *cluster.RealNodes
+	// traces is the package's trace collector: the kubelets', controllers' and agents' spans
+	// (nil with -real-traces=false).
+	traces *otlp.Receiver
+	// realTraces: the kubelets trace every sync and CRI call (every span sampled), which costs
+	// the nodes CPU; off, the benchmark measures without it (and breaks nothing down).
+	realTraces = flag.Bool("real-traces", true, "the real nodes' kubelets, the controllers and the agents export their spans to the package's collector")
 )
 
 func TestMain(m *testing.M) {
@@ -57,12 +64,30 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// One collector for the package, as a cluster's would be: the kubelets export their
+	// spans there, and the controllers and agents the tests start (they inherit the
+	// environment).
+	spec := cluster.RealNodeSpec{GPUs: gpusPerNode}
+	if *realTraces {
+		var err error
+		if traces, err = otlp.Start("127.0.0.1:0"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		spec.TracingEndpoint = traces.Addr
+		for k, v := range map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + traces.Addr, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+			"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+		} {
+			os.Setenv(k, v)
+		}
+	}
 	code := cluster.Main(m, cluster.Options{
 		Name: "realnode",
 		// One kwok node beside the real ones: the substrate keeps them apart.
 		Nodes:     1,
 		RealNodes: realNodes,
-		RealNode:  cluster.RealNodeSpec{GPUs: gpusPerNode},
+		RealNode:  spec,
 		Setup:     setup,
 		// A node that dies is found unreachable after Kubernetes' own 40 s, not kwokctl's
 		// 3m20s (TestRealNodeLostRestartsTheGang).
@@ -75,6 +100,9 @@ func TestMain(m *testing.M) {
 		a.Stop()
 	}
 	stopInstallation() // install_test.go's cluster
+	if traces != nil {
+		traces.Stop()
+	}
 	// Every run leaves the machine as it found it: no process, bridge, cgroup or directory
 	// of the real nodes.
 	if nodes != nil {

@@ -1,0 +1,270 @@
+// Package hops breaks a restart in place down by hop, per pod, from the spans a collector
+// got: the restart's trace (the controller's phases, the node agents' steps on each pod) and
+// the kubelets' syncs of the same pods with their CRI calls (joined on k8s.pod.uid; the
+// kubelet's traces are its own, as no trace context reaches it). It is the test side of
+// docs/in-place-restart.md's "Where the time goes".
+package hops
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/faultline-dev/faultline/pkg/tracing"
+	"github.com/faultline-dev/faultline/test/otlp"
+)
+
+// The kubelet's span of a pod's sync, and the suffixes of its CRI calls' spans
+// (otelgrpc names them runtime.v1.RuntimeService/<Method>), children of the sync.
+const (
+	kubeletSync    = "syncPod"
+	criRemove      = "/RemoveContainer"
+	criStart       = "/StartContainer"
+	kubeletPodUID  = "k8s.pod.uid"
+	controllerSvc  = "faultline-controller"
+	faultlineAgent = "faultline-nodeagent"
+)
+
+// Pod is one worker pod of the new attempt: InPlace when it is an old pod restarted in place,
+// else a new pod (a moved index).
+type Pod struct {
+	UID, Name string
+	InPlace   bool
+}
+
+// PodTimes are the moments of one pod's way back, zero when not seen.
+type PodTimes struct {
+	Pod
+	// StopBegan, Stopped: the agent's stop of the old workers (inplace.stop).
+	StopBegan, Stopped time.Time
+	// Removed: the kubelet's last removal of an old container of the pod.
+	Removed time.Time
+	// BarrierStarted: the kubelet's start of the barrier (its first StartContainer after the
+	// removal; a new pod's first).
+	BarrierStarted time.Time
+	// OpenBegan, Opened: the agent's opening of the barrier (inplace.open, its confirmation
+	// included).
+	OpenBegan, Opened time.Time
+	// WorkerStarted: the kubelet's start of the worker (its first StartContainer after the
+	// opening).
+	WorkerStarted time.Time
+}
+
+// Episode is the controller's side of the restart: decided, barrier opened (its teardown's
+// end, in place), every worker Running (its running's end).
+type Episode struct {
+	TraceID                       string
+	Decided, BarrierOpen, Running time.Time
+	Pods                          []PodTimes
+}
+
+// Breakdown reads the restart whose trace is traceID out of spans for pods.
+func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
+	ep := Episode{TraceID: traceID}
+	for _, s := range spans {
+		if s.TraceID() != traceID || s.Service != controllerSvc {
+			continue
+		}
+		switch s.Name {
+		case tracing.SpanClassify:
+			ep.Decided = s.End()
+		case tracing.SpanTeardown:
+			ep.BarrierOpen = s.End()
+		case tracing.SpanRunning:
+			ep.Running = s.End()
+		}
+	}
+	if ep.Decided.IsZero() || ep.BarrierOpen.IsZero() || ep.Running.IsZero() {
+		return ep, fmt.Errorf("trace %s: the controller's classify, teardown or running span is missing", traceID)
+	}
+	syncs := map[string][]otlp.Span{} // pod UID → the kubelet's syncs
+	children := map[string][]otlp.Span{}
+	for _, s := range spans {
+		if s.Name == kubeletSync {
+			if uid := s.Attr(kubeletPodUID); uid != "" {
+				syncs[uid] = append(syncs[uid], s)
+			}
+		}
+		if len(s.ParentSpanId) > 0 {
+			children[s.Parent()] = append(children[s.Parent()], s)
+		}
+	}
+	for _, p := range pods {
+		t := PodTimes{Pod: p}
+		for _, s := range spans {
+			if s.TraceID() != traceID || s.Service != faultlineAgent || s.Attr(string(tracing.KeyPodUID)) != p.UID {
+				continue
+			}
+			switch s.Name {
+			case tracing.SpanInPlaceStop:
+				t.StopBegan, t.Stopped = s.Start(), s.End()
+			case tracing.SpanInPlaceOpen:
+				t.OpenBegan, t.Opened = s.Start(), s.End()
+			}
+		}
+		var calls []otlp.Span
+		for _, sync := range syncs[p.UID] {
+			calls = append(calls, children[sync.ID()]...)
+		}
+		slices.SortFunc(calls, func(a, b otlp.Span) int { return a.End().Compare(b.End()) })
+		switch {
+		case !p.InPlace:
+			t.BarrierStarted = firstAfter(calls, criStart, ep.Decided)
+		case !t.Stopped.IsZero():
+			// The old containers removed, then the first start: the barrier's.
+			for _, c := range calls {
+				if !c.End().After(t.Stopped) {
+					continue
+				}
+				if strings.HasSuffix(c.Name, criRemove) {
+					t.Removed = c.End()
+				}
+				if strings.HasSuffix(c.Name, criStart) {
+					t.BarrierStarted = c.End()
+					break
+				}
+			}
+		}
+		if !t.OpenBegan.IsZero() {
+			// After the open began: the barrier exits before its exec returns, and the
+			// kubelet may start the worker meanwhile.
+			t.WorkerStarted = firstAfter(calls, criStart, t.OpenBegan)
+		}
+		ep.Pods = append(ep.Pods, t)
+	}
+	return ep, nil
+}
+
+// Complete: every moment of every pod was seen (a restart whose new pods all ran).
+func (ep Episode) Complete() bool {
+	for _, t := range ep.Pods {
+		if t.BarrierStarted.IsZero() || t.Opened.IsZero() || t.WorkerStarted.IsZero() || t.InPlace && (t.Stopped.IsZero() || t.Removed.IsZero()) {
+			return false
+		}
+	}
+	return len(ep.Pods) > 0
+}
+
+// firstAfter is the end of the first call named …suffix that ends after t.
+func firstAfter(calls []otlp.Span, suffix string, t time.Time) time.Time {
+	for _, c := range calls {
+		if strings.HasSuffix(c.Name, suffix) && c.End().After(t) {
+			return c.End()
+		}
+	}
+	return time.Time{}
+}
+
+// Hop is one step of a pod's way back: who spends it, and its length for a pod (false when
+// the pod has no such hop, or a moment of it was not seen).
+type Hop struct {
+	Name, Who string
+	Of        func(Episode, PodTimes) (time.Duration, bool)
+}
+
+// between is the hop from a to b, seen when both were.
+func between(a, b func(Episode, PodTimes) time.Time) func(Episode, PodTimes) (time.Duration, bool) {
+	return func(ep Episode, t PodTimes) (time.Duration, bool) {
+		from, to := a(ep, t), b(ep, t)
+		return to.Sub(from), !from.IsZero() && !to.IsZero()
+	}
+}
+
+func inPlace(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
+	return func(ep Episode, t PodTimes) (time.Duration, bool) {
+		d, ok := of(ep, t)
+		return d, ok && t.InPlace
+	}
+}
+
+func moved(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
+	return func(ep Episode, t PodTimes) (time.Duration, bool) {
+		d, ok := of(ep, t)
+		return d, ok && !t.InPlace
+	}
+}
+
+var (
+	decided        = func(ep Episode, _ PodTimes) time.Time { return ep.Decided }
+	barrierOpen    = func(ep Episode, _ PodTimes) time.Time { return ep.BarrierOpen }
+	running        = func(ep Episode, _ PodTimes) time.Time { return ep.Running }
+	stopBegan      = func(_ Episode, t PodTimes) time.Time { return t.StopBegan }
+	stopped        = func(_ Episode, t PodTimes) time.Time { return t.Stopped }
+	removed        = func(_ Episode, t PodTimes) time.Time { return t.Removed }
+	barrierStarted = func(_ Episode, t PodTimes) time.Time { return t.BarrierStarted }
+	openBegan      = func(_ Episode, t PodTimes) time.Time { return t.OpenBegan }
+	opened         = func(_ Episode, t PodTimes) time.Time { return t.Opened }
+	workerStarted  = func(_ Episode, t PodTimes) time.Time { return t.WorkerStarted }
+)
+
+// Hops are a restart in place's hops, in order. The gang's barrier opens once no old
+// worker runs (inplacegate.Stopped): before a pod's barrier container has started, maybe; the
+// agent opens a pod's barrier once both are so, the barrier's start as the kubelet's status
+// write shows it.
+var Hops = []Hop{
+	{"decision → the agent stops the old workers", "API (run status write, the agent's watch)", inPlace(between(decided, stopBegan))},
+	{"the agent's stop (SIGTERM to exit)", "runtime, worker", inPlace(between(stopBegan, stopped))},
+	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", inPlace(between(stopped, removed))},
+	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", inPlace(between(removed, barrierOpen))},
+	{"removed → barrier started", "kubelet (create, start)", inPlace(between(removed, barrierStarted))},
+	{"decision → a moved index's barrier started (new pod)", "faultline (old pod gone), scheduler, kubelet (sandbox)", moved(between(decided, barrierStarted))},
+	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
+	{"the agent's open (confirmation, exec)", "API (a read), runtime (exec)", between(openBegan, opened)},
+	{"opened → worker started", "kubelet (relist, create, start)", between(opened, workerStarted)},
+	{"worker started → the gang Running", "kubelet status write, controller, API", between(workerStarted, running)},
+}
+
+// laterOf is the later of two moments (zero when either is).
+func laterOf(a, b func(Episode, PodTimes) time.Time) func(Episode, PodTimes) time.Time {
+	return func(ep Episode, t PodTimes) time.Time {
+		x, y := a(ep, t), b(ep, t)
+		if x.IsZero() || y.IsZero() {
+			return time.Time{}
+		}
+		if x.After(y) {
+			return x
+		}
+		return y
+	}
+}
+
+// Stat is a hop's median and worst over the pods that have it.
+type Stat struct {
+	Hop
+	Pods          int
+	Median, Worst time.Duration
+}
+
+// Stats are the hops' stats over ep's pods.
+func Stats(ep Episode) []Stat {
+	var out []Stat
+	for _, h := range Hops {
+		var ds []time.Duration
+		for _, t := range ep.Pods {
+			if d, ok := h.Of(ep, t); ok {
+				ds = append(ds, d)
+			}
+		}
+		st := Stat{Hop: h, Pods: len(ds)}
+		if len(ds) > 0 {
+			slices.Sort(ds)
+			st.Median, st.Worst = ds[len(ds)/2], ds[len(ds)-1]
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Table is ep's hops as a Markdown table, with the episode's totals under it.
+func Table(ep Episode) string {
+	var b strings.Builder
+	b.WriteString("| hop | who | pods | median | worst |\n| --- | --- | ---: | ---: | ---: |\n")
+	for _, st := range Stats(ep) {
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s |\n", st.Name, st.Who, st.Pods, round(st.Median), round(st.Worst))
+	}
+	fmt.Fprintf(&b, "\ndecision → barrier open %s, → every worker Running %s\n", round(ep.BarrierOpen.Sub(ep.Decided)), round(ep.Running.Sub(ep.Decided)))
+	return b.String()
+}
+
+func round(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }

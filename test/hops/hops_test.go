@@ -1,0 +1,108 @@
+package hops
+
+import (
+	"testing"
+	"time"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/faultline-dev/faultline/pkg/tracing"
+	"github.com/faultline-dev/faultline/test/otlp"
+)
+
+var t0 = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+
+// spans builds the spans of the test's restart: trace "aa", the kubelet's in trace "bb".
+type spans struct{ list []otlp.Span }
+
+func (s *spans) add(service, trace, id, parent, name string, from, to time.Duration, attrs ...string) {
+	var kvs []*commonpb.KeyValue
+	for i := 0; i+1 < len(attrs); i += 2 {
+		kvs = append(kvs, &commonpb.KeyValue{Key: attrs[i], Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: attrs[i+1]}}})
+	}
+	hex := func(s string) []byte {
+		if s == "" {
+			return nil
+		}
+		return []byte(s)
+	}
+	s.list = append(s.list, otlp.Span{Service: service, Span: &tracepb.Span{
+		TraceId: hex(trace), SpanId: hex(id), ParentSpanId: hex(parent), Name: name, Attributes: kvs,
+		StartTimeUnixNano: uint64(t0.Add(from).UnixNano()), EndTimeUnixNano: uint64(t0.Add(to).UnixNano()),
+	}})
+}
+
+const s = time.Second
+
+// One pod restarted in place and one new pod (a moved index): each moment read from its span,
+// the kubelet's calls joined on the pod's UID, and the hops from them.
+func TestBreakdown(t *testing.T) {
+	var sp spans
+	tr := "aa"
+	sp.add(controllerSvc, tr, "c1", "r", tracing.SpanClassify, 0, 1*s)
+	sp.add(controllerSvc, tr, "c2", "r", tracing.SpanTeardown, 1*s, 5*s)
+	sp.add(controllerSvc, tr, "c3", "r", tracing.SpanRunning, 6*s, 9*s)
+	sp.add(faultlineAgent, tr, "a1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "old")
+	sp.add(faultlineAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old")
+	sp.add(faultlineAgent, tr, "a3", "r", tracing.SpanInPlaceOpen, 5200*time.Millisecond, 5300*time.Millisecond, string(tracing.KeyPodUID), "new")
+	// The kubelet: the in-place pod's containers removed, the barrier started, then the worker.
+	sp.add("kubelet", "bb", "k1", "", kubeletSync, 2*s, 3*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k1a", "k1", "runtime.v1.RuntimeService/RemoveContainer", 2100*time.Millisecond, 2200*time.Millisecond)
+	sp.add("kubelet", "bb", "k1b", "k1", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
+	sp.add("kubelet", "bb", "k2", "", kubeletSync, 3*s, 4*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k2a", "k2", "runtime.v1.RuntimeService/StartContainer", 3100*time.Millisecond, 3500*time.Millisecond)
+	sp.add("kubelet", "bb", "k3", "", kubeletSync, 6*s, 7*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k3a", "k3", "runtime.v1.RuntimeService/StartContainer", 6100*time.Millisecond, 6200*time.Millisecond)
+	// The new pod: its barrier, then its worker; a sync of another pod between.
+	sp.add("kubelet", "cc", "n1", "", kubeletSync, 4*s, 5*s, kubeletPodUID, "new")
+	sp.add("kubelet", "cc", "n1a", "n1", "runtime.v1.RuntimeService/StartContainer", 4500*time.Millisecond, 4600*time.Millisecond)
+	sp.add("kubelet", "cc", "x1", "", kubeletSync, 5*s, 6*s, kubeletPodUID, "other")
+	sp.add("kubelet", "cc", "x1a", "x1", "runtime.v1.RuntimeService/StartContainer", 5500*time.Millisecond, 5600*time.Millisecond)
+	sp.add("kubelet", "cc", "n2", "", kubeletSync, 6*s, 7*s, kubeletPodUID, "new")
+	sp.add("kubelet", "cc", "n2a", "n2", "runtime.v1.RuntimeService/StartContainer", 6300*time.Millisecond, 6400*time.Millisecond)
+
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, fresh := ep.Pods[0], ep.Pods[1]
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, c := range []struct {
+		what      string
+		got, want time.Time
+	}{
+		{"in place: stop began", old.StopBegan, at(1200 * time.Millisecond)},
+		{"in place: removed (the last removal)", old.Removed, at(2400 * time.Millisecond)},
+		{"in place: barrier started", old.BarrierStarted, at(3500 * time.Millisecond)},
+		{"in place: worker started", old.WorkerStarted, at(6200 * time.Millisecond)},
+		{"new pod: barrier started", fresh.BarrierStarted, at(4600 * time.Millisecond)},
+		{"new pod: worker started (not another pod's start)", fresh.WorkerStarted, at(6400 * time.Millisecond)},
+	} {
+		if !c.got.Equal(c.want) {
+			t.Errorf("%s: %s, want %s", c.what, c.got.Sub(t0), c.want.Sub(t0))
+		}
+	}
+	stats := Stats(ep)
+	want := map[string]time.Duration{
+		Hops[0].Name: 200 * time.Millisecond,  // decision → stop
+		Hops[2].Name: 900 * time.Millisecond,  // exit → removed
+		Hops[3].Name: 2600 * time.Millisecond, // removed → the gang's barrier open
+		Hops[5].Name: 3600 * time.Millisecond, // the new pod's barrier
+		Hops[6].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
+		Hops[8].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
+	}
+	for _, st := range stats {
+		if w, ok := want[st.Name]; ok && st.Worst != w {
+			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
+		}
+	}
+	if stats[0].Pods != 1 || stats[5].Pods != 1 || stats[6].Pods != 2 {
+		t.Errorf("pods per hop %d, %d, %d; want 1 in place, 1 moved, 2 in all", stats[0].Pods, stats[5].Pods, stats[6].Pods)
+	}
+	if _, err := Breakdown(sp.list, hexOf("zz"), nil); err == nil {
+		t.Error("a trace without the controller's spans: want an error")
+	}
+}
+
+func hexOf(s string) string { return otlp.Span{Span: &tracepb.Span{TraceId: []byte(s)}}.TraceID() }
