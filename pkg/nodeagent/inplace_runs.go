@@ -64,6 +64,10 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	loop.Traced = traceInPlace(tp, watched, node)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits
+	// A barrier opens as soon as the runtime starts it (the gang's barrier open), not once
+	// the kubelet's relist and status write show it.
+	exits.BarrierStarted = loop.PodChanged
+	loop.RuntimeBarrier = restarter.BarrierRunning
 	if _, err := podInformer.AddEventHandler(watched.Handler()); err != nil {
 		return fmt.Errorf("watch the runs of the node's pods: %w", err)
 	}

@@ -252,7 +252,7 @@ func TestInPlaceStepsJoinTheRunsEpisode(t *testing.T) {
 	s := spans[0]
 	attrs := map[string]string{}
 	for _, kv := range s.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if s.Name != tracing.SpanInPlaceOpen || s.Parent.SpanID() != root.SpanID() || s.SpanContext.TraceID() != root.TraceID() ||
 		attrs[string(tracing.KeyPodUID)] != "pod-uid" || attrs[string(tracing.KeyAttempt)] != "2" || attrs[string(tracing.KeyNode)] != node {

@@ -136,6 +136,14 @@ type kwokRuntime struct {
 	actedOn *sync.Map
 }
 
+// OpenBarrier is Sync with the gang's barrier open. The loop calls it only for a barrier
+// that the runtime runs before the pod's status shows it (Loop.RuntimeBarrier), which a kwok
+// node, whose status is its runtime, never has.
+func (k kwokRuntime) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error) {
+	a, err := k.Sync(ctx, pod, attempt, true)
+	return a == inplace.ActionOpenBarrier, err
+}
+
 func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (inplace.Action, error) {
 	if k.hold != nil && k.hold(pod) {
 		return inplace.ActionWait, nil

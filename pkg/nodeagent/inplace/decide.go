@@ -48,6 +48,11 @@ type Decision struct {
 	Containers []string
 	// Reason says why, for logs.
 	Reason string
+	// Restarting, with ActionWait: the pod's status shows its barrier not (re)started yet,
+	// which is the kubelet's to do. The status follows the runtime by a relist and a status
+	// write; the runtime may run the barrier already (Restarter.BarrierRunning), and with
+	// the gang's barrier open it is to be opened then.
+	Restarting bool
 }
 
 // Decide says what to do with pod for attempt, the attempt the controller decided the gang
@@ -57,7 +62,8 @@ type Decision struct {
 // A pod's attempt is the one its barrier last opened for: the barrier's termination
 // message (barrier.OpenedMessage), which the kubelet keeps in the status while the
 // workers it let start run. A barrier that runs holds the pod's workers back: the kubelet
-// removed every old container before it started it.
+// removed every old container before it started it. A pod made for a later attempt than
+// attemptN is never opened for it (the agent's view of the run lags).
 func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 	switch {
 	case pod.DeletionTimestamp != nil:
@@ -71,7 +77,7 @@ func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 	made, _ := attempt.Number(pod)
 	switch {
 	case b == nil || b.State.Waiting != nil || (b.State.Running == nil && b.State.Terminated == nil):
-		return Decision{Action: ActionWait, Reason: "the barrier has not started"}
+		return Decision{Action: ActionWait, Reason: "the barrier has not started", Restarting: int(made) <= attemptN}
 	case b.State.Running != nil && int(made) > attemptN:
 		// The agent's view of the run lags: a pod made for a later attempt than the one it
 		// reads is never started as an older one (its barrier would refuse it too).
@@ -99,7 +105,7 @@ func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 	}
 	if len(ids) == 0 {
 		// They ended by themselves (the fault, or a peer's loss): their rule fires on its own.
-		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran)}
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran), Restarting: int(made) <= attemptN}
 	}
 	return Decision{Action: ActionStopWorkers, Containers: ids, Reason: fmt.Sprintf("the pod runs attempt %d, older than %d", ran, attemptN)}
 }

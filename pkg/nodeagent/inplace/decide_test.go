@@ -84,7 +84,7 @@ func TestDecide(t *testing.T) {
 		"old attempt, every worker ended: the kubelet restarts the pod": {
 			pod:     makePod().opened("attempt=1").worker("worker", "containerd://w1", exited143).worker("helper", "", restarting).obj(),
 			attempt: 2,
-			want:    Decision{Action: ActionWait},
+			want:    Decision{Action: ActionWait, Restarting: true},
 		},
 		"the gang's barrier open does not spare an old worker": {
 			pod:         makePod().opened("attempt=1").worker("worker", "containerd://w1", running).obj(),
@@ -135,11 +135,17 @@ func TestDecide(t *testing.T) {
 			pod:         makePod().barrier(waiting).phase(corev1.PodPending).obj(),
 			attempt:     2,
 			barrierOpen: true,
-			want:        Decision{Action: ActionWait},
+			want:        Decision{Action: ActionWait, Restarting: true},
 		},
 		"no status yet": {
 			pod:         makePod().phase(corev1.PodPending).obj(),
 			attempt:     1,
+			barrierOpen: true,
+			want:        Decision{Action: ActionWait, Restarting: true},
+		},
+		"a pod made for attempt 3, its barrier not started, the run read at attempt 2: no runtime's word opens it": {
+			pod:         makePod().label(v1alpha1.LabelAttempt, "3").barrier(waiting).phase(corev1.PodPending).obj(),
+			attempt:     2,
 			barrierOpen: true,
 			want:        Decision{Action: ActionWait},
 		},

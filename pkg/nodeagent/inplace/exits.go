@@ -168,6 +168,10 @@ type ExitWatcher struct {
 	// Unsupported, when set, is called once if the runtime does not implement the event
 	// stream; Run then returns: no exit can be reported on this node.
 	Unsupported func(err error)
+	// BarrierStarted, when set, is told of each pod of the node whose barrier container
+	// the runtime started: the in-place loop (Loop.PodChanged) opens it without waiting for
+	// the kubelet's relist and status write to show it.
+	BarrierStarted func(pod *corev1.Pod)
 }
 
 // NewExitWatcher is an ExitWatcher over the node's runtime and pods (the agent's informer's
@@ -222,8 +226,11 @@ func (w *ExitWatcher) follow(ctx context.Context) error {
 			}
 			return err
 		}
-		if ev.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+		switch ev.GetContainerEventType() {
+		case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
 			w.Exited(ctx, ev)
+		case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
+			w.Started(ctx, ev)
 		}
 	}
 }
@@ -244,22 +251,44 @@ func (w *ExitWatcher) sweep(ctx context.Context) error {
 	return nil
 }
 
-// Exited handles the event of one container's exit.
-func (w *ExitWatcher) Exited(ctx context.Context, ev *runtimeapi.ContainerEventResponse) {
-	var st *runtimeapi.ContainerStatus
+// Started handles the event of one container's start: a barrier's is told to
+// BarrierStarted.
+func (w *ExitWatcher) Started(ctx context.Context, ev *runtimeapi.ContainerEventResponse) {
+	if w.BarrierStarted == nil {
+		return
+	}
+	st := w.statusOf(ctx, ev)
+	labels := st.GetLabels()
+	if labels[kubelettypes.KubernetesContainerNameLabel] != v1alpha1.BarrierContainer {
+		return
+	}
+	if pod, err := w.pods.Pods(labels[kubelettypes.KubernetesPodNamespaceLabel]).Get(labels[kubelettypes.KubernetesPodNameLabel]); err == nil {
+		w.BarrierStarted(pod)
+	}
+}
+
+// statusOf is the status of ev's container: the event's own, else the runtime's (nil when
+// it cannot say).
+func (w *ExitWatcher) statusOf(ctx context.Context, ev *runtimeapi.ContainerEventResponse) *runtimeapi.ContainerStatus {
 	for _, s := range ev.GetContainersStatuses() {
 		if s.GetId() == ev.GetContainerId() {
-			st = s
+			return s
 		}
 	}
+	// A runtime that sends no statuses with its events, or a sweep: ask.
+	resp, err := w.src.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ev.GetContainerId()})
+	if err != nil {
+		w.log.Debug("status of a container", "container", ev.GetContainerId(), "error", err)
+		return nil
+	}
+	return resp.GetStatus()
+}
+
+// Exited handles the event of one container's exit.
+func (w *ExitWatcher) Exited(ctx context.Context, ev *runtimeapi.ContainerEventResponse) {
+	st := w.statusOf(ctx, ev)
 	if st == nil {
-		// A runtime that sends no statuses with its events, or a sweep: ask.
-		resp, err := w.src.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ev.GetContainerId()})
-		if err != nil {
-			w.log.Debug("status of an exited container", "container", ev.GetContainerId(), "error", err)
-			return
-		}
-		st = resp.GetStatus()
+		return
 	}
 	labels := st.GetLabels()
 	ns, name := labels[kubelettypes.KubernetesPodNamespaceLabel], labels[kubelettypes.KubernetesPodNameLabel]

@@ -319,3 +319,31 @@ func TestExitWatcherRecreatedPod(t *testing.T) {
 		t.Errorf("the report's message %q: want the traceback from above the tail, and the tail", ex.Message)
 	}
 }
+
+// The runtime's start of a pod's barrier is told at once (BarrierStarted), not a worker's
+// start, and not a container the lister has no pod of.
+func TestExitWatcherToldOfBarrierStarts(t *testing.T) {
+	pod := makePod().opened("attempt=1").worker("worker", "containerd://w1", exited143).obj()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := idx.Add(pod); err != nil {
+		t.Fatal(err)
+	}
+	startOf := func(id, name, podName string) *runtimeapi.ContainerEventResponse {
+		st := exitOf(id, name, 0)
+		st.State, st.Labels["io.kubernetes.pod.name"] = run, podName
+		return &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT,
+			ContainersStatuses: []*runtimeapi.ContainerStatus{st}}
+	}
+	src := &fakeEvents{FakeRuntime: &FakeRuntime{}, events: []*runtimeapi.ContainerEventResponse{
+		startOf("w2", "worker", "llm-0"), startOf("b2", v1alpha1.BarrierContainer, "llm-0"), startOf("b9", v1alpha1.BarrierContainer, "gone-0"),
+	}}
+	w := NewExitWatcher(src, corelisters.NewPodLister(idx), decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), &reports{}, "n1", nil)
+	var told []string
+	w.BarrierStarted = func(p *corev1.Pod) { told = append(told, p.Name) }
+	if err := w.follow(context.Background()); err == nil {
+		t.Fatal("follow returned no error at the stream's end")
+	}
+	if !cmp.Equal(told, []string{"llm-0"}) {
+		t.Errorf("told of barrier starts in %v, want llm-0's alone", told)
+	}
+}

@@ -31,9 +31,11 @@ type Decisions interface {
 // refuse, never open.
 type Confirm func(ctx context.Context, pod *corev1.Pod) (attempt int, barrierOpen, ok bool, err error)
 
-// Syncer carries a decision out on one pod: Restarter.Sync.
+// Syncer carries a decision out on one pod: Restarter.Sync, and Restarter.OpenBarrier for a
+// pod whose barrier the runtime runs before its status shows it.
 type Syncer interface {
 	Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (Action, error)
+	OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error)
 }
 
 var _ Syncer = &Restarter{}
@@ -48,6 +50,10 @@ type Loop struct {
 	decisions Decisions
 	// Confirm, when set, is asked before a barrier opens (see Confirm).
 	Confirm Confirm
+	// RuntimeBarrier, when set, says whether the runtime runs a pod's barrier already, for a
+	// pod whose status lags (Decision.Restarting): with the gang's barrier open, the loop
+	// opens it then (Restarter.BarrierRunning).
+	RuntimeBarrier func(ctx context.Context, pod *corev1.Pod) bool
 	// Traced, when set, is told of each stop and open the loop carried out on a pod (the
 	// confirmation included), when it began and ended, and its error.
 	Traced func(ctx context.Context, pod *corev1.Pod, action Action, attempt int, start, end time.Time, err error)
@@ -126,7 +132,12 @@ func (l *Loop) processNext(ctx context.Context) bool {
 		l.queue.Done(key)
 		return true
 	}
-	switch Decide(pod, attempt, open).Action {
+	d := Decide(pod, attempt, open)
+	action := d.Action
+	if action == ActionWait && d.Restarting && open && l.RuntimeBarrier != nil && l.RuntimeBarrier(ctx, pod) {
+		action = ActionOpenBarrier
+	}
+	switch action {
 	case ActionStopWorkers:
 		// The pod stays in flight (a change queues it again once this is done).
 		l.stopping.Go(func() {
@@ -141,13 +152,17 @@ func (l *Loop) processNext(ctx context.Context) bool {
 			return true
 		}
 		defer l.queue.Done(key)
-		l.syncFrom(ctx, key, pod, attempt, open, start)
+		l.syncFrom(ctx, key, pod, attempt, open, start, action != d.Action)
 		return true
 	}
 	defer l.queue.Done(key)
 	l.sync(ctx, key, pod, attempt, open)
 	return true
 }
+
+// confirmRetries is how often the loop reads a run again whose go signal the API server did
+// not confirm: the queue's backoff makes them 5 to 80 ms apart.
+const confirmRetries = 5
 
 // confirmed reports whether the API server confirms the decision to open pod's barrier for
 // attempt (Confirm); a refusal or an error is logged, and the pod retried or left for the
@@ -163,8 +178,15 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 		l.log.Warn("could not confirm a barrier's go signal with the API server; retrying", "pod", key.String(), "attempt", attempt, "error", err)
 		return false
 	case !ok || !open || live != attempt:
-		// The cache lags: the run's next change (its watch event) queues the pod again.
-		l.queue.Forget(key)
+		// Either the cache lags (the run's next change, its watch event, queues the pod
+		// again) or the read does: one the pod shared (ConfirmWith) began before the cache
+		// saw the go signal, and no change of the run is to come. A few quick retries tell
+		// which; then the run's next change.
+		if l.queue.NumRequeues(key) < confirmRetries {
+			l.queue.AddRateLimited(key)
+		} else {
+			l.queue.Forget(key)
+		}
 		l.log.Info("the API server does not confirm the go signal the cache shows; not opening", "pod", key.String(),
 			"cached attempt", attempt, "attempt", live, "barrierOpen", open, "decided", ok)
 		return false
@@ -174,12 +196,21 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 
 // sync carries out the decision on one pod.
 func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
-	l.syncFrom(ctx, key, pod, attempt, open, time.Now())
+	l.syncFrom(ctx, key, pod, attempt, open, time.Now(), false)
 }
 
-// syncFrom is sync of a step that began at start (an open's confirmation before it).
-func (l *Loop) syncFrom(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool, start time.Time) {
-	action, err := l.syncer.Sync(ctx, pod, attempt, open)
+// syncFrom is sync of a step that began at start (an open's confirmation before it);
+// runtimeOpen: the barrier to open is the runtime's, which the pod's status does not show
+// yet (the loop asked RuntimeBarrier, and the API server confirmed the go signal).
+func (l *Loop) syncFrom(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool, start time.Time, runtimeOpen bool) {
+	var action Action
+	var err error
+	if runtimeOpen {
+		action = ActionOpenBarrier
+		_, err = l.syncer.OpenBarrier(ctx, pod, attempt)
+	} else {
+		action, err = l.syncer.Sync(ctx, pod, attempt, open)
+	}
 	if l.Traced != nil && (action == ActionStopWorkers || action == ActionOpenBarrier) {
 		l.Traced(ctx, pod, action, attempt, start, time.Now(), err)
 	}

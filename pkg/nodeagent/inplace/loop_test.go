@@ -131,6 +131,11 @@ func TestLoopRunOpensAndStops(t *testing.T) {
 
 type syncerFunc func(context.Context, *corev1.Pod, int, bool) (Action, error)
 
+func (f syncerFunc) OpenBarrier(ctx context.Context, p *corev1.Pod, n int) (bool, error) {
+	a, err := f(ctx, p, n, true)
+	return a == ActionOpenBarrier, err
+}
+
 func (f syncerFunc) Sync(ctx context.Context, p *corev1.Pod, n int, open bool) (Action, error) {
 	return f(ctx, p, n, open)
 }
@@ -175,11 +180,14 @@ func TestLoopOpensOnlyWhatTheAPIServerConfirms(t *testing.T) {
 	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
 	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), atBarrier)
 	live := 3
-	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return live, false, true, nil }
+	reads := 0
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { reads++; return live, false, true, nil }
 	l.PodChanged(atBarrier)
 	processAll(l)
-	if len(rt.Execs) != 0 || l.queue.NumRequeues(key) != 0 {
-		t.Fatalf("opened on a stale cache: execs %v, requeues %d", rt.Execs, l.queue.NumRequeues(key))
+	waitQueue(t, l, confirmRetries+1)
+	if len(rt.Execs) != 0 || reads != confirmRetries+1 || l.queue.NumRequeues(key) != 0 {
+		t.Fatalf("opened on a stale cache, or read the run %d times (want %d, then left to the run's next change): execs %v, requeues %d",
+			reads, confirmRetries+1, rt.Execs, l.queue.NumRequeues(key))
 	}
 	live = 2
 	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return live, true, true, nil }
@@ -224,6 +232,7 @@ func TestLoopTracesItsSteps(t *testing.T) {
 	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { return 2, false, true, nil }
 	l.PodChanged(atBarrier)
 	processAll(l)
+	waitQueue(t, l, confirmRetries+1) // its reads again, refused too
 	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
 		time.Sleep(confirm)
 		return 2, true, true, nil
@@ -236,5 +245,79 @@ func TestLoopTracesItsSteps(t *testing.T) {
 	}
 	if steps[1].took < confirm {
 		t.Errorf("the open took %s, less than its confirmation's %s: the confirmation is not in it", steps[1].took, confirm)
+	}
+}
+
+// A pod whose status lags the runtime (its old worker exited, the kubelet restarting it) has
+// its barrier opened as soon as the runtime runs it, the gang's barrier open and the API
+// server confirming; not before the runtime runs it (no read of the API server either), and
+// not while the gang's barrier is closed.
+func TestLoopOpensWhatTheRuntimeRuns(t *testing.T) {
+	lagging := inRun(makePod().opened("attempt=1").worker("worker", "containerd://w1", exited143).obj(), "llm")
+	rt := &FakeRuntime{ExitOnExec: true}
+	open := false
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, open, true }), lagging)
+	confirms := 0
+	r := New(rt, nil)
+	l.RuntimeBarrier = r.BarrierRunning
+
+	confirmOpen := true
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
+		confirms++
+		return 2, confirmOpen, true, nil
+	}
+	for _, step := range []struct {
+		what                string
+		open, runs, confirm bool
+		confirms            int
+		execs               int
+	}{
+		{"the gang's barrier open, the runtime runs no barrier yet", true, false, true, 0, 0},
+		{"the runtime runs the barrier, the gang's barrier closed", false, true, true, 0, 0},
+		{"the runtime runs the barrier, the cache says open, the API server does not", true, true, false, 1, 0},
+		{"the runtime runs the barrier, the gang's barrier open", true, true, true, 2, 1},
+	} {
+		open, confirmOpen = step.open, step.confirm
+		if step.runs {
+			rt.Containers = []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}
+		}
+		l.PodChanged(lagging)
+		processAll(l)
+		if confirms != step.confirms || len(rt.Execs) != step.execs {
+			t.Fatalf("%s: %d confirmations, execs %v; want %d and %d", step.what, confirms, rt.Execs, step.confirms, step.execs)
+		}
+	}
+}
+
+// waitQueue processes what is queued, the rate-limited retries included, until n pods were
+// processed or the queue stays empty for a second.
+func waitQueue(t *testing.T, l *Loop, n int) {
+	t.Helper()
+	for done := 1; done < n; done++ {
+		deadline := time.Now().Add(time.Second)
+		for l.queue.Len() == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if l.queue.Len() == 0 {
+			return
+		}
+		l.processNext(context.Background())
+	}
+}
+
+// A refusal the API server's read gives while the cache shows the go signal is read again a
+// few times (the read may have begun before the cache saw it, shared with another pod's),
+// and opens once the read confirms.
+func TestLoopReadsARefusalAgain(t *testing.T) {
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), atBarrier)
+	reads := 0
+	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) { reads++; return 2, reads > 1, true, nil }
+	l.PodChanged(atBarrier)
+	processAll(l)
+	waitQueue(t, l, 2)
+	if reads != 2 || len(rt.Execs) != 1 {
+		t.Errorf("%d reads, execs %v; want the refusal read again and the barrier opened", reads, rt.Execs)
 	}
 }

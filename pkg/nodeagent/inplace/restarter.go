@@ -128,6 +128,13 @@ func (r *Restarter) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barr
 	return d.Action, nil
 }
 
+// BarrierRunning says whether the runtime runs pod's barrier container now, whatever the
+// pod's status says yet (an error: no).
+func (r *Restarter) BarrierRunning(ctx context.Context, pod *corev1.Pod) bool {
+	running, err := r.running(ctx, pod, v1alpha1.BarrierContainer)
+	return err == nil && len(running) > 0
+}
+
 // StopOldWorkers stops, with the pod's termination grace period, the running workers of
 // pod that belong to an attempt older than attempt (Decide), and returns the runtime IDs it
 // stopped. A worker already stopped, or gone, is left alone: none is stopped twice by a

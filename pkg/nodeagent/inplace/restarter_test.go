@@ -193,3 +193,14 @@ func TestSync(t *testing.T) {
 		t.Fatalf("runs attempt 2: %s, %v, stops %v execs %v", a, err, rt.Stops, rt.Execs)
 	}
 }
+
+// Sync of a pod whose status lags opens nothing, even with the runtime running its barrier
+// and the gang's barrier open in the cache: only the loop opens it, once the API server
+// confirms (TestLoopOpensWhatTheRuntimeRuns).
+func TestSyncNeverOpensWhatTheStatusDoesNotShow(t *testing.T) {
+	lagging := makePod().opened("attempt=1").worker("worker", "containerd://w1", exited143).obj()
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+	if a, err := New(rt, nil).Sync(context.Background(), lagging, 2, true); err != nil || a != ActionWait || len(rt.Execs) != 0 {
+		t.Fatalf("Sync: %s, %v, execs %v; want Wait and no exec", a, err, rt.Execs)
+	}
+}
