@@ -137,7 +137,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 			if opts.Namespace != "" {
 				where = append(where, tracing.KeyNamespace.String(opts.Namespace))
 			}
-			tp, err := tracing.Setup(ctx, tracing.Options{ServiceName: "faultline-controller", Attributes: where, Logger: logger})
+			tp, err := tracing.Setup(ctx, tracing.Options{ServiceName: tracing.ServiceController, Attributes: where, Logger: logger})
 			if err != nil {
 				logger.Warn("tracing is off: its configuration is invalid", "error", err)
 			}

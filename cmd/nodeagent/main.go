@@ -65,7 +65,7 @@ func newCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			tp, err := tracing.Setup(ctx, tracing.Options{
-				ServiceName: "faultline-nodeagent",
+				ServiceName: tracing.ServiceAgent,
 				Attributes:  []attribute.KeyValue{tracing.KeyNode.String(cfg.Node)},
 				Logger:      log,
 			})

@@ -8,6 +8,13 @@ import (
 // TracerName is the instrumentation scope of faultline's spans.
 const TracerName = "github.com/faultline-dev/faultline"
 
+// The service.name of faultline's processes: a trace backend (and the tests' collector)
+// tells the controller's spans from the agents' by it.
+const (
+	ServiceController = "faultline-controller"
+	ServiceAgent      = "faultline-nodeagent"
+)
+
 // Span names. The roots are named for what the episode did; their children for the phase.
 const (
 	// SpanRestart is the root of an episode that restarted the run: from the signal (or the

@@ -31,7 +31,7 @@ const ShutdownTimeout = 5 * time.Second
 // Options describe the process for its resource; the environment (OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES) overrides them.
 type Options struct {
-	// ServiceName is the default service.name (faultline-controller, faultline-nodeagent).
+	// ServiceName is the default service.name (ServiceController, ServiceAgent).
 	ServiceName string
 	// Attributes describe where the process runs: k8s.node.name for the agent,
 	// k8s.namespace.name for a controller scoped to one namespace.

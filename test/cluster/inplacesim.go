@@ -136,9 +136,9 @@ type kwokRuntime struct {
 	actedOn *sync.Map
 }
 
-// OpenBarrier is Sync with the gang's barrier open. The loop calls it only for a barrier
-// that the runtime runs before the pod's status shows it (Loop.RuntimeBarrier), which a kwok
-// node, whose status is its runtime, never has.
+// OpenBarrier is Sync with the gang's barrier open: the loop calls it for every open it
+// decided, on the pod's status (a kwok node's status is its runtime: the loop has no
+// RuntimeBarrier here).
 func (k kwokRuntime) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error) {
 	a, err := k.Sync(ctx, pod, attempt, true)
 	return a == inplace.ActionOpenBarrier, err

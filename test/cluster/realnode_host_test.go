@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,8 +154,18 @@ func TestPodBridgeKeepsItsMAC(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8)")
 	}
+	// A subnet as an instance picks one, under the same lock: no live instance's.
+	setup, err := flock(realNodeSetupLock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	subnet, err := choosePodSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
 	id := "t" + randomSuffix()[:5]
-	p := &podNetwork{bridge: realNodePrefix + id, subnet: netip.MustParsePrefix("10.239.0.0/16")}
+	p := &podNetwork{bridge: realNodePrefix + id, subnet: subnet}
 	if err := p.create(1); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 // Package hops breaks a restart in place down by hop, per pod, from the spans a collector
 // got: the restart's trace (the controller's phases, the node agents' steps on each pod) and
 // the kubelets' syncs of the same pods with their CRI calls (joined on k8s.pod.uid; the
-// kubelet's traces are its own, as no trace context reaches it). It is the test side of
-// docs/in-place-restart.md's "Where the time goes".
+// kubelet's traces are its own, as no trace context reaches it). What it prints is in
+// docs/benchmarks.md, "Where a restart in place spends its time".
 package hops
 
 import (
@@ -15,15 +15,13 @@ import (
 	"github.com/faultline-dev/faultline/test/otlp"
 )
 
-// The kubelet's span of a pod's sync, and the suffixes of its CRI calls' spans
-// (otelgrpc names them runtime.v1.RuntimeService/<Method>), children of the sync.
+// The kubelet's span of a pod's sync (with the pod's tracing.KeyPodUID, as the agent's
+// steps), and the suffixes of its CRI calls' spans (otelgrpc names them
+// runtime.v1.RuntimeService/<Method>), children of the sync.
 const (
-	kubeletSync    = "syncPod"
-	criRemove      = "/RemoveContainer"
-	criStart       = "/StartContainer"
-	kubeletPodUID  = "k8s.pod.uid"
-	controllerSvc  = "faultline-controller"
-	faultlineAgent = "faultline-nodeagent"
+	kubeletSync = "syncPod"
+	criRemove   = "/RemoveContainer"
+	criStart    = "/StartContainer"
 )
 
 // Pod is one worker pod of the new attempt: InPlace when it is an old pod restarted in place,
@@ -63,7 +61,7 @@ type Episode struct {
 func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 	ep := Episode{TraceID: traceID}
 	for _, s := range spans {
-		if s.TraceID() != traceID || s.Service != controllerSvc {
+		if s.TraceID() != traceID || s.Service != tracing.ServiceController {
 			continue
 		}
 		switch s.Name {
@@ -78,13 +76,16 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 	if ep.Decided.IsZero() || ep.BarrierOpen.IsZero() || ep.Running.IsZero() {
 		return ep, fmt.Errorf("trace %s: the controller's classify, teardown or running span is missing", traceID)
 	}
-	syncs := map[string][]otlp.Span{} // pod UID → the kubelet's syncs
+	// One pass, by pod UID: the kubelet's syncs, the agents' steps; and every span's children.
+	syncs, steps := map[string][]otlp.Span{}, map[string][]otlp.Span{}
 	children := map[string][]otlp.Span{}
 	for _, s := range spans {
-		if s.Name == kubeletSync {
-			if uid := s.Attr(kubeletPodUID); uid != "" {
-				syncs[uid] = append(syncs[uid], s)
-			}
+		uid := s.Attr(string(tracing.KeyPodUID))
+		switch {
+		case s.Name == kubeletSync && uid != "":
+			syncs[uid] = append(syncs[uid], s)
+		case s.Service == tracing.ServiceAgent && s.TraceID() == traceID && uid != "":
+			steps[uid] = append(steps[uid], s)
 		}
 		if len(s.ParentSpanId) > 0 {
 			children[s.Parent()] = append(children[s.Parent()], s)
@@ -92,10 +93,7 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 	}
 	for _, p := range pods {
 		t := PodTimes{Pod: p}
-		for _, s := range spans {
-			if s.TraceID() != traceID || s.Service != faultlineAgent || s.Attr(string(tracing.KeyPodUID)) != p.UID {
-				continue
-			}
+		for _, s := range steps[p.UID] {
 			switch s.Name {
 			case tracing.SpanInPlaceStop:
 				t.StopBegan, t.Stopped = s.Start(), s.End()
@@ -171,17 +169,11 @@ func between(a, b func(Episode, PodTimes) time.Time) func(Episode, PodTimes) (ti
 	}
 }
 
-func inPlace(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
+// only is hop of, for the pods restarted in place (inPlace) or for the new ones.
+func only(inPlace bool, of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
 	return func(ep Episode, t PodTimes) (time.Duration, bool) {
 		d, ok := of(ep, t)
-		return d, ok && t.InPlace
-	}
-}
-
-func moved(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
-	return func(ep Episode, t PodTimes) (time.Duration, bool) {
-		d, ok := of(ep, t)
-		return d, ok && !t.InPlace
+		return d, ok && t.InPlace == inPlace
 	}
 }
 
@@ -203,12 +195,12 @@ var (
 // agent opens a pod's barrier once both are so, the barrier's start as the kubelet's status
 // write shows it.
 var Hops = []Hop{
-	{"decision → the agent stops the old workers", "API (run status write, the agent's watch)", inPlace(between(decided, stopBegan))},
-	{"the agent's stop (SIGTERM to exit)", "runtime, worker", inPlace(between(stopBegan, stopped))},
-	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", inPlace(between(stopped, removed))},
-	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", inPlace(between(removed, barrierOpen))},
-	{"removed → barrier started", "kubelet (create, start)", inPlace(between(removed, barrierStarted))},
-	{"decision → a moved index's barrier started (new pod)", "faultline (old pod gone), scheduler, kubelet (sandbox)", moved(between(decided, barrierStarted))},
+	{"decision → the agent stops the old workers", "API (run status write, the agent's watch)", only(true, between(decided, stopBegan))},
+	{"the agent's stop (SIGTERM to exit)", "runtime, worker", only(true, between(stopBegan, stopped))},
+	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", only(true, between(stopped, removed))},
+	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", only(true, between(removed, barrierOpen))},
+	{"removed → barrier started", "kubelet (create, start)", only(true, between(removed, barrierStarted))},
+	{"decision → a moved index's barrier started (new pod)", "faultline (old pod gone), scheduler, kubelet (sandbox)", only(false, between(decided, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
 	{"the agent's open (confirmation, exec)", "API (a read), runtime (exec)", between(openBegan, opened)},
 	{"opened → worker started", "kubelet (relist, create, start)", between(opened, workerStarted)},

@@ -40,26 +40,26 @@ const s = time.Second
 func TestBreakdown(t *testing.T) {
 	var sp spans
 	tr := "aa"
-	sp.add(controllerSvc, tr, "c1", "r", tracing.SpanClassify, 0, 1*s)
-	sp.add(controllerSvc, tr, "c2", "r", tracing.SpanTeardown, 1*s, 5*s)
-	sp.add(controllerSvc, tr, "c3", "r", tracing.SpanRunning, 6*s, 9*s)
-	sp.add(faultlineAgent, tr, "a1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "old")
-	sp.add(faultlineAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old")
-	sp.add(faultlineAgent, tr, "a3", "r", tracing.SpanInPlaceOpen, 5200*time.Millisecond, 5300*time.Millisecond, string(tracing.KeyPodUID), "new")
+	sp.add(tracing.ServiceController, tr, "c1", "r", tracing.SpanClassify, 0, 1*s)
+	sp.add(tracing.ServiceController, tr, "c2", "r", tracing.SpanTeardown, 1*s, 5*s)
+	sp.add(tracing.ServiceController, tr, "c3", "r", tracing.SpanRunning, 6*s, 9*s)
+	sp.add(tracing.ServiceAgent, tr, "a1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "old")
+	sp.add(tracing.ServiceAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old")
+	sp.add(tracing.ServiceAgent, tr, "a3", "r", tracing.SpanInPlaceOpen, 5200*time.Millisecond, 5300*time.Millisecond, string(tracing.KeyPodUID), "new")
 	// The kubelet: the in-place pod's containers removed, the barrier started, then the worker.
-	sp.add("kubelet", "bb", "k1", "", kubeletSync, 2*s, 3*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k1", "", kubeletSync, 2*s, 3*s, string(tracing.KeyPodUID), "old")
 	sp.add("kubelet", "bb", "k1a", "k1", "runtime.v1.RuntimeService/RemoveContainer", 2100*time.Millisecond, 2200*time.Millisecond)
 	sp.add("kubelet", "bb", "k1b", "k1", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
-	sp.add("kubelet", "bb", "k2", "", kubeletSync, 3*s, 4*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k2", "", kubeletSync, 3*s, 4*s, string(tracing.KeyPodUID), "old")
 	sp.add("kubelet", "bb", "k2a", "k2", "runtime.v1.RuntimeService/StartContainer", 3100*time.Millisecond, 3500*time.Millisecond)
-	sp.add("kubelet", "bb", "k3", "", kubeletSync, 6*s, 7*s, kubeletPodUID, "old")
+	sp.add("kubelet", "bb", "k3", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "old")
 	sp.add("kubelet", "bb", "k3a", "k3", "runtime.v1.RuntimeService/StartContainer", 6100*time.Millisecond, 6200*time.Millisecond)
 	// The new pod: its barrier, then its worker; a sync of another pod between.
-	sp.add("kubelet", "cc", "n1", "", kubeletSync, 4*s, 5*s, kubeletPodUID, "new")
+	sp.add("kubelet", "cc", "n1", "", kubeletSync, 4*s, 5*s, string(tracing.KeyPodUID), "new")
 	sp.add("kubelet", "cc", "n1a", "n1", "runtime.v1.RuntimeService/StartContainer", 4500*time.Millisecond, 4600*time.Millisecond)
-	sp.add("kubelet", "cc", "x1", "", kubeletSync, 5*s, 6*s, kubeletPodUID, "other")
+	sp.add("kubelet", "cc", "x1", "", kubeletSync, 5*s, 6*s, string(tracing.KeyPodUID), "other")
 	sp.add("kubelet", "cc", "x1a", "x1", "runtime.v1.RuntimeService/StartContainer", 5500*time.Millisecond, 5600*time.Millisecond)
-	sp.add("kubelet", "cc", "n2", "", kubeletSync, 6*s, 7*s, kubeletPodUID, "new")
+	sp.add("kubelet", "cc", "n2", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "new")
 	sp.add("kubelet", "cc", "n2a", "n2", "runtime.v1.RuntimeService/StartContainer", 6300*time.Millisecond, 6400*time.Millisecond)
 
 	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}})

@@ -77,6 +77,18 @@ func Start(addr string) (*Receiver, error) {
 	return r, nil
 }
 
+// Env is what a process of faultline's needs to send this receiver its spans at once, as
+// NAME=value: OTLP/gRPC to Addr, exported every 100 ms, every span sampled that no parent
+// declined.
+func (r *Receiver) Env() []string {
+	return []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + r.Addr,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"OTEL_BSP_SCHEDULE_DELAY=100",
+		"OTEL_TRACES_SAMPLER=parentbased_always_on",
+	}
+}
+
 // Stop stops serving; the spans stay readable.
 func (r *Receiver) Stop() { r.srv.Stop() }
 

@@ -31,8 +31,9 @@ type Decisions interface {
 // refuse, never open.
 type Confirm func(ctx context.Context, pod *corev1.Pod) (attempt int, barrierOpen, ok bool, err error)
 
-// Syncer carries a decision out on one pod: Restarter.Sync, and Restarter.OpenBarrier for a
-// pod whose barrier the runtime runs before its status shows it.
+// Syncer carries a decision out on one pod: Restarter.Sync; and Restarter.OpenBarrier, which
+// the loop calls for every open it decided (once the API server confirmed it), the pod's
+// status showing the barrier waiting or the runtime running it already.
 type Syncer interface {
 	Sync(ctx context.Context, pod *corev1.Pod, attempt int, barrierOpen bool) (Action, error)
 	OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error)
@@ -152,7 +153,9 @@ func (l *Loop) processNext(ctx context.Context) bool {
 			return true
 		}
 		defer l.queue.Done(key)
-		l.syncFrom(ctx, key, pod, attempt, open, start, action != d.Action)
+		// The status shows the barrier waiting, or the runtime runs it already.
+		_, err := l.syncer.OpenBarrier(ctx, pod, attempt)
+		l.done(ctx, key, pod, attempt, ActionOpenBarrier, start, err)
 		return true
 	}
 	defer l.queue.Done(key)
@@ -196,21 +199,14 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 
 // sync carries out the decision on one pod.
 func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
-	l.syncFrom(ctx, key, pod, attempt, open, time.Now(), false)
+	start := time.Now()
+	action, err := l.syncer.Sync(ctx, pod, attempt, open)
+	l.done(ctx, key, pod, attempt, action, start, err)
 }
 
-// syncFrom is sync of a step that began at start (an open's confirmation before it);
-// runtimeOpen: the barrier to open is the runtime's, which the pod's status does not show
-// yet (the loop asked RuntimeBarrier, and the API server confirmed the go signal).
-func (l *Loop) syncFrom(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool, start time.Time, runtimeOpen bool) {
-	var action Action
-	var err error
-	if runtimeOpen {
-		action = ActionOpenBarrier
-		_, err = l.syncer.OpenBarrier(ctx, pod, attempt)
-	} else {
-		action, err = l.syncer.Sync(ctx, pod, attempt, open)
-	}
+// done follows up a step on pod that began at start (an open's, before its confirmation):
+// it tells Traced of a stop or an open, and forgets the pod or retries it by the outcome.
+func (l *Loop) done(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, action Action, start time.Time, err error) {
 	if l.Traced != nil && (action == ActionStopWorkers || action == ActionOpenBarrier) {
 		l.Traced(ctx, pod, action, attempt, start, time.Now(), err)
 	}

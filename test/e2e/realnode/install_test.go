@@ -3,6 +3,7 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/pkg/version"
 	"github.com/faultline-dev/faultline/test/cluster"
 	"github.com/faultline-dev/faultline/test/otlp"
@@ -215,21 +217,27 @@ func (i *installation) install(ctx context.Context, t *testing.T, flags ...strin
 		}
 	}
 	if i.otlp != nil {
-		i.traceTo(ctx, t, i.otlp.Addr)
+		i.traceTo(ctx, t, i.otlp)
 	}
 	i.waitRunning(ctx, t)
 }
 
 // traceTo points the controller's and the agents' traces at an OTLP receiver, as an operator
 // does (`kubectl set env`).
-func (i *installation) traceTo(ctx context.Context, t *testing.T, addr string) {
+func (i *installation) traceTo(ctx context.Context, t *testing.T, r *otlp.Receiver) {
 	t.Helper()
-	env := `[{"name":"OTEL_EXPORTER_OTLP_ENDPOINT","value":"http://` + addr + `"},{"name":"OTEL_EXPORTER_OTLP_PROTOCOL","value":"grpc"},` +
-		`{"name":"OTEL_BSP_SCHEDULE_DELAY","value":"100"},{"name":"OTEL_TRACES_SAMPLER","value":"parentbased_always_on"}]`
+	var env []corev1.EnvVar
+	for _, kv := range r.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
 	for _, kind := range []string{"deployments", "daemonsets"} {
 		name := map[string]string{"deployments": "faultline-controller", "daemonsets": "faultline-nodeagent"}[kind]
-		patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"` + map[string]string{"deployments": "controller", "daemonsets": "nodeagent"}[kind] + `","env":` + env + `}]}}}}`)
-		var err error
+		patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []map[string]any{{"name": map[string]string{"deployments": "controller", "daemonsets": "nodeagent"}[kind], "env": env}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if kind == "deployments" {
 			_, err = i.c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 		} else {
@@ -453,7 +461,7 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	// The controller's trace (from its pod, over the pod network) has both verdicts.
 	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
 	defer tcancel()
-	if err := waitCauses(tctx, i.otlp, "faultline-controller", string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
+	if err := waitCauses(tctx, i.otlp, tracing.ServiceController, string(v1alpha1.CauseNodeShutdown), string(v1alpha1.CauseAppExit)); err != nil {
 		t.Errorf("the controller's trace: %v", err)
 	}
 	// The runs' framework plugin started confined (pkg/sandbox), in the controller pod that

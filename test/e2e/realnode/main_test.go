@@ -40,8 +40,9 @@ var (
 	// traces is the package's trace collector: the kubelets', controllers' and agents' spans
 	// (nil with -real-traces=false).
 	traces *otlp.Receiver
-	// realTraces: the kubelets trace every sync and CRI call (every span sampled), which costs
-	// the nodes CPU; off, the benchmark measures without it (and breaks nothing down).
+	// realTraces: the kubelets trace every sync and CRI call (every span sampled); off, the
+	// benchmark measures without it, to show what it costs (docs/benchmarks.md), and breaks
+	// nothing down.
 	realTraces = flag.Bool("real-traces", true, "the real nodes' kubelets, the controllers and the agents export their spans to the package's collector")
 )
 
@@ -75,10 +76,8 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		spec.TracingEndpoint = traces.Addr
-		for k, v := range map[string]string{
-			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + traces.Addr, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-			"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "parentbased_always_on",
-		} {
+		for _, kv := range traces.Env() {
+			k, v, _ := strings.Cut(kv, "=")
 			os.Setenv(k, v)
 		}
 	}

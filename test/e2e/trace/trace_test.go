@@ -47,12 +47,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(recv.Stop)
-	env := []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + recv.Addr,
-		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
-		"OTEL_BSP_SCHEDULE_DELAY=100",
-		"OTEL_TRACES_SAMPLER=parentbased_always_on",
-	}
+	env := recv.Env()
 	logind := startAgent(ctx, t, c, node, env)
 	cluster.StartProcessEnv(t, env, launcherBin, "controller",
 		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
@@ -183,7 +178,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 		t.Fatalf("%d faultline.restart spans in trace %s, want 1\n%s", len(rootSpans), traceID, describeSpans(spans))
 	}
 	rootSpan := rootSpans[0]
-	if rootSpan.ID() != rootID || rootSpan.Parent() != "" || rootSpan.Service != "faultline-controller" {
+	if rootSpan.ID() != rootID || rootSpan.Parent() != "" || rootSpan.Service != tracing.ServiceController {
 		t.Errorf("root span %s (parent %q) from %s; want %s without parent, from faultline-controller", rootSpan.ID(), rootSpan.Parent(), rootSpan.Service, rootID)
 	}
 	for k, want := range map[string]string{
@@ -207,9 +202,9 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 			continue
 		}
 		s := got[0]
-		wantService := "faultline-controller"
+		wantService := tracing.ServiceController
 		if name == tracing.SpanDetect {
-			wantService = "faultline-nodeagent"
+			wantService = tracing.ServiceAgent
 		}
 		if s.Service != wantService {
 			t.Errorf("%s came from %q, want %q", name, s.Service, wantService)
