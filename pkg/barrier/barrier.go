@@ -284,8 +284,13 @@ func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, e
 	return attempt, true, nil
 }
 
+// ErrUnreachable is Open's error when the socket cannot be connected to for another reason
+// than no barrier listening (a permission): nothing was sent.
+var ErrUnreachable = errors.New("cannot reach the barrier's socket")
+
 // Open hands attempt to the barrier waiting on socket and returns once it answered: nil
-// when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens.
+// when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens,
+// ErrUnreachable when the socket cannot be connected to.
 func Open(ctx context.Context, socket string, attempt int) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
@@ -293,7 +298,7 @@ func Open(ctx context.Context, socket string, attempt int) error {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("%w on %s", ErrNotWaiting, socket)
 		}
-		return fmt.Errorf("reach the barrier: %w", err)
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -303,6 +308,9 @@ func Open(ctx context.Context, socket string, attempt int) error {
 		return fmt.Errorf("send the go signal: %w", err)
 	}
 	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("no answer from the barrier: %w", err) // it may still open: ask again
+	}
 	if err != nil {
 		// It closed without an answer: another Open got there first and it exits.
 		return fmt.Errorf("%w: no answer: %v", ErrNotWaiting, err)

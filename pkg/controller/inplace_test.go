@@ -212,3 +212,80 @@ func TestInPlaceFallbackResumesAfterACrash(t *testing.T) {
 		t.Errorf("attempt %d phase %s, want attempt 2 going on", got.Status.Attempt, got.Status.Phase)
 	}
 }
+
+// TestInPlaceMovedIndexGetsItsPodAtOnce: before the gang's barrier opens, a moved index whose
+// old pod is on a node the attempt excludes (a node shutting down) gets its new pod at once,
+// while the old one still stops: the new pod's sandbox and barrier come up meanwhile, and the
+// gang's barrier stays shut until the old pod is gone from the API. An old pod on a node the
+// new one may use (deleted on a healthy node) keeps its index until it is gone.
+func TestInPlaceMovedIndexGetsItsPodAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		excluded bool
+	}{{"old pod on an excluded node", true}, {"old pod on a usable node", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			r, cl, run, job, pods := fallbackFixture(t)
+			stored := &v1alpha1.TrainingRun{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
+				t.Fatal(err)
+			}
+			// Attempt 2 decided in place, its barrier not open yet; index 0 waits at its barrier.
+			rec := attempt.Record(stored)
+			rec.BarrierOpenedAt, rec.StartTime = nil, nil
+			if c.excluded {
+				rec.ExcludedNodes = []string{"gpu-1"}
+			}
+			stored.Status.Phase = v1alpha1.PhaseRestarting
+			if err := cl.Status().Update(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			pods[0].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			pods[0].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+			// Index 1's old worker of attempt 1 still runs.
+			pods[1].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: barrier.OpenedMessage(1)}}}}
+			pods[1].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			for _, p := range pods {
+				if err := cl.Status().Update(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !c.excluded {
+				if err := cl.Delete(ctx, pods[1]); err != nil { // an eviction: the index moves
+					t.Fatal(err)
+				}
+			}
+
+			newName := attempt.PodName(job, 1, 2)
+			got, _ := reconcileRun(t, r, cl, run)
+			err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{})
+			switch {
+			case c.excluded && err != nil:
+				t.Fatalf("index 1's new pod %s while the old one stops on an excluded node: %v; want it made at once", newName, err)
+			case !c.excluded && !apierrors.IsNotFound(err):
+				t.Fatalf("index 1's new pod %s: %v; want none while the old one holds a node the new one may use", newName, err)
+			}
+			if rec := attempt.Record(got); rec.BarrierOpenedAt != nil {
+				t.Fatalf("the gang's barrier opened at %v while index 1's old pod is in the API", rec.BarrierOpenedAt)
+			}
+
+			// The old pod goes: the index has its new pod, and the gang's barrier opens.
+			old := &corev1.Pod{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp == nil {
+				t.Fatalf("index 1's old pod: %v, deleting %v; want it deleted", err, old.DeletionTimestamp)
+			}
+			old.Finalizers = nil
+			if err := cl.Update(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			got, _ = reconcileRun(t, r, cl, run)
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{}); err != nil {
+				t.Fatalf("index 1's new pod %s once the old one is gone: %v", newName, err)
+			}
+			if rec := attempt.Record(got); rec.BarrierOpenedAt == nil || !slices.Equal(rec.MovedIndexes, []int32{1}) {
+				t.Errorf("attempt 2's record: barrierOpenedAt %v, movedIndexes %v; want the barrier open, index 1 moved", rec.BarrierOpenedAt, rec.MovedIndexes)
+			}
+		})
+	}
+}

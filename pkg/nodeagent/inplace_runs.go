@@ -96,11 +96,12 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 // place spends its time. Nil when tracing is off.
 func traceInPlace(tp *tracing.Provider, runs interface {
 	GetByKey(key string) (item any, exists bool, err error)
-}, node string) func(context.Context, *corev1.Pod, inplace.Action, int, time.Time, time.Time, error) {
+}, node string) func(context.Context, inplace.Step) {
 	if !tp.Enabled() {
 		return nil
 	}
-	return func(ctx context.Context, pod *corev1.Pod, action inplace.Action, attempt int, start, end time.Time, err error) {
+	return func(ctx context.Context, st inplace.Step) {
+		pod := st.Pod
 		obj, _, _ := runs.GetByKey(pod.Namespace + "/" + pod.Labels[v1alpha1.LabelRun])
 		run, _ := obj.(*v1alpha1.TrainingRun)
 		if run == nil || run.Status.Trace == nil {
@@ -111,15 +112,21 @@ func traceInPlace(tp *tracing.Provider, runs interface {
 			return
 		}
 		name := tracing.SpanInPlaceStop
-		if action == inplace.ActionOpenBarrier {
+		if st.Action == inplace.ActionOpenBarrier {
 			name = tracing.SpanInPlaceOpen
 		}
-		s := tracing.Span{Name: name, Start: start, End: end, Attributes: []attribute.KeyValue{
+		s := tracing.Span{Name: name, Start: st.Start, End: st.End, Attributes: []attribute.KeyValue{
 			tracing.KeyRun.String(run.Name), tracing.KeyNamespace.String(pod.Namespace), tracing.KeyPod.String(pod.Name),
-			tracing.KeyPodUID.String(string(pod.UID)), tracing.KeyNode.String(node), tracing.KeyAttempt.Int(attempt),
+			tracing.KeyPodUID.String(string(pod.UID)), tracing.KeyNode.String(node), tracing.KeyAttempt.Int(st.Attempt),
 		}}
-		if err != nil {
-			s.Error = err.Error()
+		if st.Via != "" {
+			s.Attributes = append(s.Attributes, tracing.KeyBarrierSignal.String(st.Via))
+		}
+		if st.ViaReason != "" {
+			s.Attributes = append(s.Attributes, tracing.KeyBarrierSignalReason.String(st.ViaReason))
+		}
+		if st.Err != nil {
+			s.Error = st.Err.Error()
 		}
 		tp.Emit(ctx, parent, s)
 	}

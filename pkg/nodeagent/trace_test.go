@@ -240,10 +240,11 @@ func TestInPlaceStepsJoinTheRunsEpisode(t *testing.T) {
 	pod := makePod("r-0").run("r").obj()
 	pod.Namespace, pod.UID = "ml", "pod-uid"
 	start := time.Now()
-	traced(context.Background(), pod, inplace.ActionOpenBarrier, 2, start, start.Add(time.Second), nil)
+	traced(context.Background(), inplace.Step{Pod: pod, Action: inplace.ActionOpenBarrier, Attempt: 2, Start: start, End: start.Add(time.Second),
+		Via: inplace.ViaExec, ViaReason: "the barrier's socket is out of reach: a test"})
 	other := makePod("q-0").run("q").obj()
 	other.Namespace = "ml"
-	traced(context.Background(), other, inplace.ActionStopWorkers, 2, start, start.Add(time.Second), nil)
+	traced(context.Background(), inplace.Step{Pod: other, Action: inplace.ActionStopWorkers, Attempt: 2, Start: start, End: start.Add(time.Second)})
 
 	spans := exp.GetSpans()
 	if len(spans) != 1 {
@@ -255,8 +256,9 @@ func TestInPlaceStepsJoinTheRunsEpisode(t *testing.T) {
 		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if s.Name != tracing.SpanInPlaceOpen || s.Parent.SpanID() != root.SpanID() || s.SpanContext.TraceID() != root.TraceID() ||
-		attrs[string(tracing.KeyPodUID)] != "pod-uid" || attrs[string(tracing.KeyAttempt)] != "2" || attrs[string(tracing.KeyNode)] != node {
-		t.Errorf("span %s, parent %s in trace %s, attributes %v; want %s, child of the episode's root %s in %s, with the pod's UID, attempt 2 and the node",
+		attrs[string(tracing.KeyPodUID)] != "pod-uid" || attrs[string(tracing.KeyAttempt)] != "2" || attrs[string(tracing.KeyNode)] != node ||
+		attrs[string(tracing.KeyBarrierSignal)] != inplace.ViaExec || attrs[string(tracing.KeyBarrierSignalReason)] != "the barrier's socket is out of reach: a test" {
+		t.Errorf("span %s, parent %s in trace %s, attributes %v; want %s, child of the episode's root %s in %s, with the pod's UID, attempt 2, the node, how the go signal went and why",
 			s.Name, s.Parent.SpanID(), s.SpanContext.TraceID(), attrs, tracing.SpanInPlaceOpen, root.SpanID(), root.TraceID())
 	}
 	if traceInPlace(nil, store, node) != nil {

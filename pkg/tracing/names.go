@@ -94,6 +94,12 @@ const (
 	KeyRunningSeconds = attribute.Key("faultline.worker.running_seconds")
 	// KeyLink says what a link of a faultline.attempt span points at (LinkStartedBy, …).
 	KeyLink = attribute.Key("faultline.link")
+	// KeyBarrierSignal is how the node agent gave a barrier its go signal (inplace.open):
+	// "socket" (through the barrier's socket) or "exec" (an exec of its open).
+	KeyBarrierSignal = attribute.Key("faultline.barrier.signal")
+	// KeyBarrierSignalReason says why the go signal went by exec: the barrier's socket was
+	// out of reach, and why.
+	KeyBarrierSignalReason = attribute.Key("faultline.barrier.signal_reason")
 )
 
 // Values of KeyLink.

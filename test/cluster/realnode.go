@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -66,6 +67,9 @@ type RealNodeSpec struct {
 	// TracingEndpoint, when set, is where the kubelets export their OpenTelemetry spans
 	// (OTLP/gRPC host:port, every span sampled): the pods' syncs with their CRI calls.
 	TracingEndpoint string
+	// FeatureGates are the kubelets' feature gates beyond their defaults (EventedPLEG, for
+	// its measured effect); a restart's own gates (RestartKubelet) come on top.
+	FeatureGates map[string]bool
 }
 
 func (s RealNodeSpec) withDefaults() RealNodeSpec {
@@ -558,7 +562,7 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 	n.kubeletPort = port
 	caFile := filepath.Join(c.pkiDir(), "ca.crt")
 	conf := n.dir("kubelet.yaml")
-	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String(), n.featureGates)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String(), withGates(rn.spec.FeatureGates, n.featureGates))), 0o644); err != nil {
 		return err
 	}
 	env := []string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.Bus.Address}
@@ -611,6 +615,16 @@ func (rn *RealNodes) RestartKubelet(ctx context.Context, c *Cluster, n *RealNode
 
 // KubeletRunning reports whether node n's kubelet runs (StopKubelet stops it).
 func (n *RealNode) KubeletRunning() bool { return n.kubeletStopped.IsZero() }
+
+// withGates is base with over's gates on top, a new map.
+func withGates(base, over map[string]bool) map[string]bool {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	maps.Copy(out, over)
+	return out
+}
 
 // StopKubelet stops node n's kubelet alone, as a kubelet upgrade or crash does: the node's
 // pods run on (containerd holds them), and its node agent with them; the API hears nothing

@@ -22,6 +22,7 @@ const (
 	kubeletSync = "syncPod"
 	criRemove   = "/RemoveContainer"
 	criStart    = "/StartContainer"
+	criSandbox  = "/RunPodSandbox"
 )
 
 // Pod is one worker pod of the new attempt: InPlace when it is an old pod restarted in place,
@@ -38,12 +39,17 @@ type PodTimes struct {
 	StopBegan, Stopped time.Time
 	// Removed: the kubelet's last removal of an old container of the pod.
 	Removed time.Time
-	// BarrierStarted: the kubelet's start of the barrier (its first StartContainer after the
-	// removal; a new pod's first).
-	BarrierStarted time.Time
+	// Synced, SandboxReady (a new pod): the kubelet's first sync of the pod (it reached its
+	// node), and the end of its RunPodSandbox (the pod's network and cgroup are there).
+	Synced, SandboxReady time.Time
+	// BarrierStarting, BarrierStarted: the kubelet's start of the barrier (its first
+	// StartContainer after the removal; a new pod's first), the call's beginning and end. The
+	// runtime tells the agent the barrier runs before the call returns to the kubelet.
+	BarrierStarting, BarrierStarted time.Time
 	// OpenBegan, Opened: the agent's opening of the barrier (inplace.open, its confirmation
-	// included).
+	// included), and how its go signal went (tracing.KeyBarrierSignal: socket or exec).
 	OpenBegan, Opened time.Time
+	OpenVia           string
 	// WorkerStarted: the kubelet's start of the worker (its first StartContainer after the
 	// opening).
 	WorkerStarted time.Time
@@ -98,7 +104,12 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 			case tracing.SpanInPlaceStop:
 				t.StopBegan, t.Stopped = s.Start(), s.End()
 			case tracing.SpanInPlaceOpen:
-				t.OpenBegan, t.Opened = s.Start(), s.End()
+				// The open that gave the go signal (it says how), else the first: a pod
+				// queued again while its status lags is opened again, and finds nothing.
+				via := s.Attr(string(tracing.KeyBarrierSignal))
+				if t.OpenBegan.IsZero() || t.OpenVia == "" && (via != "" || s.Start().Before(t.OpenBegan)) {
+					t.OpenBegan, t.Opened, t.OpenVia = s.Start(), s.End(), via
+				}
 			}
 		}
 		var calls []otlp.Span
@@ -108,7 +119,13 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 		slices.SortFunc(calls, func(a, b otlp.Span) int { return a.End().Compare(b.End()) })
 		switch {
 		case !p.InPlace:
-			t.BarrierStarted = firstAfter(calls, criStart, ep.Decided)
+			for _, sync := range syncs[p.UID] {
+				if t.Synced.IsZero() || sync.Start().Before(t.Synced) {
+					t.Synced = sync.Start()
+				}
+			}
+			_, t.SandboxReady = firstAfter(calls, criSandbox, ep.Decided)
+			t.BarrierStarting, t.BarrierStarted = firstAfter(calls, criStart, ep.Decided)
 		case !t.Stopped.IsZero():
 			// The old containers removed, then the first start: the barrier's.
 			for _, c := range calls {
@@ -119,15 +136,16 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 					t.Removed = c.End()
 				}
 				if strings.HasSuffix(c.Name, criStart) {
-					t.BarrierStarted = c.End()
+					t.BarrierStarting, t.BarrierStarted = c.Start(), c.End()
 					break
 				}
 			}
 		}
-		if !t.OpenBegan.IsZero() {
-			// After the open began: the barrier exits before its exec returns, and the
-			// kubelet may start the worker meanwhile.
-			t.WorkerStarted = firstAfter(calls, criStart, t.OpenBegan)
+		if !t.OpenBegan.IsZero() && !t.BarrierStarted.IsZero() {
+			// After the open began (the barrier exits before the open returns, and the
+			// kubelet may start the worker meanwhile) and after the barrier's own start (the
+			// open may begin before that call returns).
+			_, t.WorkerStarted = firstAfter(calls, criStart, laterTime(t.OpenBegan, t.BarrierStarted))
 		}
 		ep.Pods = append(ep.Pods, t)
 	}
@@ -144,14 +162,22 @@ func (ep Episode) Complete() bool {
 	return len(ep.Pods) > 0
 }
 
-// firstAfter is the end of the first call named …suffix that ends after t.
-func firstAfter(calls []otlp.Span, suffix string, t time.Time) time.Time {
+// firstAfter is when the first call named …suffix that ends after t began and ended (zero
+// if none).
+func firstAfter(calls []otlp.Span, suffix string, t time.Time) (start, end time.Time) {
 	for _, c := range calls {
 		if strings.HasSuffix(c.Name, suffix) && c.End().After(t) {
-			return c.End()
+			return c.Start(), c.End()
 		}
 	}
-	return time.Time{}
+	return time.Time{}, time.Time{}
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Hop is one step of a pod's way back: who spends it, and its length for a pod (false when
@@ -184,6 +210,8 @@ var (
 	stopBegan      = func(_ Episode, t PodTimes) time.Time { return t.StopBegan }
 	stopped        = func(_ Episode, t PodTimes) time.Time { return t.Stopped }
 	removed        = func(_ Episode, t PodTimes) time.Time { return t.Removed }
+	synced         = func(_ Episode, t PodTimes) time.Time { return t.Synced }
+	sandboxReady   = func(_ Episode, t PodTimes) time.Time { return t.SandboxReady }
 	barrierStarted = func(_ Episode, t PodTimes) time.Time { return t.BarrierStarted }
 	openBegan      = func(_ Episode, t PodTimes) time.Time { return t.OpenBegan }
 	opened         = func(_ Episode, t PodTimes) time.Time { return t.Opened }
@@ -200,9 +228,12 @@ var Hops = []Hop{
 	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", only(true, between(stopped, removed))},
 	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", only(true, between(removed, barrierOpen))},
 	{"removed → barrier started", "kubelet (create, start)", only(true, between(removed, barrierStarted))},
-	{"decision → a moved index's barrier started (new pod)", "faultline (old pod gone), scheduler, kubelet (sandbox)", only(false, between(decided, barrierStarted))},
+	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", only(false, between(decided, barrierStarted))},
+	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", only(false, between(decided, synced))},
+	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", only(false, between(synced, sandboxReady))},
+	{"sandbox → its barrier started", "kubelet (create, start)", only(false, between(sandboxReady, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
-	{"the agent's open (confirmation, exec)", "API (a read), runtime (exec)", between(openBegan, opened)},
+	{"the agent's open (confirmation, go signal)", "API (a read), the barrier's socket (or an exec)", between(openBegan, opened)},
 	{"opened → worker started", "kubelet (relist, create, start)", between(opened, workerStarted)},
 	{"worker started → the gang Running", "kubelet status write, controller, API", between(workerStarted, running)},
 }

@@ -35,7 +35,7 @@ func (s *spans) add(service, trace, id, parent, name string, from, to time.Durat
 
 const s = time.Second
 
-// One pod restarted in place and one new pod (a moved index): each moment read from its span,
+// Two pods restarted in place and one new pod (a moved index): each moment read from its span,
 // the kubelet's calls joined on the pod's UID, and the hops from them.
 func TestBreakdown(t *testing.T) {
 	var sp spans
@@ -44,8 +44,10 @@ func TestBreakdown(t *testing.T) {
 	sp.add(tracing.ServiceController, tr, "c2", "r", tracing.SpanTeardown, 1*s, 5*s)
 	sp.add(tracing.ServiceController, tr, "c3", "r", tracing.SpanRunning, 6*s, 9*s)
 	sp.add(tracing.ServiceAgent, tr, "a1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "old")
-	sp.add(tracing.ServiceAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old")
+	sp.add(tracing.ServiceAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old", string(tracing.KeyBarrierSignal), "socket")
 	sp.add(tracing.ServiceAgent, tr, "a3", "r", tracing.SpanInPlaceOpen, 5200*time.Millisecond, 5300*time.Millisecond, string(tracing.KeyPodUID), "new")
+	// The in-place pod queued again while its status lagged: an open that found nothing.
+	sp.add(tracing.ServiceAgent, tr, "a4", "r", tracing.SpanInPlaceOpen, 5500*time.Millisecond, 5600*time.Millisecond, string(tracing.KeyPodUID), "old")
 	// The kubelet: the in-place pod's containers removed, the barrier started, then the worker.
 	sp.add("kubelet", "bb", "k1", "", kubeletSync, 2*s, 3*s, string(tracing.KeyPodUID), "old")
 	sp.add("kubelet", "bb", "k1a", "k1", "runtime.v1.RuntimeService/RemoveContainer", 2100*time.Millisecond, 2200*time.Millisecond)
@@ -54,7 +56,9 @@ func TestBreakdown(t *testing.T) {
 	sp.add("kubelet", "bb", "k2a", "k2", "runtime.v1.RuntimeService/StartContainer", 3100*time.Millisecond, 3500*time.Millisecond)
 	sp.add("kubelet", "bb", "k3", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "old")
 	sp.add("kubelet", "bb", "k3a", "k3", "runtime.v1.RuntimeService/StartContainer", 6100*time.Millisecond, 6200*time.Millisecond)
-	// The new pod: its barrier, then its worker; a sync of another pod between.
+	// The new pod: its sandbox, its barrier, then its worker; a sync of another pod between.
+	sp.add("kubelet", "cc", "n0", "", kubeletSync, 3*s, 4*s, string(tracing.KeyPodUID), "new")
+	sp.add("kubelet", "cc", "n0a", "n0", "runtime.v1.RuntimeService/RunPodSandbox", 3200*time.Millisecond, 3800*time.Millisecond)
 	sp.add("kubelet", "cc", "n1", "", kubeletSync, 4*s, 5*s, string(tracing.KeyPodUID), "new")
 	sp.add("kubelet", "cc", "n1a", "n1", "runtime.v1.RuntimeService/StartContainer", 4500*time.Millisecond, 4600*time.Millisecond)
 	sp.add("kubelet", "cc", "x1", "", kubeletSync, 5*s, 6*s, string(tracing.KeyPodUID), "other")
@@ -62,11 +66,21 @@ func TestBreakdown(t *testing.T) {
 	sp.add("kubelet", "cc", "n2", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "new")
 	sp.add("kubelet", "cc", "n2a", "n2", "runtime.v1.RuntimeService/StartContainer", 6300*time.Millisecond, 6400*time.Millisecond)
 
-	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}})
+	// Another in-place pod whose barrier the agent opened on the runtime's word, before the
+	// kubelet's call that started it returned.
+	sp.add(tracing.ServiceAgent, tr, "e1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "early")
+	sp.add(tracing.ServiceAgent, tr, "e2", "r", tracing.SpanInPlaceOpen, 5400*time.Millisecond, 5420*time.Millisecond, string(tracing.KeyPodUID), "early", string(tracing.KeyBarrierSignal), "socket")
+	sp.add("kubelet", "dd", "e3", "", kubeletSync, 2*s, 6*s, string(tracing.KeyPodUID), "early")
+	sp.add("kubelet", "dd", "e3a", "e3", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
+	sp.add("kubelet", "dd", "e3b", "e3", "runtime.v1.RuntimeService/StartContainer", 5300*time.Millisecond, 5500*time.Millisecond)
+	sp.add("kubelet", "dd", "e4", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "early")
+	sp.add("kubelet", "dd", "e4a", "e4", "runtime.v1.RuntimeService/StartContainer", 6000*time.Millisecond, 6300*time.Millisecond)
+
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}, {UID: "early", Name: "r-2", InPlace: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, fresh := ep.Pods[0], ep.Pods[1]
+	old, fresh, early := ep.Pods[0], ep.Pods[1], ep.Pods[2]
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, c := range []struct {
 		what      string
@@ -76,6 +90,11 @@ func TestBreakdown(t *testing.T) {
 		{"in place: removed (the last removal)", old.Removed, at(2400 * time.Millisecond)},
 		{"in place: barrier started", old.BarrierStarted, at(3500 * time.Millisecond)},
 		{"in place: worker started", old.WorkerStarted, at(6200 * time.Millisecond)},
+		{"in place: the open that gave the go signal", old.OpenBegan, at(5300 * time.Millisecond)},
+		{"opened on the runtime's word: the barrier's start began", early.BarrierStarting, at(5300 * time.Millisecond)},
+		{"opened on the runtime's word: the worker's start, not the barrier's", early.WorkerStarted, at(6300 * time.Millisecond)},
+		{"new pod: at its kubelet (its first sync)", fresh.Synced, at(3 * s)},
+		{"new pod: sandbox ready", fresh.SandboxReady, at(3800 * time.Millisecond)},
 		{"new pod: barrier started", fresh.BarrierStarted, at(4600 * time.Millisecond)},
 		{"new pod: worker started (not another pod's start)", fresh.WorkerStarted, at(6400 * time.Millisecond)},
 	} {
@@ -85,20 +104,26 @@ func TestBreakdown(t *testing.T) {
 	}
 	stats := Stats(ep)
 	want := map[string]time.Duration{
-		Hops[0].Name: 200 * time.Millisecond,  // decision → stop
-		Hops[2].Name: 900 * time.Millisecond,  // exit → removed
-		Hops[3].Name: 2600 * time.Millisecond, // removed → the gang's barrier open
-		Hops[5].Name: 3600 * time.Millisecond, // the new pod's barrier
-		Hops[6].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
-		Hops[8].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
+		Hops[0].Name:  200 * time.Millisecond,  // decision → stop
+		Hops[2].Name:  900 * time.Millisecond,  // exit → removed
+		Hops[3].Name:  2600 * time.Millisecond, // removed → the gang's barrier open
+		Hops[5].Name:  3600 * time.Millisecond, // the new pod's barrier
+		Hops[6].Name:  2 * s,                   // decision → the new pod at its kubelet
+		Hops[7].Name:  800 * time.Millisecond,  // its sandbox
+		Hops[8].Name:  800 * time.Millisecond,  // sandbox → its barrier
+		Hops[9].Name:  300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
+		Hops[11].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
 	}
 	for _, st := range stats {
 		if w, ok := want[st.Name]; ok && st.Worst != w {
 			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
 		}
 	}
-	if stats[0].Pods != 1 || stats[5].Pods != 1 || stats[6].Pods != 2 {
-		t.Errorf("pods per hop %d, %d, %d; want 1 in place, 1 moved, 2 in all", stats[0].Pods, stats[5].Pods, stats[6].Pods)
+	if stats[0].Pods != 2 || stats[5].Pods != 1 || stats[7].Pods != 1 || stats[9].Pods != 3 {
+		t.Errorf("pods per hop %d, %d, %d, %d; want 2 in place, 1 moved, 1 moved, 3 in all", stats[0].Pods, stats[5].Pods, stats[7].Pods, stats[9].Pods)
+	}
+	if old.OpenVia != "socket" || fresh.OpenVia != "" {
+		t.Errorf("opened via %q and %q, want socket and none said", old.OpenVia, fresh.OpenVia)
 	}
 	if _, err := Breakdown(sp.list, hexOf("zz"), nil); err == nil {
 		t.Error("a trace without the controller's spans: want an error")

@@ -2,6 +2,7 @@ package inplace
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -29,6 +30,9 @@ type FakeRuntime struct {
 	// ExitCodes are the exit codes ContainerStatus reports for exited containers (default 0).
 	ExitCodes map[string]int32
 	StatusErr error
+	// PIDs are the processes a verbose ContainerStatus names, as containerd's info does
+	// ({"pid": N}), per container ID (none: no info).
+	PIDs map[string]int
 	// StopBlock, when set, holds every StopContainer until it is closed, as a worker that
 	// takes its whole grace period to exit does.
 	StopBlock chan struct{}
@@ -112,9 +116,13 @@ func (f *FakeRuntime) ContainerStatus(_ context.Context, in *runtimeapi.Containe
 	}
 	for _, c := range f.Containers {
 		if c.Id == in.ContainerId {
-			return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
+			resp := &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
 				Id: c.Id, State: c.State, ExitCode: f.ExitCodes[c.Id], Labels: c.Labels,
-			}}, nil
+			}}
+			if pid, ok := f.PIDs[c.Id]; ok && in.Verbose {
+				resp.Info = map[string]string{"info": fmt.Sprintf(`{"sandboxID":"s","pid":%d}`, pid)}
+			}
+			return resp, nil
 		}
 	}
 	return nil, status.Error(codes.NotFound, "no container "+in.ContainerId)

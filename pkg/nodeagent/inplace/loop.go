@@ -55,14 +55,48 @@ type Loop struct {
 	// pod whose status lags (Decision.Restarting): with the gang's barrier open, the loop
 	// opens it then (Restarter.BarrierRunning).
 	RuntimeBarrier func(ctx context.Context, pod *corev1.Pod) bool
-	// Traced, when set, is told of each stop and open the loop carried out on a pod (the
-	// confirmation included), when it began and ended, and its error.
-	Traced func(ctx context.Context, pod *corev1.Pod, action Action, attempt int, start, end time.Time, err error)
+	// Traced, when set, is told of each stop and open the loop carried out on a pod.
+	Traced func(ctx context.Context, s Step)
 	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	log    *slog.Logger
 	// stopping are the stops in flight: a stop waits for the old workers to exit, up to
 	// their grace period, and holds no loop worker meanwhile (see processNext).
 	stopping sync.WaitGroup
+}
+
+// Step is one stop or open the loop carried out on a pod, as Traced is told of it.
+type Step struct {
+	Pod     *corev1.Pod
+	Action  Action
+	Attempt int
+	// Start and End: when it began (an open: before its confirmation) and ended.
+	Start, End time.Time
+	// Via is how an open reached the barrier (ViaSocket, ViaExec); "" for a stop, or an
+	// open that opened nothing. ViaReason says why an open went by exec (the barrier's
+	// socket out of reach, and why).
+	Via, ViaReason string
+	Err            error
+}
+
+// viaKey keys, in a step's context, where the Restarter says how it opened a barrier
+// (noteVia): the loop puts it in the step's Step.
+type viaKey struct{}
+
+// stepVia is how a step opened a barrier, and why so (Step.Via, Step.ViaReason).
+type stepVia struct{ via, reason string }
+
+// withVia is ctx with room for the step's Via.
+func withVia(ctx context.Context) (context.Context, *stepVia) {
+	v := &stepVia{}
+	return context.WithValue(ctx, viaKey{}, v), v
+}
+
+// noteVia records how the step running in ctx opened a barrier, and why so, if the loop
+// asked.
+func noteVia(ctx context.Context, via, reason string) {
+	if v, ok := ctx.Value(viaKey{}).(*stepVia); ok {
+		v.via, v.reason = via, reason
+	}
 }
 
 // NewLoop is a Loop over the node's pods (the agent's informer's lister).
@@ -154,8 +188,9 @@ func (l *Loop) processNext(ctx context.Context) bool {
 		}
 		defer l.queue.Done(key)
 		// The status shows the barrier waiting, or the runtime runs it already.
-		_, err := l.syncer.OpenBarrier(ctx, pod, attempt)
-		l.done(ctx, key, pod, attempt, ActionOpenBarrier, start, err)
+		sctx, via := withVia(ctx)
+		_, err := l.syncer.OpenBarrier(sctx, pod, attempt)
+		l.done(ctx, key, Step{Pod: pod, Action: ActionOpenBarrier, Attempt: attempt, Start: start, Via: via.via, ViaReason: via.reason, Err: err})
 		return true
 	}
 	defer l.queue.Done(key)
@@ -200,16 +235,19 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 // sync carries out the decision on one pod.
 func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
 	start := time.Now()
-	action, err := l.syncer.Sync(ctx, pod, attempt, open)
-	l.done(ctx, key, pod, attempt, action, start, err)
+	sctx, via := withVia(ctx)
+	action, err := l.syncer.Sync(sctx, pod, attempt, open)
+	l.done(ctx, key, Step{Pod: pod, Action: action, Attempt: attempt, Start: start, Via: via.via, ViaReason: via.reason, Err: err})
 }
 
-// done follows up a step on pod that began at start (an open's, before its confirmation):
-// it tells Traced of a stop or an open, and forgets the pod or retries it by the outcome.
-func (l *Loop) done(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, action Action, start time.Time, err error) {
-	if l.Traced != nil && (action == ActionStopWorkers || action == ActionOpenBarrier) {
-		l.Traced(ctx, pod, action, attempt, start, time.Now(), err)
+// done follows up step s on the pod of key (its End is now): it tells Traced of a stop or an
+// open, and forgets the pod or retries it by the outcome.
+func (l *Loop) done(ctx context.Context, key types.NamespacedName, s Step) {
+	s.End = time.Now()
+	if l.Traced != nil && (s.Action == ActionStopWorkers || s.Action == ActionOpenBarrier) {
+		l.Traced(ctx, s)
 	}
+	attempt, err := s.Attempt, s.Err
 	switch {
 	case err == nil:
 		l.queue.Forget(key)
@@ -220,6 +258,6 @@ func (l *Loop) done(ctx context.Context, key types.NamespacedName, pod *corev1.P
 		l.log.Info("barrier refused a stale attempt", "pod", key.String(), "attempt", attempt, "error", err)
 	default:
 		l.queue.AddRateLimited(key)
-		l.log.Warn("in-place restart step failed; retrying", "pod", key.String(), "attempt", attempt, "action", action, "error", err)
+		l.log.Warn("in-place restart step failed; retrying", "pod", key.String(), "attempt", attempt, "action", s.Action, "error", err)
 	}
 }

@@ -212,13 +212,14 @@ func TestLoopTracesItsSteps(t *testing.T) {
 		pod    string
 		action Action
 		took   time.Duration
+		via    string
 	}
 	var steps []step
-	l.Traced = func(_ context.Context, p *corev1.Pod, a Action, n int, start, end time.Time, err error) {
-		if n != 2 || err != nil || end.Before(start) {
-			t.Errorf("traced %s %s: attempt %d, %s to %s, error %v", p.Name, a, n, start, end, err)
+	l.Traced = func(_ context.Context, s Step) {
+		if s.Attempt != 2 || s.Err != nil || s.End.Before(s.Start) {
+			t.Errorf("traced %s %s: attempt %d, %s to %s, error %v", s.Pod.Name, s.Action, s.Attempt, s.Start, s.End, s.Err)
 		}
-		steps = append(steps, step{p.Name, a, end.Sub(start)})
+		steps = append(steps, step{s.Pod.Name, s.Action, s.End.Sub(s.Start), s.Via})
 	}
 	confirm := time.Duration(0)
 	l.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
@@ -242,6 +243,10 @@ func TestLoopTracesItsSteps(t *testing.T) {
 	processAll(l)
 	if len(steps) != 2 || steps[0].pod != "llm-0" || steps[0].action != ActionStopWorkers || steps[1].pod != "llm-1" || steps[1].action != ActionOpenBarrier {
 		t.Fatalf("traced %+v, want llm-0's stop then llm-1's open", steps)
+	}
+	// The fake runtime names no process of the barrier: the go signal went by exec.
+	if steps[0].via != "" || steps[1].via != ViaExec {
+		t.Errorf("traced the stop via %q and the open via %q; want none and %q", steps[0].via, steps[1].via, ViaExec)
 	}
 	if steps[1].took < confirm {
 		t.Errorf("the open took %s, less than its confirmation's %s: the confirmation is not in it", steps[1].took, confirm)

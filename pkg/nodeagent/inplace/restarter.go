@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,9 +58,31 @@ type Restarter struct {
 	exits  ExitSource
 	closer io.Closer
 	log    *slog.Logger
-	// ExecTimeout bounds the barrier's open (it answers in milliseconds).
+	// ExecTimeout bounds the barrier's open, through its socket or an exec (it answers in
+	// milliseconds).
 	ExecTimeout time.Duration
+	// ProcRoot is where the node's processes are seen (/proc: the agent in the node's PID
+	// namespace), through which the go signal reaches a barrier's socket without an exec;
+	// "" execs always.
+	ProcRoot string
+	// execNoted: why the agent execs was logged once. socketWorks: a go signal went
+	// through a barrier's socket (the agent sees the node's processes).
+	execNoted, socketWorks atomic.Bool
 }
+
+// How a barrier got its go signal (Step.Via): through its socket, or an exec of its open.
+const (
+	ViaSocket = "socket"
+	ViaExec   = "exec"
+)
+
+// errNoSocket: the agent cannot reach a barrier's socket (openBySocket); it execs.
+// errProcessGone, with it: no process has the PID the runtime names for the container, which
+// has ended, or runs in a PID namespace the agent does not see.
+var (
+	errNoSocket    = errors.New("the barrier's socket is out of reach")
+	errProcessGone = errors.New("no such process")
+)
 
 // New is a Restarter over rt.
 func New(rt Runtime, log *slog.Logger) *Restarter {
@@ -67,7 +90,7 @@ func New(rt Runtime, log *slog.Logger) *Restarter {
 		log = slog.Default()
 	}
 	exits, _ := rt.(ExitSource)
-	return &Restarter{rt: rt, exits: exits, log: log, ExecTimeout: 10 * time.Second}
+	return &Restarter{rt: rt, exits: exits, log: log, ExecTimeout: 10 * time.Second, ProcRoot: "/proc"}
 }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path") and checks that it answers;
@@ -187,7 +210,9 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 // it opened. The runtime, not the pod's status, says whether the barrier runs: the status
 // follows it by the kubelet's relist and status write. A barrier that is not running
 // (opened already, or not started) is left alone; one that refuses the attempt as stale
-// (the pod ran it already) returns ErrStale.
+// (the pod ran it already) returns ErrStale. The signal goes through the barrier's socket
+// (openBySocket) where the agent can reach it, else through an exec of the barrier's open
+// in its container; the step's Via says which.
 func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error) {
 	if d := Decide(pod, attempt, true); d.Action == ActionNone {
 		r.log.Debug("no barrier to open", "pod", podRef(pod), "attempt", attempt, "reason", d.Reason)
@@ -199,36 +224,86 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt in
 	}
 	opened := false
 	for _, c := range running {
-		cmd := []string{barrier.Binary, "open", "--attempt", strconv.Itoa(attempt)}
-		resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
-		switch {
-		case err == nil && resp.ExitCode == 0:
-			opened = true
-			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", attempt, "container", c.Id)
-			continue
-		case err == nil && resp.ExitCode == openExitStale:
-			return opened, fmt.Errorf("barrier %s of pod %s: %w: %s", c.Id, podRef(pod), ErrStale, strings.TrimSpace(string(resp.Stderr)))
-		}
-		// Any other outcome may be the barrier's own exit: it ends its container, and the
-		// kernel kills an exec still there with it (the barrier waits for its open to exit
-		// first, but cannot tell on every kernel). Its exit code says: only an opened
-		// barrier exits 0.
-		if exited, code, serr := r.exited(ctx, c.Id); serr == nil && exited {
-			if code == 0 && (err != nil || resp.ExitCode != openExitNotWaiting) {
-				opened = true
-				r.log.Info("opened the barrier (its exit ended the exec)", "pod", podRef(pod), "attempt", attempt, "container", c.Id)
-			}
-			continue
-		}
-		if err == nil && resp.ExitCode == openExitNotWaiting {
-			continue // opened by an earlier call and on its way out
-		}
+		ok, via, why, err := r.open(ctx, pod, c.Id, attempt)
 		if err != nil {
-			return opened, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, c.Id, podRef(pod), err)
+			return opened, err
 		}
-		return opened, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", c.Id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
+		if ok {
+			opened = true
+			noteVia(ctx, via, why)
+			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", attempt, "container", c.Id, "via", via, "why", why)
+		}
 	}
 	return opened, nil
+}
+
+// open gives the go signal of attempt to barrier container id, through its socket or else
+// an exec, and says whether it opened, how, and why by exec.
+func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attempt int) (ok bool, via, why string, err error) {
+	err = fmt.Errorf("%w: no /proc to reach it through", errNoSocket)
+	if r.ProcRoot != "" {
+		err = r.openBySocket(ctx, id, attempt)
+	}
+	switch {
+	case err == nil:
+		r.socketWorks.Store(true)
+		return true, ViaSocket, "", nil
+	case errors.Is(err, errProcessGone) && (r.socketWorks.Load() || r.hasExited(ctx, id)):
+		// The barrier has ended (opened by an earlier call), as the runtime says or as the
+		// agent, which reaches barriers' processes, sees it: the runtime and the pod's status
+		// may still show it running for a moment.
+		return false, ViaSocket, "", nil
+	case errors.Is(err, barrier.ErrStale):
+		return false, ViaSocket, "", fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), err)
+	case errors.Is(err, barrier.ErrNotWaiting):
+		return false, ViaSocket, "", nil // opened by an earlier call and on its way out, or ended
+	case !errors.Is(err, errNoSocket):
+		// Sent without a clear answer: its exit code says whether it opened.
+		if exited, code, serr := r.exited(ctx, id); serr == nil && exited {
+			return code == 0, ViaSocket, "", nil
+		}
+		return false, ViaSocket, "", fmt.Errorf("the go signal to barrier %s of pod %s: %w", id, podRef(pod), err)
+	}
+	if r.execNoted.CompareAndSwap(false, true) {
+		r.log.Info("giving barriers their go signal by exec", "reason", err)
+	} else {
+		r.log.Debug("giving a barrier its go signal by exec", "pod", podRef(pod), "container", id, "reason", err)
+	}
+	why = err.Error()
+	ok, err = r.openByExec(ctx, pod, id, attempt)
+	return ok, ViaExec, why, err
+}
+
+// openByExec gives the go signal by an exec of the barrier's open in its container.
+func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, attempt int) (bool, error) {
+	cmd := []string{barrier.Binary, "open", "--attempt", strconv.Itoa(attempt)}
+	resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
+	switch {
+	case err == nil && resp.ExitCode == 0:
+		return true, nil
+	case err == nil && resp.ExitCode == openExitStale:
+		return false, fmt.Errorf("barrier %s of pod %s: %w: %s", id, podRef(pod), ErrStale, strings.TrimSpace(string(resp.Stderr)))
+	}
+	// Any other outcome may be the barrier's own exit: it ends its container, and the
+	// kernel kills an exec still there with it (the barrier waits for its open to exit
+	// first, but cannot tell on every kernel). Its exit code says: only an opened
+	// barrier exits 0.
+	if exited, code, serr := r.exited(ctx, id); serr == nil && exited {
+		return code == 0 && (err != nil || resp.ExitCode != openExitNotWaiting), nil
+	}
+	if err == nil && resp.ExitCode == openExitNotWaiting {
+		return false, nil // opened by an earlier call and on its way out
+	}
+	if err != nil {
+		return false, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, id, podRef(pod), err)
+	}
+	return false, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
+}
+
+// hasExited says whether the runtime says container id has exited.
+func (r *Restarter) hasExited(ctx context.Context, id string) bool {
+	exited, _, err := r.exited(ctx, id)
+	return err == nil && exited
 }
 
 // exited says whether container id has exited, and its exit code.

@@ -111,7 +111,12 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d new pods (attempt 2's record: %s); %s",
 		workers, mode, took.Round(time.Millisecond), r.inPlace, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
 	if mode == v1alpha1.RestartModeInPlace && traces != nil {
-		ep := waitBreakdown(b, got, first, after)
+		// A pod's moment the spans lack (a worker that exited on its own before its stop:
+		// the kubelet restarted it first) leaves its hop out of the table, not the run.
+		ep, err := waitBreakdown(got, first, after)
+		if err != nil {
+			b.Logf("the breakdown lacks moments: %v", err)
+		}
 		b.Logf("%d workers in place, by hop (trace %s):\n%s", workers, ep.TraceID, hops.Table(ep))
 	}
 

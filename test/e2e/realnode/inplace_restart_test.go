@@ -15,6 +15,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/cluster"
 	"github.com/faultline-dev/faultline/test/hops"
@@ -113,20 +114,28 @@ func TestRealInPlaceRestartTraced(t *testing.T) {
 		t.Skip("no collector (-real-traces=false)")
 	}
 	sc := sharedInPlaceShutdown(t)
-	ep := waitBreakdown(t, sc.got, sc.before, sc.after)
+	ep, err := waitBreakdown(sc.got, sc.before, sc.after)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range ep.Pods {
 		// The gang's barrier opens once no old worker runs, maybe before a pod's barrier
-		// container started; the agent opens a pod's once both are so.
-		// The worker may start before the open's exec returns (the barrier exits first).
-		order := []time.Time{ep.Decided, p.BarrierStarted, p.OpenBegan, p.WorkerStarted}
+		// container started; the agent opens a pod's once both are so: once the runtime says
+		// the barrier runs, which may be before the kubelet's call that started it returns.
+		// The worker may start before the open returns (the barrier exits first).
+		order := []time.Time{ep.Decided, p.BarrierStarting, p.OpenBegan, p.WorkerStarted}
 		if p.InPlace {
-			order = []time.Time{p.StopBegan, p.Stopped, p.Removed, p.BarrierStarted, p.OpenBegan, p.WorkerStarted}
+			order = []time.Time{p.StopBegan, p.Stopped, p.Removed, p.BarrierStarting, p.OpenBegan, p.WorkerStarted}
 		}
-		if !slices.IsSortedFunc(order, func(a, b time.Time) int { return a.Compare(b) }) || p.OpenBegan.Before(ep.BarrierOpen) {
+		if !slices.IsSortedFunc(order, func(a, b time.Time) int { return a.Compare(b) }) || p.OpenBegan.Before(ep.BarrierOpen) || p.WorkerStarted.Before(p.BarrierStarted) {
 			t.Errorf("pod %s (in place %t): its moments out of order: %s", p.Name, p.InPlace, describeTimes(ep, p))
 		}
 		if p.InPlace && ep.BarrierOpen.Before(p.Stopped) {
 			t.Errorf("pod %s: the gang's barrier opened before its old worker stopped: %s", p.Name, describeTimes(ep, p))
+		}
+		// The agent runs in the node's PID namespace: it reaches each barrier's socket.
+		if p.OpenVia != inplace.ViaSocket {
+			t.Errorf("pod %s: the agent gave its barrier the go signal by %q, want %q (no exec)", p.Name, p.OpenVia, inplace.ViaSocket)
 		}
 	}
 	t.Logf("the restart by hop (trace %s):\n%s", ep.TraceID, hops.Table(ep))
@@ -134,15 +143,14 @@ func TestRealInPlaceRestartTraced(t *testing.T) {
 
 // waitBreakdown waits until the package's collector has every moment of run's last restart
 // for the pods of its new attempt (after, by index; restarted in place where before has the
-// same pod), and returns it.
-func waitBreakdown(t testing.TB, run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod) hops.Episode {
-	t.Helper()
+// same pod), and returns it; with an error, what it got.
+func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod) (hops.Episode, error) {
 	if run.Status.Trace == nil {
-		t.Fatalf("run %s has no trace of its restart", run.Name)
+		return hops.Episode{}, fmt.Errorf("run %s has no trace of its restart", run.Name)
 	}
 	root, ok := tracing.ParseTraceparent(run.Status.Trace.Traceparent)
 	if !ok {
-		t.Fatalf("run %s: traceparent %q", run.Name, run.Status.Trace.Traceparent)
+		return hops.Episode{}, fmt.Errorf("run %s: traceparent %q", run.Name, run.Status.Trace.Traceparent)
 	}
 	var pods []hops.Pod
 	for i, p := range after {
@@ -158,9 +166,13 @@ func waitBreakdown(t testing.TB, run *v1alpha1.TrainingRun, before, after map[in
 		ep, err = hops.Breakdown(spans, root.TraceID().String(), pods)
 		return err == nil && ep.Complete()
 	}); werr != nil {
-		t.Fatalf("the collector lacks moments of run %s's restart (trace %s): %v; got: %+v", run.Name, root.TraceID(), err, ep)
+		var missing []string
+		for _, p := range ep.Pods {
+			missing = append(missing, fmt.Sprintf("%s (in place %t): %s", p.Name, p.InPlace, describeTimes(ep, p)))
+		}
+		return ep, fmt.Errorf("the collector lacks moments of run %s's restart (trace %s): %v; got:\n%s", run.Name, root.TraceID(), err, strings.Join(missing, "\n"))
 	}
-	return ep
+	return ep, nil
 }
 
 func describeTimes(ep hops.Episode, p hops.PodTimes) string {
@@ -170,8 +182,8 @@ func describeTimes(ep hops.Episode, p hops.PodTimes) string {
 		}
 		return fmt.Sprintf("%+.3fs", x.Sub(ep.Decided).Seconds())
 	}
-	return fmt.Sprintf("stop %s-%s, removed %s, barrier started %s, barrier open %s, open %s-%s, worker started %s, Running %s (from the decision)",
-		at(p.StopBegan), at(p.Stopped), at(p.Removed), at(p.BarrierStarted), at(ep.BarrierOpen), at(p.OpenBegan), at(p.Opened), at(p.WorkerStarted), at(ep.Running))
+	return fmt.Sprintf("stop %s-%s, removed %s, barrier started %s-%s, barrier open %s, open %s-%s, worker started %s, Running %s (from the decision)",
+		at(p.StopBegan), at(p.Stopped), at(p.Removed), at(p.BarrierStarting), at(p.BarrierStarted), at(ep.BarrierOpen), at(p.OpenBegan), at(p.Opened), at(p.WorkerStarted), at(ep.Running))
 }
 
 // The two named tests read one in-place restart: every node shutdown of the package costs a

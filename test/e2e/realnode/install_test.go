@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/pkg/version"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -436,6 +437,13 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 		t.Errorf("the barrier image was never pulled from the registry (pulls: %v)", i.registry.Pulled())
 	}
 	t.Logf("attempt 2: %d of 4 workers restarted in place", kept)
+	// The agents' pods share the node's PID namespace: each gave its barriers the go signal
+	// through the barrier's socket, with no exec.
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	if err := waitOpensVia(sctx, i.otlp, run.Name, len(again), inplace.ViaSocket); err != nil {
+		t.Errorf("the installed agents' opens of %s: %v", run.Name, err)
+	}
+	scancel()
 	explain, err := i.launch(ctx, t, "explain", run.Name, "-n", ns)
 	if err != nil || !strings.Contains(explain, string(v1alpha1.CauseNodeShutdown)) || !strings.Contains(explain, down.Name) {
 		t.Errorf("launcher explain %s: %v; want the NodeShutdown of %s", run.Name, err, down.Name)
@@ -750,6 +758,40 @@ func waitCauses(ctx context.Context, r *otlp.Receiver, service string, causes ..
 		return fmt.Errorf("no span of %s names every one of %v (its spans' causes: %v)", service, causes, got)
 	}
 	return nil
+}
+
+// waitOpensVia waits until the agents' spans (received by r) show n barriers of run opened,
+// and checks that every one went via. (An open that found its barrier opened already, a pod
+// queued again while its status lags, says no way.)
+func waitOpensVia(ctx context.Context, r *otlp.Receiver, run string, n int, via string) error {
+	var got []string
+	_, err := r.WaitFor(ctx, func(spans []otlp.Span) bool {
+		got = got[:0]
+		for _, s := range spans {
+			if s.Service == tracing.ServiceAgent && s.Name == tracing.SpanInPlaceOpen && s.Attr(string(tracing.KeyRun)) == run &&
+				s.Attr(string(tracing.KeyBarrierSignal)) != "" {
+				got = append(got, s.Attr(string(tracing.KeyPod))+" via "+s.Attr(string(tracing.KeyBarrierSignal))+why(s.Attr(string(tracing.KeyBarrierSignalReason))))
+			}
+		}
+		return len(got) >= n
+	})
+	if err != nil {
+		return fmt.Errorf("%d barrier opens in the agents' spans, want %d: %v", len(got), n, got)
+	}
+	for _, g := range got {
+		if !strings.Contains(g, " via "+via) || strings.Contains(g, " (") {
+			return fmt.Errorf("opens %v: want every one via %s", got, via)
+		}
+	}
+	return nil
+}
+
+// why is an open's reason to go by exec, in parentheses, or "".
+func why(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " (" + reason + ")"
 }
 
 // lastEnd says how a container's previous run ended, with the last lines it wrote (the

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,9 @@ var (
 	// benchmark measures without it, to show what it costs (docs/benchmarks.md), and breaks
 	// nothing down.
 	realTraces = flag.Bool("real-traces", true, "the real nodes' kubelets, the controllers and the agents export their spans to the package's collector")
+	// The kubelets' gates beyond their defaults, to measure what one changes: EventedPLEG=true
+	// (docs/benchmarks.md).
+	realKubeletGates = flag.String("real-kubelet-feature-gates", "", "comma-separated Gate=bool for the real nodes' kubelets, beyond their defaults (e.g. EventedPLEG=true)")
 )
 
 func TestMain(m *testing.M) {
@@ -69,6 +73,12 @@ func TestMain(m *testing.M) {
 	// spans there, and the controllers and agents the tests start (they inherit the
 	// environment).
 	spec := cluster.RealNodeSpec{GPUs: gpusPerNode}
+	gates, err := parseGates(*realKubeletGates)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	spec.FeatureGates = gates
 	if *realTraces {
 		var err error
 		if traces, err = otlp.Start("127.0.0.1:0"); err != nil {
@@ -162,4 +172,21 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 	// Handed on only once the controller hears it: a test after one that killed the agent
 	// must not meet its node as silent (a restart in place there would give up at once).
 	return c.WaitAgentHeartbeat(actx, n.Name, started)
+}
+
+// parseGates reads -real-kubelet-feature-gates: Gate=bool, comma-separated.
+func parseGates(s string) (map[string]bool, error) {
+	gates := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(kv, "=")
+		on, err := strconv.ParseBool(val)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("-real-kubelet-feature-gates %q: want Gate=true or Gate=false, comma-separated", s)
+		}
+		gates[name] = on
+	}
+	return gates, nil
 }

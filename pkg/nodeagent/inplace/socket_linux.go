@@ -1,0 +1,120 @@
+package inplace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// openBySocket hands attempt to the barrier of container id through the barrier's own
+// socket, reached through the container's root as the node's /proc shows it: a connect,
+// where an exec starts a runc process and the barrier's binary in the container (seconds
+// each on a node that starts many pods at once). It returns barrier.Open's outcome, or an
+// error wrapping errNoSocket when the socket cannot be reached that way (the caller execs):
+// the runtime names no process for the container, procRoot is not the node's PID namespace
+// (the process there is not the container's), the kernel lacks openat2 (before 5.6), or the
+// agent may not connect.
+func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) error {
+	// As an exec's: a barrier answers in milliseconds; one that took the connection and
+	// never answered must not hold the agent's loop.
+	ctx, cancel := context.WithTimeout(ctx, r.ExecTimeout)
+	defer cancel()
+	pid, err := r.containerPID(ctx, id)
+	if err != nil {
+		return err
+	}
+	// A descriptor of /proc/<pid> stays the process it was opened for: were the PID reused
+	// after the container's end, what is read through it fails rather than name another.
+	proc, err := unix.Open(filepath.Join(r.ProcRoot, strconv.Itoa(pid)), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%w: %w: process %d of container %s", errNoSocket, errProcessGone, pid, id)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: process %d of container %s: %v", errNoSocket, pid, id, err)
+	}
+	defer unix.Close(proc)
+	if err := inCgroupOf(proc, id); err != nil {
+		return err
+	}
+	root, err := unix.Openat(proc, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: the root of container %s: %v", errNoSocket, id, err)
+	}
+	defer unix.Close(root)
+	dir, err := runDir(root)
+	if err != nil {
+		return fmt.Errorf("%w: the run directory of container %s: %v", errNoSocket, id, err)
+	}
+	defer unix.Close(dir)
+	// Through the descriptor: the socket's path on the node (its root's, then the pod's
+	// volume) is longer than a socket address may be.
+	err = barrier.Open(ctx, fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(barrier.DefaultSocket)), attempt)
+	if errors.Is(err, barrier.ErrUnreachable) {
+		return fmt.Errorf("%w: %v", errNoSocket, err)
+	}
+	return err
+}
+
+// openat2Tries bounds the lookups of a run directory that a mount or a rename elsewhere on
+// the node interrupted (openat2's EAGAIN): a node starting many containers mounts all the
+// time.
+const openat2Tries = 16
+
+// runDir opens the barrier's run directory inside the container's root: resolved there, so
+// that a symbolic link in its image (/var/run -> /run) leads to its own /run, never the node's.
+func runDir(root int) (int, error) {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	for try := 1; ; try++ {
+		fd, err := unix.Openat2(root, strings.TrimPrefix(filepath.Dir(barrier.DefaultSocket), "/"), how)
+		if err != unix.EAGAIN || try == openat2Tries {
+			return fd, err
+		}
+	}
+}
+
+// containerPID is the PID of container id's first process as the runtime reports it in its
+// verbose status (containerd's and CRI-O's info: {"pid": N}).
+func (r *Restarter) containerPID(ctx context.Context, id string) (int, error) {
+	resp, err := r.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("%w: status of container %s: %v", errNoSocket, id, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if raw, ok := resp.GetInfo()["info"]; !ok || json.Unmarshal([]byte(raw), &info) != nil || info.Pid <= 0 {
+		return 0, fmt.Errorf("%w: the runtime names no process of container %s", errNoSocket, id)
+	}
+	return info.Pid, nil
+}
+
+// inCgroupOf checks that the process of proc runs in container id's cgroup, whose path names
+// the container on every runtime and cgroup driver the kubelet supports: a PID read from the
+// runtime names the container's process only in the node's PID namespace.
+func inCgroupOf(proc int, id string) error {
+	fd, err := unix.Openat(proc, "cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: the cgroup of container %s's process: %v", errNoSocket, id, err)
+	}
+	f := os.NewFile(uintptr(fd), "cgroup")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return fmt.Errorf("%w: the cgroup of container %s's process: %v", errNoSocket, id, err)
+	}
+	if !strings.Contains(string(b), id) {
+		return fmt.Errorf("%w: the process the runtime names for container %s is not in its cgroup here (the agent does not see the node's PID namespace)", errNoSocket, id)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package inplace
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// fakeProc is a /proc with one process, pid, in the cgroup named cgroup, whose root holds a
+// barrier's run directory behind an image's /var/run -> /run link; the barrier waits there.
+// It returns the proc root and the barrier's outcome.
+func fakeProc(t *testing.T, pid, cgroup string, startAttempt int) (string, <-chan int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "proc") // short: a socket's path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	root := filepath.Join(dir, pid, "root")
+	run := filepath.Join(root, "run", "faultline")
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Absolute: followed as it stood, it would lead to the test machine's own /run.
+	if err := os.MkdirAll(filepath.Join(root, "var"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run", filepath.Join(root, "var", "run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pid, "cgroup"), []byte("0::/kubepods/besteffort/poduid-1/"+cgroup+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := barrier.Config{AttemptFile: filepath.Join(run, "attempt"), Socket: filepath.Join(run, filepath.Base(barrier.DefaultSocket)),
+		TerminationLog: filepath.Join(dir, "termination-log")}
+	if startAttempt > 0 {
+		if err := barrier.WriteAttempt(cfg.AttemptFile, startAttempt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listening := make(chan struct{})
+	cfg.Listening = func() { close(listening) }
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := make(chan int, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		n, _ := barrier.Wait(ctx, cfg)
+		out <- n
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the barrier does not listen")
+	}
+	return dir, out
+}
+
+// TestOpenBarrierThroughItsSocket: the agent gives the go signal through the barrier's socket,
+// found through the process the runtime names for the container, with no exec; it execs
+// when that process is not the container's (the agent outside the node's PID namespace)
+// or the runtime names none; a stale attempt is refused on the socket as on an exec.
+func TestOpenBarrierThroughItsSocket(t *testing.T) {
+	pod := makePod().barrier(running).obj()
+	for name, tc := range map[string]struct {
+		cgroup       string // the cgroup the process is in
+		noPID        bool
+		pid          int  // the PID the runtime names (default 4242, the fake /proc's)
+		socketWorked bool // an earlier go signal went through a socket
+		startAttempt int
+		opened       bool
+		via          string
+		wantErr      error
+		execs        int
+	}{
+		"through the socket":                          {cgroup: "bar", opened: true, via: ViaSocket},
+		"the process is another container's: an exec": {cgroup: "other", opened: true, via: ViaExec, execs: 1},
+		"the runtime names no process: an exec":       {cgroup: "bar", noPID: true, opened: true, via: ViaExec, execs: 1},
+		"stale on the socket":                         {cgroup: "bar", startAttempt: 2, wantErr: ErrStale},
+		// The barrier's process has ended (opened a moment ago); the runtime still lists it.
+		"its process gone, sockets reached before: not waiting": {cgroup: "bar", pid: 4343, socketWorked: true, via: ""},
+		"its process gone, no socket reached yet: an exec":      {cgroup: "bar", pid: 4343, opened: true, via: ViaExec, execs: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			proc, waited := fakeProc(t, "4242", tc.cgroup, tc.startAttempt)
+			rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}}
+			if !tc.noPID {
+				rt.PIDs = map[string]int{"bar": cmp.Or(tc.pid, 4242)}
+			}
+			r := New(rt, nil)
+			r.ProcRoot = proc
+			r.socketWorks.Store(tc.socketWorked)
+			ctx, via := withVia(context.Background())
+			opened, err := r.OpenBarrier(ctx, pod, 2)
+			if opened != tc.opened || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("OpenBarrier = %v, %v; want %v, %v", opened, err, tc.opened, tc.wantErr)
+			}
+			if via.via != tc.via || len(rt.Execs) != tc.execs {
+				t.Errorf("via %q with %d execs, want %q with %d", via.via, len(rt.Execs), tc.via, tc.execs)
+			}
+			// An exec says why the socket was out of reach.
+			if (via.via == ViaExec) != strings.Contains(via.reason, "out of reach") {
+				t.Errorf("via %q, reason %q: want a reason for an exec, none otherwise", via.via, via.reason)
+			}
+			if tc.via == ViaSocket {
+				select {
+				case n := <-waited:
+					if n != 2 {
+						t.Errorf("the barrier opened for attempt %d, want 2", n)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("the barrier did not open")
+				}
+			}
+		})
+	}
+}
+
+// TestOpenBySocketHasADeadline: a socket that takes the connection and never answers (a
+// barrier stopped, or anything else listening there) ends the open within the restarter's
+// timeout, with an error the loop retries, never a wait without end.
+func TestOpenBySocketHasADeadline(t *testing.T) {
+	dir, err := os.MkdirTemp("", "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	runDir := filepath.Join(dir, "4242", "root", "var", "run", "faultline")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "4242", "cgroup"), []byte("0::/kubepods/bar\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(runDir, filepath.Base(barrier.DefaultSocket)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // never accepts: the connection waits in its backlog
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}, PIDs: map[string]int{"bar": 4242}}
+	r := New(rt, nil)
+	r.ProcRoot, r.ExecTimeout = dir, 200*time.Millisecond
+	start := time.Now()
+	opened, err := r.OpenBarrier(context.Background(), makePod().barrier(running).obj(), 2)
+	if took := time.Since(start); opened || err == nil || took > 5*time.Second {
+		t.Fatalf("OpenBarrier = %v, %v after %s; want an error within the timeout", opened, err, took)
+	}
+	if len(rt.Execs) != 0 {
+		t.Errorf("%d execs: the go signal may have reached the barrier, nothing else is to be tried first", len(rt.Execs))
+	}
+}
