@@ -244,10 +244,17 @@ func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.P
 // open, and forgets the pod or retries it by the outcome.
 func (l *Loop) done(ctx context.Context, key types.NamespacedName, s Step) {
 	s.End = time.Now()
+	attempt, err := s.Attempt, s.Err
+	if errors.Is(err, errNotYet) {
+		// A barrier just started and not listening yet: the same open again in a moment
+		// (the queue's backoff: 5 ms, then doubling), not a step of the restart.
+		l.queue.AddRateLimited(key)
+		l.log.Debug("the barrier does not listen yet; opening again", "pod", key.String(), "attempt", attempt)
+		return
+	}
 	if l.Traced != nil && (s.Action == ActionStopWorkers || s.Action == ActionOpenBarrier) {
 		l.Traced(ctx, s)
 	}
-	attempt, err := s.Attempt, s.Err
 	switch {
 	case err == nil:
 		l.queue.Forget(key)

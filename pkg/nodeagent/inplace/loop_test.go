@@ -326,3 +326,26 @@ func TestLoopReadsARefusalAgain(t *testing.T) {
 		t.Errorf("%d reads, execs %v; want the refusal read again and the barrier opened", reads, rt.Execs)
 	}
 }
+
+// A barrier the runtime runs that does not listen yet (its start event comes before its
+// program listens) is opened again a moment later, without another event: seen on a real
+// node, where the open through the socket came within a millisecond of the start and the
+// pod, forgotten, waited for ever.
+func TestLoopOpensABarrierThatListensLate(t *testing.T) {
+	atBarrier := inRun(makePod().barrier(running).obj(), "llm")
+	rt := &FakeRuntime{ExitOnExec: true, Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)},
+		ExecExit: map[string]int32{"bar": openExitNotWaiting}}
+	l := loopWith(t, rt, decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 1, true, true }), atBarrier)
+	l.PodChanged(atBarrier)
+	processAll(l)
+	if len(rt.Execs) != 1 {
+		t.Fatalf("%d opens, want 1", len(rt.Execs))
+	}
+	rt.mu.Lock()
+	rt.ExecExit = nil // it listens now
+	rt.mu.Unlock()
+	waitQueue(t, l, 2) // asked again, after the queue's backoff
+	if len(rt.Execs) != 2 || rt.Containers[0].State != exited {
+		t.Fatalf("%d opens, barrier %s: want it opened by a second one", len(rt.Execs), rt.Containers[0].State)
+	}
+}

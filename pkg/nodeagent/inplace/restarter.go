@@ -84,6 +84,10 @@ var (
 	errProcessGone = errors.New("no such process")
 )
 
+// errNotYet: a barrier's container runs and nobody listens on its socket yet (or any more:
+// opened a moment ago, the runtime not yet seeing its end). The loop asks again, quietly.
+var errNotYet = errors.New("it runs and does not listen for its go signal yet")
+
 // New is a Restarter over rt.
 func New(rt Runtime, log *slog.Logger) *Restarter {
 	if log == nil {
@@ -256,7 +260,7 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 	case errors.Is(err, barrier.ErrStale):
 		return false, ViaSocket, "", fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), err)
 	case errors.Is(err, barrier.ErrNotWaiting):
-		return false, ViaSocket, "", nil // opened by an earlier call and on its way out, or ended
+		return false, ViaSocket, "", r.notWaiting(ctx, pod, id)
 	case !errors.Is(err, errNoSocket):
 		// Sent without a clear answer: its exit code says whether it opened.
 		if exited, code, serr := r.exited(ctx, id); serr == nil && exited {
@@ -292,12 +296,23 @@ func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, 
 		return code == 0 && (err != nil || resp.ExitCode != openExitNotWaiting), nil
 	}
 	if err == nil && resp.ExitCode == openExitNotWaiting {
-		return false, nil // opened by an earlier call and on its way out
+		return false, r.notWaiting(ctx, pod, id)
 	}
 	if err != nil {
 		return false, fmt.Errorf("exec %q in the barrier %s of pod %s: %w", cmd, id, podRef(pod), err)
 	}
 	return false, fmt.Errorf("barrier %s of pod %s: open exited %d: %s", id, podRef(pod), resp.ExitCode, strings.TrimSpace(string(resp.Stderr)))
+}
+
+// notWaiting is the outcome of an open that found no barrier listening in container id: none
+// once the container has ended (opened by an earlier call, on its way out); errNotYet while it
+// runs, as a barrier that has not begun to listen yet does (the runtime's start event comes
+// first): the loop asks again.
+func (r *Restarter) notWaiting(ctx context.Context, pod *corev1.Pod, id string) error {
+	if r.hasExited(ctx, id) {
+		return nil
+	}
+	return fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), errNotYet)
 }
 
 // hasExited says whether the runtime says container id has exited.

@@ -114,10 +114,13 @@ func TestOpenBarrier(t *testing.T) {
 			pod:        waitingPod,
 			containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, exited)},
 		},
-		"opened already, exiting: nobody waits": {
+		// Nobody listens while the container runs: a barrier not listening yet (the
+		// runtime's start event comes first), or one opened a moment ago on its way out;
+		// the loop asks again until it listens or has ended.
+		"nobody waits while it runs: asked again": {
 			pod:        waitingPod,
 			containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)},
-			exit:       openExitNotWaiting, execs: 1,
+			exit:       openExitNotWaiting, execs: 1, wantErr: errNotYet,
 		},
 		"the pod ran the attempt already: refused": {
 			pod:        waitingPod,
