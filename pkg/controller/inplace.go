@@ -69,8 +69,7 @@ func (r *Reconciler) barrierImage(ctx context.Context, run *v1alpha1.TrainingRun
 }
 
 // inPlace moves a restart in place on: the old pods of moved indexes are stopped, and each
-// gets its new pod (newPodAtOnce: at once when the old pod's node is excluded, else once the
-// old one is gone); once no worker of an older attempt runs in the
+// gets its new pod once the old one is gone; once no worker of an older attempt runs in the
 // gang, the moved indexes' old pods are gone from the API and the backoff is over, the
 // barrier opens (one status write for the gang). A pod whose wait runs out
 // (inplacegate.BeforeOpen: its grace period and a margin, or at once when its node agent is
@@ -93,7 +92,11 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		k, _ := attempt.Number(p)
 		if k < n && slices.Contains(moved, int32(i)) {
 			old = append(old, p)
-			if !newPodAtOnce(p, rec.ExcludedNodes, obs.nodes) {
+			// At most one bound pod per index, even on a node the attempt excludes: a new
+			// pod made beside one that still runs (a hung worker on a faulted GPU) would
+			// share its hostname, and the rendezvous of the frameworks that refuse a
+			// duplicate task (TestInPlaceMovedIndexWaitsForItsOldPod).
+			if !exitclass.Gone(p, obs.nodes) {
 				present = append(present, p)
 			}
 			continue
@@ -156,17 +159,6 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, v1alpha1.ActionCreateAttempt, "attempt %d: every old worker stopped, barrier open; %d workers restarted in place, %s",
 		n, int(run.Spec.Workers)-len(moved), movedText(moved))
 	return ctrl.Result{}, nil
-}
-
-// newPodAtOnce says whether a moved index whose old pod is old gets its new pod now, while
-// the old one may still stop: when it is gone, or on a node the attempt excludes (the new pod
-// cannot go there, so what the old one holds there is no room the new one waits for). Its
-// sandbox and its barrier then come up while the old pod ends, and the barrier holds its
-// workers until the gang's opens, which waits for every moved index's old pod to be gone from
-// the API server. An old pod on a node the new one may use keeps its index until it is gone:
-// a pod made beside it would wait for the resources it holds, or preempt another's for them.
-func newPodAtOnce(old *corev1.Pod, excluded []string, nodes map[string]exitclass.NodeFacts) bool {
-	return exitclass.Gone(old, nodes) || old.Spec.NodeName != "" && slices.Contains(excluded, old.Spec.NodeName)
 }
 
 // inPlaceMoved are the indexes of the current attempt, restarting in place, that get new
