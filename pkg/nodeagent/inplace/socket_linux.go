@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -59,11 +60,48 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 	defer unix.Close(dir)
 	// Through the descriptor: the socket's path on the node (its root's, then the pod's
 	// volume) is longer than a socket address may be.
-	err = barrier.Open(ctx, fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(barrier.DefaultSocket)), attempt)
+	socket := fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(barrier.DefaultSocket))
+	// The runtime's start event, on which the agent acts, comes before the barrier's
+	// program listens: while its process lives, a socket not there yet is looked for again,
+	// for up to listenWait.
+	until := time.Now().Add(listenWait)
+	for {
+		err = barrier.Open(ctx, socket, attempt)
+		if !errors.Is(err, barrier.ErrNotWaiting) || !alive(proc) || time.Now().After(until) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	if errors.Is(err, barrier.ErrUnreachable) {
 		return fmt.Errorf("%w: %v", errNoSocket, err)
 	}
 	return err
+}
+
+// listenWait bounds how long a barrier just started is given to listen (milliseconds, as a
+// rule) before the open says nobody listens.
+const listenWait = 2 * time.Second
+
+// alive says whether the process of proc (a descriptor of its /proc directory) still runs:
+// not ended, nor a zombie.
+func alive(proc int) bool {
+	fd, err := unix.Openat(proc, "stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "stat")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": the state follows the last parenthesis.
+	_, rest, ok := strings.Cut(string(b[max(0, strings.LastIndexByte(string(b), ')')):]), ") ")
+	return ok && rest != "" && rest[0] != 'Z' && rest[0] != 'X'
 }
 
 // openat2Tries bounds the lookups of a run directory that a mount or a rename elsewhere on

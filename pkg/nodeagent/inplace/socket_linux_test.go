@@ -42,6 +42,9 @@ func fakeProc(t *testing.T, pid, cgroup string, startAttempt int) (string, <-cha
 	if err := os.WriteFile(filepath.Join(dir, pid, "cgroup"), []byte("0::/kubepods/besteffort/poduid-1/"+cgroup+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, pid, "stat"), []byte(pid+" (faultline-barr) S 1 1 1 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg := barrier.Config{AttemptFile: filepath.Join(run, "attempt"), Socket: filepath.Join(run, filepath.Base(barrier.DefaultSocket)),
 		TerminationLog: filepath.Join(dir, "termination-log")}
 	if startAttempt > 0 {
@@ -158,5 +161,44 @@ func TestOpenBySocketHasADeadline(t *testing.T) {
 	}
 	if len(rt.Execs) != 0 {
 		t.Errorf("%d execs: the go signal may have reached the barrier, nothing else is to be tried first", len(rt.Execs))
+	}
+}
+
+// TestOpenBySocketWaitsForTheBarrierToListen: the runtime says the barrier runs before its
+// program listens; the open through the socket looks again while the process lives, and
+// opens it once it listens (TestRealAgentRestartsAPodInPlace opens a barrier that started a
+// millisecond before).
+func TestOpenBySocketWaitsForTheBarrierToListen(t *testing.T) {
+	dir, err := os.MkdirTemp("", "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	runDir := filepath.Join(dir, "4242", "root", "var", "run", "faultline")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"cgroup": "0::/kubepods/bar\n", "stat": "4242 (faultline-barr) S 1\n"} {
+		if err := os.WriteFile(filepath.Join(dir, "4242", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	time.AfterFunc(100*time.Millisecond, func() {
+		n, _ := barrier.Wait(ctx, barrier.Config{AttemptFile: filepath.Join(runDir, "attempt"), Socket: filepath.Join(runDir, filepath.Base(barrier.DefaultSocket)),
+			TerminationLog: filepath.Join(dir, "termination-log")})
+		done <- n
+	})
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{ctr("bar", "uid-1", v1alpha1.BarrierContainer, run)}, PIDs: map[string]int{"bar": 4242}}
+	r := New(rt, nil)
+	r.ProcRoot = dir
+	opened, err := r.OpenBarrier(context.Background(), makePod().barrier(running).obj(), 2)
+	if !opened || err != nil || len(rt.Execs) != 0 {
+		t.Fatalf("OpenBarrier = %v, %v with %d execs; want it opened through the socket once it listens", opened, err, len(rt.Execs))
+	}
+	if n := <-done; n != 2 {
+		t.Errorf("the barrier opened for attempt %d, want 2", n)
 	}
 }
