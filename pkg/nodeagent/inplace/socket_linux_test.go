@@ -134,18 +134,7 @@ func TestOpenBarrierThroughItsSocket(t *testing.T) {
 // barrier stopped, or anything else listening there) ends the open within the restarter's
 // timeout, with an error the loop retries, never a wait without end.
 func TestOpenBySocketHasADeadline(t *testing.T) {
-	dir, err := os.MkdirTemp("", "proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	runDir := filepath.Join(dir, "4242", "root", "var", "run", "faultline")
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "4242", "cgroup"), []byte("0::/kubepods/bar\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, runDir := procOfBar(t)
 	ln, err := net.Listen("unix", filepath.Join(runDir, filepath.Base(barrier.DefaultSocket)))
 	if err != nil {
 		t.Fatal(err)
@@ -169,20 +158,7 @@ func TestOpenBySocketHasADeadline(t *testing.T) {
 // opens it once it listens (TestRealAgentRestartsAPodInPlace opens a barrier that started a
 // millisecond before).
 func TestOpenBySocketWaitsForTheBarrierToListen(t *testing.T) {
-	dir, err := os.MkdirTemp("", "proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	runDir := filepath.Join(dir, "4242", "root", "var", "run", "faultline")
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{"cgroup": "0::/kubepods/bar\n", "stat": "4242 (faultline-barr) S 1\n"} {
-		if err := os.WriteFile(filepath.Join(dir, "4242", name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, runDir := procOfBar(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -201,4 +177,25 @@ func TestOpenBySocketWaitsForTheBarrierToListen(t *testing.T) {
 	if n := <-done; n != 2 {
 		t.Errorf("the barrier opened for attempt %d, want 2", n)
 	}
+}
+
+// procOfBar is a /proc (dir) whose process 4242 runs in container bar's cgroup, with an empty
+// run directory (runDir) in its root: nobody listens there yet.
+func procOfBar(t *testing.T) (dir, runDir string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "proc") // short: a socket's path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	runDir = filepath.Join(dir, "4242", "root", "var", "run", "faultline")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"cgroup": "0::/kubepods/bar\n", "stat": "4242 (faultline-barr) S 1\n"} {
+		if err := os.WriteFile(filepath.Join(dir, "4242", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, runDir
 }
