@@ -245,10 +245,7 @@ func laterOf(a, b func(Episode, PodTimes) time.Time) func(Episode, PodTimes) tim
 		if x.IsZero() || y.IsZero() {
 			return time.Time{}
 		}
-		if x.After(y) {
-			return x
-		}
-		return y
+		return laterTime(x, y)
 	}
 }
 

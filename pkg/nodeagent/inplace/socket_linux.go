@@ -89,19 +89,25 @@ const listenWait = 2 * time.Second
 // alive says whether the process of proc (a descriptor of its /proc directory) still runs:
 // not ended, nor a zombie.
 func alive(proc int) bool {
-	fd, err := unix.Openat(proc, "stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	f := os.NewFile(uintptr(fd), "stat")
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	b, err := readAt(proc, "stat", 4096)
 	if err != nil {
 		return false
 	}
 	// "pid (comm) S ...": the state follows the last parenthesis.
-	_, rest, ok := strings.Cut(string(b[max(0, strings.LastIndexByte(string(b), ')')):]), ") ")
+	_, rest, ok := strings.Cut(b[max(0, strings.LastIndexByte(b, ')')):], ") ")
 	return ok && rest != "" && rest[0] != 'Z' && rest[0] != 'X'
+}
+
+// readAt reads up to limit bytes of file name in the directory of descriptor dir.
+func readAt(dir int, name string, limit int64) (string, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	return string(b), err
 }
 
 // openat2Tries bounds the lookups of a run directory that a mount or a rename elsewhere on
@@ -141,17 +147,11 @@ func (r *Restarter) containerPID(ctx context.Context, id string) (int, error) {
 // the container on every runtime and cgroup driver the kubelet supports: a PID read from the
 // runtime names the container's process only in the node's PID namespace.
 func inCgroupOf(proc int, id string) error {
-	fd, err := unix.Openat(proc, "cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	b, err := readAt(proc, "cgroup", 64<<10)
 	if err != nil {
 		return fmt.Errorf("%w: the cgroup of container %s's process: %v", errNoSocket, id, err)
 	}
-	f := os.NewFile(uintptr(fd), "cgroup")
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return fmt.Errorf("%w: the cgroup of container %s's process: %v", errNoSocket, id, err)
-	}
-	if !strings.Contains(string(b), id) {
+	if !strings.Contains(b, id) {
 		return fmt.Errorf("%w: the process the runtime names for container %s is not in its cgroup here (the agent does not see the node's PID namespace)", errNoSocket, id)
 	}
 	return nil

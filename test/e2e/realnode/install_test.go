@@ -764,34 +764,25 @@ func waitCauses(ctx context.Context, r *otlp.Receiver, service string, causes ..
 // and checks that every one went via. (An open that found its barrier opened already, a pod
 // queued again while its status lags, says no way.)
 func waitOpensVia(ctx context.Context, r *otlp.Receiver, run string, n int, via string) error {
-	var got []string
+	type open struct{ pod, via, reason string }
+	var got []open
 	_, err := r.WaitFor(ctx, func(spans []otlp.Span) bool {
 		got = got[:0]
 		for _, s := range spans {
-			if s.Service == tracing.ServiceAgent && s.Name == tracing.SpanInPlaceOpen && s.Attr(string(tracing.KeyRun)) == run &&
-				s.Attr(string(tracing.KeyBarrierSignal)) != "" {
-				got = append(got, s.Attr(string(tracing.KeyPod))+" via "+s.Attr(string(tracing.KeyBarrierSignal))+why(s.Attr(string(tracing.KeyBarrierSignalReason))))
+			o := open{s.Attr(string(tracing.KeyPod)), s.Attr(string(tracing.KeyBarrierSignal)), s.Attr(string(tracing.KeyBarrierSignalReason))}
+			if s.Service == tracing.ServiceAgent && s.Name == tracing.SpanInPlaceOpen && s.Attr(string(tracing.KeyRun)) == run && o.via != "" {
+				got = append(got, o)
 			}
 		}
 		return len(got) >= n
 	})
 	if err != nil {
-		return fmt.Errorf("%d barrier opens in the agents' spans, want %d: %v", len(got), n, got)
+		return fmt.Errorf("%d barrier opens in the agents' spans, want %d: %+v", len(got), n, got)
 	}
-	for _, g := range got {
-		if !strings.Contains(g, " via "+via) || strings.Contains(g, " (") {
-			return fmt.Errorf("opens %v: want every one via %s", got, via)
-		}
+	if slices.ContainsFunc(got, func(o open) bool { return o.via != via }) {
+		return fmt.Errorf("opens %+v: want every one via %s", got, via)
 	}
 	return nil
-}
-
-// why is an open's reason to go by exec, in parentheses, or "".
-func why(reason string) string {
-	if reason == "" {
-		return ""
-	}
-	return " (" + reason + ")"
 }
 
 // lastEnd says how a container's previous run ended, with the last lines it wrote (the
