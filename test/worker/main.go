@@ -14,6 +14,9 @@
 //	--fail oom        allocate until the container's memory limit kills it (OOMKilled)
 //	--fail message    print --message on stderr (e.g. a framework's error), exit 1
 //
+// With --fail-on-usr1 it fails when it receives SIGUSR1 instead of --fail-after: a test that
+// must see the gang Running first (a kubelet's status write can take seconds) says when.
+//
 // With --replay NAME, every index of the attempt replays instead, once the whole gang has
 // registered, the output its index printed in a recorded real gang and exits with its code
 // at its time (replay.go; the recordings are package realoutput's).
@@ -98,7 +101,7 @@ type config struct {
 	heartbeatsOnly                 bool
 	sigtermDelay                   time.Duration
 	sigtermDelayIndex              int
-	hang                           bool
+	hang, failOnUSR1               bool
 	logEvery                       time.Duration
 }
 
@@ -120,6 +123,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.message, "message", "", "what --fail message prints on stderr")
 	fs.StringVar(&c.replay, "replay", "", "replay this index's output and exit of a recorded real gang ("+strings.Join(realoutput.Names(), ", ")+") in attempt --fail-attempt")
 	fs.DurationVar(&c.failAfter, "fail-after", 2*time.Second, "how long after the gang registered it fails")
+	fs.BoolVar(&c.failOnUSR1, "fail-on-usr1", false, "fail when SIGUSR1 arrives (once the gang registered), not --fail-after it registered")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 500*time.Millisecond, "heartbeat interval")
 	fs.DurationVar(&c.timeout, "heartbeat-timeout", 10*time.Second, "the coordinator's heartbeat timeout")
 	fs.DurationVar(&c.sigtermDelay, "sigterm-delay", 0, "how long it goes on after SIGTERM before it exits 143 (a framework saving a checkpoint)")
@@ -221,6 +225,14 @@ func run(c config) int {
 		logf("worker %d: received %v, exiting %d", c.index, s, exitSIGTERM)
 		os.Exit(exitSIGTERM)
 	}()
+	// Notified from the start, not at the rendezvous: SIGUSR1's default action ends the
+	// process, and the test may signal as soon as the pod is Ready.
+	var usr1 chan os.Signal
+	if c.failOnUSR1 && c.failsThisAttempt() {
+		usr1 = make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+	}
+	var failOn <-chan os.Signal
 	incarnation := newIncarnation()
 	host, _ := os.Hostname()
 	logf("worker start: run=%s attempt=%s index=%d world=%d incarnation=%d host=%s coordinator=%s gpus=%q",
@@ -280,16 +292,20 @@ func run(c config) int {
 			switch m.Op {
 			case opStart:
 				logf("worker %d: rendezvous complete: %d tasks registered %v (attempt %s)", c.index, len(m.Tasks), m.Tasks, c.attempt)
-				if c.replay != "" && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+				if c.replay != "" && c.inFailAttempt() {
 					// The recording's own output from here on: nothing of the coordinator's.
 					rec, _ := realoutput.Load(c.replay)
 					return replayer{out: os.Stdout, sleep: sleepUntil}.replay(rec, c.index, time.Now())
 				}
-				if c.failIndex == c.index && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+				switch {
+				case c.failsThisAttempt() && usr1 != nil:
+					logf("worker %d: will fail (%s) on SIGUSR1", c.index, c.fail)
+					failOn = usr1
+				case c.failsThisAttempt():
 					logf("worker %d: will fail (%s) in %s", c.index, c.fail, c.failAfter)
 					failAt = time.After(c.failAfter)
 				}
-				if c.hang && (c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt) {
+				if c.hang && c.inFailAttempt() {
 					logf("worker %d: will hang in %s", c.index, c.failAfter)
 					hangAt = time.After(c.failAfter)
 				}
@@ -303,6 +319,8 @@ func run(c config) int {
 			return lostCoordinator(c, err)
 		case <-failAt:
 			return failNow(c)
+		case <-failOn:
+			return failNow(c)
 		case <-hangAt:
 			hang(c)
 		case <-steps:
@@ -310,6 +328,16 @@ func run(c config) int {
 			logf("worker %d: step %d (attempt %s)", c.index, step, c.attempt)
 		}
 	}
+}
+
+// inFailAttempt says whether this is the attempt of the faults (--fail-attempt).
+func (c config) inFailAttempt() bool {
+	return c.failAttempt == 0 || strconv.Itoa(c.failAttempt) == c.attempt
+}
+
+// failsThisAttempt says whether this index fails (--fail) in this attempt.
+func (c config) failsThisAttempt() bool {
+	return c.failIndex == c.index && c.inFailAttempt()
 }
 
 // hang blocks for ever, as a process stuck in a collective that never completes: its last

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -132,29 +133,8 @@ func TestReplay(t *testing.T) {
 // --hang blocks the process for ever: no more output, SIGTERM ignored, until SIGKILL. The
 // test runs the worker as a gang of one and sends it SIGTERM once it says it hangs.
 func TestHangIgnoresSIGTERM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the worker")
-	}
-	bin := filepath.Join(t.TempDir(), "worker")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "--hang", "--fail-after", "100ms", "--log-every", "50ms")
-	port := freePort(t)
-	cmd.Env = append(os.Environ(), envCoordinator+"=127.0.0.1:"+port, envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(out.String(), "blocked in a collective") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker never hung:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, out, done := startGangOfOne(t, "--hang", "--fail-after", "100ms", "--log-every", "50ms")
+	waitOutput(t, out, "blocked in a collective")
 	if !strings.Contains(out.String(), "worker 0: step 1") {
 		t.Errorf("--log-every logged no step before the hang:\n%s", out.String())
 	}
@@ -162,8 +142,6 @@ func TestHangIgnoresSIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		t.Fatalf("a hung worker ended on SIGTERM: %v\n%s", err, out.String())
@@ -172,10 +150,71 @@ func TestHangIgnoresSIGTERM(t *testing.T) {
 	if more := out.String()[hungAt:]; more != "" {
 		t.Errorf("a hung worker wrote on: %q", more)
 	}
-	if err := cmd.Process.Kill(); err != nil {
+}
+
+// --fail-on-usr1 fails when the test says, however long after the rendezvous: the worker
+// still runs after a wait longer than --fail-after's default, and exits 1 with its traceback
+// on SIGUSR1.
+func TestFailOnUSR1WaitsForTheSignal(t *testing.T) {
+	cmd, out, done := startGangOfOne(t, "--fail-index", "0", "--fail-on-usr1", "--heartbeat", "100ms")
+	waitOutput(t, out, "will fail (exit) on SIGUSR1")
+	select {
+	case err := <-done:
+		t.Fatalf("the worker failed before SIGUSR1: %v\n%s", err, out.String())
+	case <-time.After(3 * time.Second): // longer than --fail-after's default (2 s)
+	}
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	<-done
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != exitError {
+			t.Fatalf("after SIGUSR1: %v, want exit %d\n%s", err, exitError, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker did not fail within 20 s of SIGUSR1:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "ValueError: injected application error in worker 0 (attempt 1)") {
+		t.Errorf("no traceback after SIGUSR1:\n%s", out.String())
+	}
+}
+
+// startGangOfOne builds the worker and runs it as a gang of one (index 0, attempt 1) with
+// args; done receives its Wait's result. The process is killed when the test ends.
+func startGangOfOne(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the worker")
+	}
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), envCoordinator+"=127.0.0.1:"+freePort(t), envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// The goroutine above reaps it; done is buffered, so no one need receive.
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, out, done
+}
+
+// waitOutput waits up to 20 s for the worker to print want.
+func waitOutput(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never printed %q:\n%s", want, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func freePort(t *testing.T) string {

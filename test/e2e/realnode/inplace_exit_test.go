@@ -23,9 +23,10 @@ import (
 // A 2-worker run with restartMode InPlace, one worker per real node. In attempt 1 the test
 // SIGTERMs index 1's worker through its node's containerd (neither the kubelet nor the
 // agent asks it): it exits 143, a bare SIGTERM, Unknown, and the run restarts in place
-// into attempt 2 (no index moves). In attempt 2 the same worker exits 1 on its own 2 s
-// after the gang formed: the run fails fast, AppExit, naming that exit, with no restart
-// of the application budget spent.
+// into attempt 2 (no index moves). In attempt 2, once the test saw it Running, the same
+// worker exits 1 on its own (the test's SIGUSR1 tells it when: a timer after the gang formed
+// raced the kubelets' status writes of Ready, seconds on a loaded machine): the run fails
+// fast, AppExit, naming that exit, with no restart of the application budget spent.
 func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	t.Parallel()
 	ctx, c, ns := scenario(t, 4*time.Minute)
@@ -34,7 +35,7 @@ func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	// The coordinator notices a lost task only after a minute: nothing but the test and
 	// the worker's own failure ends a worker.
 	run := createRun(ctx, t, c, ns, realRun("exits", 2, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
-		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit"}, withRestartMode(v1alpha1.RestartModeInPlace)))
+		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit", "--fail-on-usr1"}, withRestartMode(v1alpha1.RestartModeInPlace)))
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
 	victim := first[1]
@@ -56,6 +57,11 @@ func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	}
 	requireExitReport(ctx, t, c, victim, 1, 143)
 
+	restarted, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killWorker(ctx, t, c, node, restarted, "SIGUSR1")
 	failed := waitRun(ctx, t, c, ns, run.Name, "Failed", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.Phase == v1alpha1.PhaseFailed || r.Status.Attempt > 2
 	})
