@@ -56,7 +56,7 @@ func main() {
 	steadyWindow := flag.Duration("steady-window", 60*time.Second, "scenario d: measurement window")
 	steadyGPUs := flag.Int("steady-gpus-per-node", gpusPerNode, "scenario d: GPUs per node (one worker each); more GPUs make fewer nodes")
 	steadySchedulerQPS := flag.Int("steady-scheduler-qps", 0, "scenario d: kube-scheduler client QPS (0: upstream 50; binding 50k pods at 50 takes ~17 min)")
-	profileWorkers := flag.Int("profile-workers", 256, "profile the controller during faultline's first node-shutdown restart of this gang size (0: never)")
+	profileWorkers := flag.Int("profile-workers", 256, "profile the controller and the API server during faultline's first node-shutdown restarts (recreate, in place) of this gang size (0: never)")
 	flag.IntVar(&profileSeconds, "profile-seconds", profileSeconds, "length of that CPU profile")
 	out := flag.String("out", "", "report file; its plots and profiles go beside it, named after it (default "+defaultOut(time.Time{})+" with the time the run starts; to keep a report in the tree, name a file in bench/results/)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")

@@ -60,7 +60,7 @@ type session struct {
 	gpusPerNode, schedulerQPS int
 	samples                   []sample
 	steady                    *steadyResult
-	profile                   string // what the profile of the controller showed, if taken
+	profile                   string // what the profiles of the controller and the API server showed, if taken
 	// teardowns: faultline's teardowns in the audit log, when the session kept one.
 	teardowns []teardownAudit
 	// metricsAddr serves the session's controller's metrics.
