@@ -595,12 +595,17 @@ func addPorts(spec *corev1.PodSpec, ports []corev1.ContainerPort) {
 
 // excludeNodes adds a required node affinity that keeps the pod off the given nodes, by the
 // Node's name (metadata.name; a node's hostname label need not be its name). Terms of a
-// required affinity are ORed, so the exclusion is added to every term the user wrote.
+// required affinity are ORed, so the exclusion is added to every term the user wrote. A
+// matchFields requirement may hold one value only (the API server refuses a NotIn of two
+// nodes), so each node gets its own; the requirements of a term are ANDed.
 func excludeNodes(spec *corev1.PodSpec, nodes []string) {
 	if len(nodes) == 0 {
 		return
 	}
-	req := corev1.NodeSelectorRequirement{Key: NodeNameField, Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
+	reqs := make([]corev1.NodeSelectorRequirement, 0, len(nodes))
+	for _, n := range nodes {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: NodeNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}})
+	}
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
@@ -616,7 +621,7 @@ func excludeNodes(spec *corev1.PodSpec, nodes []string) {
 		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
 	for i := range sel.NodeSelectorTerms {
-		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
+		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, reqs...)
 	}
 }
 

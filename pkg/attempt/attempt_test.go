@@ -160,8 +160,10 @@ func TestJobIndexScopeAndLeader(t *testing.T) {
 }
 
 func TestExcludeNodes(t *testing.T) {
-	// By the Node's name, not its hostname label (which need not be its name).
-	notIn := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-1", "bad-2"}}
+	// By the Node's name, not its hostname label (which need not be its name); one node per
+	// requirement, as the API server allows no more in matchFields.
+	notIn1 := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-1"}}
+	notIn2 := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-2"}}
 	zone := corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
 	gpu := corev1.NodeSelectorRequirement{Key: "gpu", Operator: corev1.NodeSelectorOpExists}
 	cases := map[string]struct {
@@ -169,15 +171,15 @@ func TestExcludeNodes(t *testing.T) {
 		want     []corev1.NodeSelectorTerm
 	}{
 		"no affinity gets one term": {
-			want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notIn}}},
+			want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notIn1, notIn2}}},
 		},
 		"every user term gets the exclusion (terms are ORed)": {
 			affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}, {MatchExpressions: []corev1.NodeSelectorRequirement{gpu}}},
 			}}},
 			want: []corev1.NodeSelectorTerm{
-				{MatchExpressions: []corev1.NodeSelectorRequirement{zone}, MatchFields: []corev1.NodeSelectorRequirement{notIn}},
-				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu}, MatchFields: []corev1.NodeSelectorRequirement{notIn}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{zone}, MatchFields: []corev1.NodeSelectorRequirement{notIn1, notIn2}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu}, MatchFields: []corev1.NodeSelectorRequirement{notIn1, notIn2}},
 			},
 		},
 	}

@@ -377,13 +377,7 @@ func TestE2EExcludeFaultyNode(t *testing.T) {
 	}
 	t.Logf("attempt 1: %s", describePods([]*corev1.Pod{pods[0], pods[1]}))
 
-	markAsAgent(ctx, t, c, victim, v1alpha1.FaultEvidence{
-		Source: "nodeagent",
-		Cause:  v1alpha1.CauseGPUFault,
-		GPU:    &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", Index: 0, XID: 79},
-		Detail: "Xid 79: GPU has fallen off the bus",
-	})
-	failWorker(ctx, t, c, victim, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"})
+	gpuFault(ctx, t, c, victim)
 
 	restarted := waitRun(ctx, t, c, ns, run.Name, "attempt 2", func(r *v1alpha1.TrainingRun) bool { return r.Status.Attempt >= 2 })
 	if restarted.Status.Attempt != 2 {
@@ -420,6 +414,67 @@ func TestE2EExcludeFaultyNode(t *testing.T) {
 	t.Logf("attempt 2: %s", describePods([]*corev1.Pod{next[0], next[1]}))
 	final := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
 	requireRestarts(t, final, v1alpha1.RestartCounts{Infrastructure: 1})
+}
+
+// TestE2EExcludeTwoFaultyNodes: a second GPU fault, on another node, in the next attempt
+// excludes both nodes, and the API server accepts the Job that keeps its pods off both (a
+// node selector's matchFields takes one node per requirement: a NotIn of two was refused,
+// and the attempt never got its pods).
+func TestE2EExcludeTwoFaultyNodes(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t)
+	run, pods := runningRun(ctx, t, c, ns, newRun("two-bad-gpus", 2,
+		withRules(v1alpha1.FailurePolicyRule{
+			Name: "bad-gpu", OnCauses: []v1alpha1.Cause{v1alpha1.CauseGPUFault},
+			Action: v1alpha1.ActionRestartRun, ExcludeNode: true,
+		})))
+	var bad []string
+	for n, victim := range []*corev1.Pod{pods[0], nil} {
+		attemptN := int32(n + 1)
+		if victim == nil {
+			next := waitWorkers(ctx, t, c, ns, run.Name, attemptN, 2)
+			victim = next[1]
+		}
+		bad = append(bad, victim.Spec.NodeName)
+		gpuFault(ctx, t, c, victim)
+		waitRun(ctx, t, c, ns, run.Name, fmt.Sprintf("attempt %d", attemptN+1), func(r *v1alpha1.TrainingRun) bool { return r.Status.Attempt > attemptN })
+	}
+	if bad[0] == bad[1] {
+		t.Fatalf("attempt 2 ran on %s, which attempt 1 excluded", bad[0])
+	}
+	job, err := c.WaitJob(ctx, ns, run.Name, func(j *batchv1.Job) (bool, error) {
+		return j.Labels[v1alpha1.LabelAttempt] == "3", nil
+	})
+	if err != nil {
+		t.Fatalf("job of attempt 3: %v", err)
+	}
+	for _, node := range bad {
+		requireNodeExcluded(t, &job.Spec.Template, node)
+	}
+	final := waitRun(ctx, t, c, ns, run.Name, "attempt 3 Running", func(r *v1alpha1.TrainingRun) bool {
+		return runningAttempt(3)(r) || r.Status.Attempt > 3 || r.Status.Phase == v1alpha1.PhaseFailed
+	})
+	if !runningAttempt(3)(final) {
+		t.Fatalf("want attempt 3 Running off %v: %s", bad, describeRun(final))
+	}
+	for i, p := range waitWorkers(ctx, t, c, ns, run.Name, 3, 2) {
+		if slices.Contains(bad, p.Spec.NodeName) {
+			t.Errorf("attempt 3 index %d pod %s runs on the excluded node %s", i, p.Name, p.Spec.NodeName)
+		}
+	}
+}
+
+// gpuFault has pod's node agent report XID 79 on pod's GPU, then fails its worker with a CUDA
+// error, as a GPU that fell off the bus does.
+func gpuFault(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	markAsAgent(ctx, t, c, pod, v1alpha1.FaultEvidence{
+		Source: "nodeagent",
+		Cause:  v1alpha1.CauseGPUFault,
+		GPU:    &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", Index: 0, XID: 79},
+		Detail: "Xid 79: GPU has fallen off the bus",
+	})
+	failWorker(ctx, t, c, pod, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"})
 }
 
 // TestE2ESuspendResumeNotCounted: suspending a run removes its workers without spending any
