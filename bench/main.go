@@ -23,10 +23,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/faultline-dev/faultline/pkg/controller"
@@ -94,7 +96,11 @@ func main() {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		fail(1, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	// An interrupted bench stops what it started (its clusters, agents, controller) and
+	// reports what it measured, as one that failed does.
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
 	defer cancel()
 	started := time.Now()
 	sessions, runErr := run(ctx, cfg)

@@ -503,6 +503,14 @@ func (b *bench) resetNode(ctx context.Context, node string) error {
 	if a, ok := b.agents[node]; ok {
 		a.Stop()
 		delete(b.agents, node)
+		if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+			// The stopped agent's heartbeat and readiness were its own: the node goes back to
+			// the simulated agent's, or a later in-place restart finds the node's agent
+			// silent and moves its pods at once.
+			if err := b.c.MakeInPlaceCapable(ctx, node); err != nil {
+				return err
+			}
+		}
 	}
 	if _, err := b.c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationShutdownDetectedAt+`":null}}}`), metav1.PatchOptions{}); err != nil {
