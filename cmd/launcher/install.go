@@ -91,7 +91,8 @@ func newUninstallCommand(env *cli.Env) *cobra.Command {
 and NodeMaintenances first, while the controller still runs (it stops their workers and lets
 go of their Jobs), any finalizer of faultline's still on a Job or a worker, then the node
 agent, the controller, their admission policies, their namespace and the CRDs, and last the
-node agent's conditions, annotations and taint on the Nodes.
+node agent's conditions, annotations and taint on the Nodes; it ends once the Jobs, pods
+and Services the runs made are gone too.
 
 Runs that have not finished (and maintenances in progress) are refused: wait for them or
 delete them, or --force to end them (uninstall names each one it ends).`,

@@ -170,7 +170,51 @@ func Uninstall(ctx context.Context, cfg *rest.Config, o UninstallOptions, out io
 		}
 	}
 	// 4. The agent's marks on the nodes.
-	return unmarkNodes(ctx, cs, out)
+	if err := unmarkNodes(ctx, cs, out); err != nil {
+		return err
+	}
+	// 5. What the runs made, which the garbage collector deletes after them: nothing of
+	// faultline's is left when uninstall says it is done.
+	return waitRunObjectsGone(ctx, cs, o.Timeout)
+}
+
+// waitRunObjectsGone waits until no Job, pod or Service of a run (label faultline.dev/run) is
+// left. They go with their run, by the garbage collector, and a pod on a node once its
+// kubelet has stopped it: a moment after the run, seconds for a pod with a grace period.
+func waitRunObjectsGone(ctx context.Context, cs kubernetes.Interface, timeout time.Duration) error {
+	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelRun}
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		left = left[:0]
+		jobs, err := cs.BatchV1().Jobs("").List(ctx, sel)
+		if err != nil {
+			return false, err
+		}
+		for _, j := range jobs.Items {
+			left = append(left, "job "+j.Namespace+"/"+j.Name)
+		}
+		pods, err := cs.CoreV1().Pods("").List(ctx, sel)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			left = append(left, "pod "+p.Namespace+"/"+p.Name+" on "+orDash(p.Spec.NodeName))
+		}
+		svcs, err := cs.CoreV1().Services("").List(ctx, sel)
+		if err != nil {
+			return false, err
+		}
+		for _, s := range svcs.Items {
+			left = append(left, "service "+s.Namespace+"/"+s.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("faultline is removed, but what its runs made is still there after %s: %s "+
+			"(the garbage collector deletes it after its run; a pod goes once its node has stopped it, and a finalizer of another's holds it): %w",
+			timeout, strings.Join(left, ", "), err)
+	}
+	return nil
 }
 
 type deletedObject struct {

@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -99,7 +102,9 @@ func TestE2EInstallPreflightRefusesAnOldCluster(t *testing.T) {
 
 // TestE2EInstallWithoutTheRolesPolicyThenUninstall: the refusal's way out installs on that
 // cluster, and `launcher uninstall` takes all of it out again: a run that has not finished is
-// refused (nothing removed), --force ends it and removes everything.
+// refused (nothing removed), --force ends it and removes everything, and does not say it is
+// done while a worker of a run is still there (one held by another's finalizer: it names
+// the pod and fails at its timeout).
 func TestE2EInstallWithoutTheRolesPolicyThenUninstall(t *testing.T) {
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -132,7 +137,23 @@ func TestE2EInstallWithoutTheRolesPolicyThenUninstall(t *testing.T) {
 		}}},
 	}}
 	runs := dyn.Resource(v1alpha1.GroupVersion.WithResource(v1alpha1.ResourceTrainingRun)).Namespace("default")
-	if _, err := runs.Create(ctx, run, metav1.CreateOptions{}); err != nil {
+	created, err := runs.Create(ctx, run, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One of its workers, being deleted, which a finalizer of another's holds (as a kubelet's
+	// graceful stop keeps a pod a while): uninstall must not say it is done while the pod is
+	// there. No node matches it: kwok leaves it alone.
+	held := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "left-running-0", Namespace: "default",
+			Labels:     map[string]string{v1alpha1.LabelRun: created.GetName()},
+			Finalizers: []string{"faultline.test/hold"}},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"faultline.test/none": "x"}, Containers: []corev1.Container{{Name: "w", Image: "worker"}}},
+	}
+	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.CoreV1().Pods("default").Delete(ctx, held.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code = launcher(ctx, t, c, "uninstall")
@@ -143,11 +164,20 @@ func TestE2EInstallWithoutTheRolesPolicyThenUninstall(t *testing.T) {
 		t.Errorf("the refused uninstall removed something: before %v, after %v", installed, got)
 	}
 
-	stdout, stderr, code = launcher(ctx, t, c, "uninstall", "--force")
-	if code != 0 {
-		t.Fatalf("launcher uninstall --force: exit %d\n%s%s", code, stdout, stderr)
+	stdout, stderr, code = launcher(ctx, t, c, "uninstall", "--force", "--timeout", "20s")
+	if code == 0 || !strings.Contains(stderr, "pod default/left-running-0") {
+		t.Fatalf("launcher uninstall --force with a worker held: exit %d, want a failure naming the pod\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"ending 1 not finished: trainingrun default/left-running", "customresourcedefinition.apiextensions.k8s.io/trainingruns.faultline.dev deleted", "faultline uninstalled"} {
+	if _, err := c.Client.CoreV1().Pods("default").Patch(ctx, held.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPods(ctx, "default", labels.SelectorFromSet(held.Labels), func(pods []*corev1.Pod) (bool, error) { return len(pods) == 0, nil }); err != nil {
+		t.Fatalf("pod default/%s once released: %v", held.Name, err)
+	}
+	if !strings.Contains(stderr, "faultline is removed, but") {
+		t.Errorf("uninstall's error does not say that faultline itself is removed:\n%s", stderr)
+	}
+	for _, want := range []string{"ending 1 not finished: trainingrun default/left-running", "customresourcedefinition.apiextensions.k8s.io/trainingruns.faultline.dev deleted"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("uninstall's output lacks %q:\n%s", want, stdout)
 		}
