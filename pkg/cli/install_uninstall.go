@@ -185,28 +185,31 @@ func waitRunObjectsGone(ctx context.Context, cs kubernetes.Interface, timeout ti
 	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelRun}
 	var left []string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		left = left[:0]
+		// What the last complete look found stays in left: a look cut short by the
+		// deadline must not leave the error without the names.
+		var now []string
 		jobs, err := cs.BatchV1().Jobs("").List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
 		for _, j := range jobs.Items {
-			left = append(left, "job "+j.Namespace+"/"+j.Name)
+			now = append(now, "job "+j.Namespace+"/"+j.Name)
 		}
 		pods, err := cs.CoreV1().Pods("").List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
 		for _, p := range pods.Items {
-			left = append(left, "pod "+p.Namespace+"/"+p.Name+" on "+orDash(p.Spec.NodeName))
+			now = append(now, "pod "+p.Namespace+"/"+p.Name+" on "+orDash(p.Spec.NodeName))
 		}
 		svcs, err := cs.CoreV1().Services("").List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
 		for _, s := range svcs.Items {
-			left = append(left, "service "+s.Namespace+"/"+s.Name)
+			now = append(now, "service "+s.Namespace+"/"+s.Name)
 		}
+		left = now
 		return len(left) == 0, nil
 	})
 	if err != nil {
