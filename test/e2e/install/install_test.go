@@ -164,7 +164,7 @@ func TestE2EInstallWithoutTheRolesPolicyThenUninstall(t *testing.T) {
 		t.Errorf("the refused uninstall removed something: before %v, after %v", installed, got)
 	}
 
-	stdout, stderr, code = launcher(ctx, t, c, "uninstall", "--force", "--timeout", "20s")
+	stdout, stderr, code = launcher(ctx, t, c, "uninstall", "--force", "--timeout", "45s")
 	if code == 0 || !strings.Contains(stderr, "pod default/left-running-0") {
 		t.Fatalf("launcher uninstall --force with a worker held: exit %d, want a failure naming the pod\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
