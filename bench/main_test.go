@@ -24,7 +24,7 @@ func TestDefaultReportLeavesTheTreeClean(t *testing.T) {
 	start := time.Date(2026, 11, 25, 14, 3, 7, 0, time.Local)
 	report := defaultOut(start)
 	stem := report[:len(report)-len(filepath.Ext(report))]
-	for _, path := range []string{report, stem + "-shutdown-qps0.png", stem + "-controller-steady.pprof", stem + "-apiserver-faultline-in-place-256-workers-qps0.pprof"} {
+	for _, path := range []string{report, stem + "-shutdown-qps0.png", stem + "-controller-steady.pprof", stem + "-apiserver-faultline-inplace-256-workers-qps0.pprof"} {
 		// check-ignore exits 0 for an ignored path, 1 for one that git would show.
 		err := exec.Command(git, "-C", root, "check-ignore", "-q", "--no-index", path).Run()
 		var exit *exec.ExitError

@@ -50,11 +50,6 @@ func (b *bench) profiled(ctx context.Context, s system, n int, first bool, fn fu
 	return nil
 }
 
-// slug makes a system's name fit a file name: "faultline (in place)" → "faultline-in-place".
-func slug(name string) string {
-	return strings.Join(strings.FieldsFunc(name, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
-}
-
 // startAPIServerProfile starts taking the API server's CPU profile over the next length,
 // through the bench's client (kube-apiserver serves /debug/pprof to its admin by default).
 func (b *bench) startAPIServerProfile(ctx context.Context, length time.Duration) *cpuProfile {

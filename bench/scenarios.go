@@ -537,8 +537,13 @@ func gangName(scenario string, s system, n, round int) string {
 	if !ok {
 		panic(fmt.Sprintf("bench: no gang name for scenario %q", scenario)) // a scenario flag, not its name
 	}
-	sys := strings.NewReplacer(" ", "", "(", "-", ")", "").Replace(strings.ToLower(s.name()))
-	return fmt.Sprintf("%s-%s-%d-%d", short, sys, n, round)
+	return fmt.Sprintf("%s-%s-%d-%d", short, slug(s.name()), n, round)
+}
+
+// slug makes a system's name fit an object's or a file's name: "faultline (in place)" →
+// "faultline-inplace".
+func slug(name string) string {
+	return strings.NewReplacer(" ", "", "(", "-", ")", "").Replace(strings.ToLower(name))
 }
 
 var shortScenario = map[string]string{scenarioFail: "fail", scenarioShutdown: "shutdown", scenarioXID: "xid", scenarioHung: "hung"}

@@ -213,12 +213,11 @@ func TestInPlaceFallbackResumesAfterACrash(t *testing.T) {
 	}
 }
 
-// TestInPlaceMovedIndexGetsItsPodAtOnce: before the gang's barrier opens, a moved index whose
-// old pod is on a node the attempt excludes (a node shutting down) gets its new pod at once,
-// while the old one still stops: the new pod's sandbox and barrier come up meanwhile, and the
-// gang's barrier stays shut until the old pod is gone from the API. An old pod on a node the
-// new one may use (deleted on a healthy node) keeps its index until it is gone.
-func TestInPlaceMovedIndexGetsItsPodAtOnce(t *testing.T) {
+// TestInPlaceMovedIndexWaitsForItsOldPod: before the gang's barrier opens, a moved index gets
+// its new pod only once its old pod can run nothing, wherever the old pod is: on a node the
+// attempt excludes (a node shutting down, where a hung worker may still run) as on one the new
+// pod may use. At most one bound pod per index; the gang's barrier stays shut meanwhile.
+func TestInPlaceMovedIndexWaitsForItsOldPod(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		excluded bool
