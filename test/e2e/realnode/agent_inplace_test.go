@@ -356,12 +356,10 @@ func agentInPlacePod(name, node string) *corev1.Pod {
 					Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
 					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
 				}},
-				Env: []corev1.EnvVar{
+				Env: append([]corev1.EnvVar{
 					{Name: v1alpha1.EnvAttempt, Value: "1"},
 					{Name: v1alpha1.EnvAttemptFile, Value: v1alpha1.AttemptFile},
-					{Name: "JAX_COORDINATOR_ADDRESS", Value: "127.0.0.1:1234"},
-					{Name: "JAX_NUM_PROCESSES", Value: "1"}, {Name: "JAX_PROCESS_ID", Value: "0"},
-				},
+				}, gangOfOne()...),
 				VolumeMounts: []corev1.VolumeMount{ro},
 			}},
 			Volumes: []corev1.Volume{{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{

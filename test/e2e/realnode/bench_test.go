@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -28,35 +29,59 @@ var benchWorkers = flag.String("real-bench-workers", "8,32", "comma-separated ga
 // its workers end by the kubelet's graceful shutdown, the others restart in place (same
 // pods) or in new pods, and the shut-down node's indexes get new pods on the node left. Each
 // size and mode is one run, created, measured and deleted, and the node comes back before
-// the next.
+// the next. Beside the two modes, the floor: the same shutdown under a plain Indexed Job that
+// replaces only the lost node's pods (replaceLostPods), what the moved indexes alone cost.
 //
 //	go test -run '^$' -bench RealNodeShutdownRestart -benchtime 1x ./test/e2e/realnode/ -real-bench-workers 8,32
 //
 // Metrics: s/restart (the time to restart), pods-created (the new pods of the next attempt)
-// and in-place (the workers that restarted in their own pods).
+// and in-place (the workers that restarted in their own pods; the floor: those left alone).
+// Each size ends with the ratios to recreating.
 func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 	for _, w := range strings.Split(*benchWorkers, ",") {
 		workers, err := strconv.Atoi(strings.TrimSpace(w))
 		if err != nil || workers < 2 {
 			b.Fatalf("-real-bench-workers %q: want gang sizes of 2 or more", *benchWorkers)
 		}
-		for _, mode := range []v1alpha1.RestartMode{v1alpha1.RestartModeInPlace, v1alpha1.RestartModeRecreate} {
-			b.Run(fmt.Sprintf("workers=%d/mode=%s", workers, mode), func(b *testing.B) {
-				var took time.Duration
-				var created, inPlace int
+		took := map[string]time.Duration{}
+		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), string(v1alpha1.RestartModeRecreate), floor} {
+			name := "mode=" + mode
+			if mode == floor {
+				name = floor
+			}
+			b.Run(fmt.Sprintf("workers=%d/%s", workers, name), func(b *testing.B) {
+				var r restartResult
 				for i := range b.N {
-					r := shutdownRestart(b, fmt.Sprintf("bench-%d-%s-%d", workers, strings.ToLower(string(mode)), i), workers, mode)
-					took += r.took
-					created += r.created
-					inPlace += r.inPlace
+					gang := fmt.Sprintf("bench-%d-%s-%d", workers, strings.ToLower(mode), i)
+					var one restartResult
+					if mode == floor {
+						one = replaceLostPods(b, gang, workers)
+					} else {
+						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode))
+					}
+					r.took += one.took
+					r.created += one.created
+					r.inPlace += one.inPlace
 				}
-				b.ReportMetric(took.Seconds()/float64(b.N), "s/restart")
-				b.ReportMetric(float64(created)/float64(b.N), "pods-created")
-				b.ReportMetric(float64(inPlace)/float64(b.N), "in-place")
+				took[mode] = r.took / time.Duration(b.N)
+				b.ReportMetric(r.took.Seconds()/float64(b.N), "s/restart")
+				b.ReportMetric(float64(r.created)/float64(b.N), "pods-created")
+				b.ReportMetric(float64(r.inPlace)/float64(b.N), "in-place")
 			})
+		}
+		if re := took[string(v1alpha1.RestartModeRecreate)]; re > 0 {
+			b.Logf("%d workers: in place %.2f× recreate; the floor (only the lost node's pods replaced) %.2f× recreate",
+				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
 		}
 	}
 }
+
+// floor is BenchmarkRealNodeShutdownRestart's third measurement beside the two restart modes:
+// no gang restart at all, only the lost node's pods replaced (replaceLostPods). It is what
+// any restart pays that keeps at most one pod per index: in place, a moved index's new pod
+// can be made only once its old pod has ended, and on these two nodes it runs on the one
+// kubelet left, beside the workers restarting in place.
+const floor = "floor"
 
 type restartResult struct {
 	took             time.Duration
@@ -148,4 +173,173 @@ func phases(run *v1alpha1.TrainingRun, from time.Time) string {
 	}
 	rec := run.Status.Attempts[len(run.Status.Attempts)-1]
 	return fmt.Sprintf("decided %s, barrier opened %s, started %s, running %s", at(decided), at(rec.BarrierOpenedAt), at(rec.StartTime), at(rec.RunningTime))
+}
+
+// replaceLostPods measures the floor: workers bare pods, spread over both nodes as a run's
+// are, and nothing to replace them but the benchmark itself, which makes a lost pod's new
+// pod, kept off the node down, the moment its watch sees the old one Failed: the earliest a
+// new pod may be made while at most one pod per index is bound, faultline's rule for a moved
+// index. Not a Job: the Job controller holds a failed index's new pod for its pod failure
+// backoff, 10 s, even for a failure its podFailurePolicy ignores (here: Failed 3 s after the
+// announcement, the new pods made at 12 s). The time is from the same announcement to a
+// Ready pod for every index again. No controller, no gang, no barrier: each pod is the runs'
+// test worker as a gang of one, which exits 143 on the kubelet's SIGTERM as theirs do.
+func replaceLostPods(b *testing.B, name string, workers int) restartResult {
+	b.StopTimer()
+	defer b.StartTimer()
+	ctx, c, ns := scenario(b, 5*time.Minute)
+	const labelFloor, labelIndex = "test.faultline.dev/floor", "test.faultline.dev/floor-index"
+	pod := func(index, off string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-" + index + "-", Namespace: ns, Labels: map[string]string{labelFloor: name, labelIndex: index}},
+			Spec: corev1.PodSpec{
+				RestartPolicy:                corev1.RestartPolicyNever,
+				NodeSelector:                 map[string]string{cluster.LabelNodeKind: cluster.NodeKindReal},
+				Tolerations:                  []corev1.Toleration{cluster.RealNodeToleration},
+				AutomountServiceAccountToken: ptr.To(false),
+				EnableServiceLinks:           ptr.To(false),
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+					MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+					NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+					LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{labelFloor: name}},
+				}},
+				Containers: []corev1.Container{{
+					Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever,
+					Env:       gangOfOne(),
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: workerMemory}},
+				}},
+			},
+		}
+		if off != "" { // as an attempt keeps off the nodes it excludes
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{off}}}}},
+			}}}
+		}
+		return p
+	}
+	create := func(p *corev1.Pod) error {
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	for i := range workers {
+		if err := create(pod(strconv.Itoa(i), "")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	selector := labels.SelectorFromSet(labels.Set{labelFloor: name})
+	// ready holds once every index has a Ready pod off the node down. On the way it makes
+	// the new pod of each pod it sees Failed there, and records when none is left but
+	// Failed ones (failed).
+	var failed time.Time
+	replaced := map[string]bool{}
+	ready := func(down string) func([]*corev1.Pod) (bool, error) {
+		return func(pods []*corev1.Pod) (bool, error) {
+			k, left := 0, 0
+			for _, p := range pods {
+				switch {
+				case p.Spec.NodeName == down && p.Status.Phase == corev1.PodFailed:
+					if i := p.Labels[labelIndex]; !replaced[i] {
+						replaced[i] = true
+						if err := create(pod(i, down)); err != nil {
+							return false, err
+						}
+					}
+				case p.Spec.NodeName == down:
+					left++
+				case p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil:
+					if cond := podCondition(p, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
+						k++
+					}
+				}
+			}
+			if down != "" && left == 0 && failed.IsZero() {
+				failed = time.Now()
+			}
+			return k == workers, nil
+		}
+	}
+	first, err := c.WaitPods(ctx, ns, selector, ready(""))
+	if err != nil {
+		b.Fatalf("the floor's pods in %s are not all Ready: %v", ns, err)
+	}
+	var down *cluster.RealNode
+	before := map[string]bool{}
+	for _, p := range first {
+		before[string(p.UID)] = true
+		if down == nil {
+			down = c.Real.Node(p.Spec.NodeName)
+		}
+	}
+	defer bringBack(b, c, down)
+
+	b.StartTimer()
+	announced := time.Now()
+	if err := down.Logind.PrepareForShutdown(true); err != nil {
+		b.Fatal(err)
+	}
+	after, err := c.WaitPods(ctx, ns, selector, ready(down.Name))
+	took := time.Since(announced)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("after %s shut down, the floor's pods in %s are not all Ready again: %v", down.Name, ns, err)
+	}
+	r := restartResult{took: took}
+	var lost, made []*corev1.Pod
+	for _, p := range after {
+		switch {
+		case p.Status.Phase == corev1.PodFailed:
+			lost = append(lost, p)
+		case before[string(p.UID)]:
+			r.inPlace++
+		default:
+			r.created++
+			made = append(made, p)
+		}
+	}
+	b.Logf("%d workers, floor: announcement -> every index Ready again in %s; %d pods untouched, %d new on the node left; %s",
+		workers, took.Round(time.Millisecond), r.inPlace, r.created, floorPhases(lost, made, failed, announced))
+
+	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector.String()}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.WaitPods(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) { return len(pods) == 0, nil }); err != nil {
+		b.Fatalf("the floor's pods in %s are not gone: %v", ns, err)
+	}
+	return r
+}
+
+// floorPhases says when, from the announcement, the last of the lost pods ended (its
+// container's finish, the kubelet's clock) and was seen Failed (failed, the watch's), and
+// the last of their new pods was created, scheduled and Ready (the API's clock, to the
+// second).
+func floorPhases(lost, made []*corev1.Pod, failed, from time.Time) string {
+	var ended, created, scheduled, ready time.Time
+	latest := func(t *time.Time, at time.Time) {
+		if at.After(*t) {
+			*t = at
+		}
+	}
+	for _, p := range lost {
+		for _, cs := range p.Status.ContainerStatuses {
+			if term := cs.State.Terminated; term != nil {
+				latest(&ended, term.FinishedAt.Time)
+			}
+		}
+	}
+	for _, p := range made {
+		latest(&created, p.CreationTimestamp.Time)
+		if c := podCondition(p, corev1.PodScheduled); c != nil {
+			latest(&scheduled, c.LastTransitionTime.Time)
+		}
+		if c := podCondition(p, corev1.PodReady); c != nil {
+			latest(&ready, c.LastTransitionTime.Time)
+		}
+	}
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("+%.0fs", t.Sub(from.Truncate(time.Second)).Seconds())
+	}
+	return fmt.Sprintf("lost pods ended %s, Failed %s; new pods created %s, scheduled %s, Ready %s", at(ended), at(failed), at(created), at(scheduled), at(ready))
 }

@@ -104,6 +104,15 @@ func realRun(name string, workers int32, args []string, opts ...runOption) *v1al
 	return run
 }
 
+// gangOfOne is the environment of a test worker that is a JAX gang on its own: its own
+// coordinator, in its pod's network (test/worker).
+func gangOfOne() []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "JAX_COORDINATOR_ADDRESS", Value: "127.0.0.1:1234"},
+		{Name: "JAX_NUM_PROCESSES", Value: "1"}, {Name: "JAX_PROCESS_ID", Value: "0"},
+	}
+}
+
 func withRules(rules ...v1alpha1.FailurePolicyRule) runOption {
 	return func(r *v1alpha1.TrainingRun) {
 		r.Spec.FailurePolicy.Rules = append(r.Spec.FailurePolicy.Rules, rules...)

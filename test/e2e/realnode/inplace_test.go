@@ -235,10 +235,7 @@ func inPlacePod(name, node string) *corev1.Pod {
 					Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
 					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
 				}},
-				Env: []corev1.EnvVar{
-					{Name: "JAX_COORDINATOR_ADDRESS", Value: "127.0.0.1:1234"},
-					{Name: "JAX_NUM_PROCESSES", Value: "1"}, {Name: "JAX_PROCESS_ID", Value: "0"},
-				},
+				Env: gangOfOne(),
 			}},
 		},
 	}

@@ -116,10 +116,7 @@ func stagePod(name, node string) *corev1.Pod {
 			AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{
 				Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever,
-				Env: []corev1.EnvVar{
-					{Name: "JAX_COORDINATOR_ADDRESS", Value: "127.0.0.1:1234"},
-					{Name: "JAX_NUM_PROCESSES", Value: "1"}, {Name: "JAX_PROCESS_ID", Value: "0"},
-				},
+				Env: gangOfOne(),
 			}},
 		},
 	}
