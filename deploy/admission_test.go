@@ -16,11 +16,8 @@ import (
 // field (CEL cannot compare an object less one field). A field that a newer Kubernetes adds
 // would be left writable: this fails until the policy names it.
 func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
-	raw, err := FS.ReadFile("admission/nodeagent.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := string(raw)
+	const file = "admission/nodeagent.yaml"
+	policy := readPolicy(t, file)
 	for _, tc := range []struct {
 		object string
 		typ    reflect.Type
@@ -37,7 +34,7 @@ func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
 			}
 			want := "dyn(object." + tc.object + ").?" + name + " == dyn(oldObject." + tc.object + ").?" + name
 			if !strings.Contains(policy, want) {
-				t.Errorf("%s.%s: admission/nodeagent.yaml does not keep it unchanged (want %q)", tc.typ.Name(), name, want)
+				t.Errorf("%s.%s: %s does not keep it unchanged (want %q)", tc.typ.Name(), name, file, want)
 			}
 		}
 	}
@@ -48,20 +45,27 @@ func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
 // worker silent past its run's progress deadline); every other condition of a pod stays as
 // it was.
 func TestNodeAgentPodConditionsAreItsOwn(t *testing.T) {
-	raw, err := FS.ReadFile("admission/nodeagent.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := string(raw)
+	const file = "admission/nodeagent.yaml"
+	policy := readPolicy(t, file)
 	want := `expression: "['` + v1alpha1.PodConditionInfrastructureFault + `', '` + v1alpha1.PodConditionNoProgress + `']"`
 	if !strings.Contains(policy, want) {
-		t.Errorf("admission/nodeagent.yaml: the agent's own pod conditions are not %q", want)
+		t.Errorf("%s: the agent's own pod conditions are not %q", file, want)
 	}
 	for _, side := range []string{"object", "oldObject"} {
 		if filter := side + ".status.?conditions.orValue([]).filter(c, !(c.type in variables.ownConditions))"; !strings.Contains(policy, filter) {
-			t.Errorf("admission/nodeagent.yaml: no %q: the pod conditions other than the agent's are not kept", filter)
+			t.Errorf("%s: no %q: the pod conditions other than the agent's are not kept", file, filter)
 		}
 	}
+}
+
+// readPolicy is one of the embedded manifests, as text.
+func readPolicy(t *testing.T, file string) string {
+	t.Helper()
+	raw, err := FS.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
 }
 
 // TestControllerRunPolicyCoversEverySpecField: the controller may write only
@@ -69,11 +73,7 @@ func TestNodeAgentPodConditionsAreItsOwn(t *testing.T) {
 // field of the spec unchanged by naming it. A field added to TrainingRunSpec would be left
 // writable: this fails until the policy names it.
 func TestControllerRunPolicyCoversEverySpecField(t *testing.T) {
-	raw, err := FS.ReadFile("admission/controller.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := string(raw)
+	policy := readPolicy(t, "admission/controller.yaml")
 	typ := reflect.TypeFor[v1alpha1.TrainingRunSpec]()
 	for i := range typ.NumField() {
 		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
@@ -87,11 +87,7 @@ func TestControllerRunPolicyCoversEverySpecField(t *testing.T) {
 // TestControllerNodePolicyCoversEveryField: the controller's Node policy keeps every field of
 // a Node's spec unchanged but its cordon, by naming each (see above).
 func TestControllerNodePolicyCoversEveryField(t *testing.T) {
-	raw, err := FS.ReadFile("admission/controller.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := string(raw)
+	policy := readPolicy(t, "admission/controller.yaml")
 	typ := reflect.TypeFor[corev1.NodeSpec]()
 	for i := range typ.NumField() {
 		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
@@ -109,11 +105,7 @@ func TestControllerNodePolicyCoversEveryField(t *testing.T) {
 // labels that the controller and the pods' env agree on (api/v1alpha1/wellknown.go, the Job
 // controller's completion index); a renamed constant would leave the pods without a role.
 func TestRolesPolicyNamesTheContract(t *testing.T) {
-	raw, err := FS.ReadFile("admission/roles.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := string(raw)
+	policy := readPolicy(t, "admission/roles.yaml")
 	for _, want := range []string{
 		"kind: MutatingAdmissionPolicy\n",
 		"kind: MutatingAdmissionPolicyBinding\n",

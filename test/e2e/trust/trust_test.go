@@ -175,6 +175,16 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 		_, err := asAgent.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 		requireForbidden(t, "agent: "+what+" of a pod of its node", err, me, "pod "+ns+"/"+pod.Name)
 	}
+	// Its mark goes on the workers of its own node only: not on a worker of another node, nor
+	// on a pod of its node that is no worker (the agent writes nothing else).
+	other := cluster.NodeName(0)
+	elsewhere := createPod(ctx, t, c, ns, "worker-elsewhere", other, map[string]string{v1alpha1.LabelRun: "r", v1alpha1.LabelAttempt: "1", "test": "elsewhere"})
+	_, err = asAgent.CoreV1().Pods(ns).Patch(ctx, elsewhere.Name, types.StrategicMergePatchType, mark, metav1.PatchOptions{}, "status")
+	requireForbidden(t, "agent: its mark on a worker of another node", err, me, "pod "+ns+"/"+elsewhere.Name+" on node "+other)
+	plain := createPod(ctx, t, c, ns, "not-a-worker", node, map[string]string{"test": "not-a-worker"})
+	_, err = asAgent.CoreV1().Pods(ns).Patch(ctx, plain.Name, types.StrategicMergePatchType, mark, metav1.PatchOptions{}, "status")
+	requireForbidden(t, "agent: its mark on a pod of its node that is no worker", err, me, "pod "+ns+"/"+plain.Name, "only the workers of runs")
+
 	after, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +253,6 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	if _, err := leases.Create(ctx, agentlease.New(node, time.Now(), agentlease.Duration), dry); err != nil {
 		t.Errorf("the agent's own heartbeat: %v", err)
 	}
-	other := cluster.NodeName(0)
 	forged := agentlease.New(other, time.Now(), agentlease.Duration)
 	_, err = leases.Create(ctx, forged, dry)
 	requireForbidden(t, "agent: the heartbeat of another node's agent", err, me, "may not write Lease "+agentlease.Namespace+"/"+other)
