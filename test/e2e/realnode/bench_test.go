@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -192,24 +191,9 @@ func replaceLostPods(b *testing.B, name string, workers int) restartResult {
 	pod := func(index, off string) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-" + index + "-", Namespace: ns, Labels: map[string]string{labelFloor: name, labelIndex: index}},
-			Spec: corev1.PodSpec{
-				RestartPolicy:                corev1.RestartPolicyNever,
-				NodeSelector:                 map[string]string{cluster.LabelNodeKind: cluster.NodeKindReal},
-				Tolerations:                  []corev1.Toleration{cluster.RealNodeToleration},
-				AutomountServiceAccountToken: ptr.To(false),
-				EnableServiceLinks:           ptr.To(false),
-				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-					MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-					NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-					LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{labelFloor: name}},
-				}},
-				Containers: []corev1.Container{{
-					Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever,
-					Env:       gangOfOne(),
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: workerMemory}},
-				}},
-			},
+			Spec:       realPodSpec(map[string]string{labelFloor: name}),
 		}
+		p.Spec.Containers[0].Env = gangOfOne()
 		if off != "" { // as an attempt keeps off the nodes it excludes
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{off}}}}},

@@ -78,30 +78,39 @@ func realRun(name string, workers int32, args []string, opts ...runOption) *v1al
 		Spec: v1alpha1.TrainingRunSpec{
 			Framework: "jax",
 			Workers:   workers,
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				RestartPolicy:                corev1.RestartPolicyNever,
-				NodeSelector:                 map[string]string{cluster.LabelNodeKind: cluster.NodeKindReal},
-				Tolerations:                  []corev1.Toleration{cluster.RealNodeToleration},
-				AutomountServiceAccountToken: ptr.To(false),
-				EnableServiceLinks:           ptr.To(false),
-				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-					MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-					// A node shutting down is NotReady and tainted so: no domain to balance against.
-					NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-					LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelRun: name}},
-					MatchLabelKeys:   []string{v1alpha1.LabelAttempt},
-				}},
-				Containers: []corev1.Container{{
-					Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever, Args: args,
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: workerMemory}},
-				}},
-			}},
+			Template:  corev1.PodTemplateSpec{Spec: realPodSpec(map[string]string{v1alpha1.LabelRun: name})},
 		},
 	}
+	spec := &run.Spec.Template.Spec
+	spec.TopologySpreadConstraints[0].MatchLabelKeys = []string{v1alpha1.LabelAttempt}
+	spec.Containers[0].Args = args
 	for _, o := range opts {
 		o(run)
 	}
 	return run
+}
+
+// realPodSpec is a pod of the test worker for the real nodes, spread over them with the pods
+// that have the labels spread (at most one more on one node than on another, counting the
+// nodes that take pods only).
+func realPodSpec(spread map[string]string) corev1.PodSpec {
+	return corev1.PodSpec{
+		RestartPolicy:                corev1.RestartPolicyNever,
+		NodeSelector:                 map[string]string{cluster.LabelNodeKind: cluster.NodeKindReal},
+		Tolerations:                  []corev1.Toleration{cluster.RealNodeToleration},
+		AutomountServiceAccountToken: ptr.To(false),
+		EnableServiceLinks:           ptr.To(false),
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			// A node shutting down is NotReady and tainted so: no domain to balance against.
+			NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+			LabelSelector:    &metav1.LabelSelector{MatchLabels: spread},
+		}},
+		Containers: []corev1.Container{{
+			Name: "worker", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: workerMemory}},
+		}},
+	}
 }
 
 // gangOfOne is the environment of a test worker that is a JAX gang on its own: its own
