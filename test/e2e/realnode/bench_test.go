@@ -28,8 +28,8 @@ var benchWorkers = flag.String("real-bench-workers", "8,32", "comma-separated ga
 // its workers end by the kubelet's graceful shutdown, the others restart in place (same
 // pods) or in new pods, and the shut-down node's indexes get new pods on the node left. Each
 // size and mode is one run, created, measured and deleted, and the node comes back before
-// the next. Beside the two modes, the floor: the same shutdown under a plain Indexed Job that
-// replaces only the lost node's pods (replaceLostPods), what the moved indexes alone cost.
+// the next. Beside the two modes, the floor: the same shutdown under bare pods of which only
+// the lost node's are replaced (replaceLostPods), what the moved indexes alone cost.
 //
 //	go test -run '^$' -bench RealNodeShutdownRestart -benchtime 1x ./test/e2e/realnode/ -real-bench-workers 8,32
 //
@@ -220,15 +220,16 @@ func replaceLostPods(b *testing.B, name string, workers int) restartResult {
 		return func(pods []*corev1.Pod) (bool, error) {
 			k, left := 0, 0
 			for _, p := range pods {
+				lost := down != "" && p.Spec.NodeName == down
 				switch {
-				case p.Spec.NodeName == down && p.Status.Phase == corev1.PodFailed:
+				case lost && p.Status.Phase == corev1.PodFailed:
 					if i := p.Labels[labelIndex]; !replaced[i] {
 						replaced[i] = true
 						if err := create(pod(i, down)); err != nil {
 							return false, err
 						}
 					}
-				case p.Spec.NodeName == down:
+				case lost:
 					left++
 				case p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil:
 					if cond := podCondition(p, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
