@@ -35,6 +35,10 @@
 // With --sigterm-delay a worker goes on for a while after SIGTERM, as one that saves a
 // checkpoint does (only index --sigterm-delay-index, if set).
 //
+// With --exit-at-once it exits 0 at once, needing no environment: an init container that
+// costs the kubelet what a barrier that is already open costs (a container, and the relist
+// that sees it exit), for BenchmarkRealNodeRestartAllContainers.
+//
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
 // `launcher logs`. The attempt comes from the file FAULTLINE_ATTEMPT_FILE names when it is
 // set (a pod that restarts in place: its barrier writes the attempt there before each start,
@@ -101,7 +105,7 @@ type config struct {
 	heartbeatsOnly                 bool
 	sigtermDelay                   time.Duration
 	sigtermDelayIndex              int
-	hang, failOnUSR1               bool
+	hang, failOnUSR1, exitAtOnce   bool
 	logEvery                       time.Duration
 }
 
@@ -110,6 +114,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
+	}
+	if cfg.exitAtOnce {
+		os.Exit(0)
 	}
 	os.Exit(run(cfg))
 }
@@ -132,8 +139,12 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
 	fs.BoolVar(&c.hang, "hang", false, "every index blocks for ever --fail-after the gang registered in attempt --fail-attempt, as in a collective that never completes: no more output, SIGTERM ignored")
 	fs.DurationVar(&c.logEvery, "log-every", 0, "every index logs a step this often once the gang registered (0: never), as a training loop reporting its progress")
+	fs.BoolVar(&c.exitAtOnce, "exit-at-once", false, "exit 0 at once (an init container that costs what an open barrier does); no environment needed")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.exitAtOnce {
+		return c, nil
 	}
 	switch c.fail {
 	case "exit", "oom", "message":

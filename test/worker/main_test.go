@@ -54,6 +54,21 @@ func TestParseFindsTheGangInEachFrameworksEnv(t *testing.T) {
 
 // A pod that restarts in place names the attempt file, which wins over FAULTLINE_ATTEMPT
 // (the pod's first attempt); without it the env var is the attempt.
+// TestExitAtOnceNeedsNoEnvironment: an init container that stands in for an open barrier
+// exits 0 without a gang to join, where any other worker needs one.
+func TestExitAtOnceNeedsNoEnvironment(t *testing.T) {
+	for _, name := range []string{envCoordinator, envMasterAddr, envRun, envService, envProcessID, envNumProcs} {
+		t.Setenv(name, "")
+	}
+	if _, err := parse(nil); err == nil {
+		t.Fatal("parse without a gang's environment: want an error")
+	}
+	c, err := parse([]string{"--exit-at-once"})
+	if err != nil || !c.exitAtOnce {
+		t.Fatalf("parse --exit-at-once without a gang's environment: %+v, %v; want exitAtOnce and no error", c, err)
+	}
+}
+
 func TestParseReadsTheAttemptFileWhenNamed(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "attempt")
