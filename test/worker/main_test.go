@@ -52,8 +52,6 @@ func TestParseFindsTheGangInEachFrameworksEnv(t *testing.T) {
 	}
 }
 
-// A pod that restarts in place names the attempt file, which wins over FAULTLINE_ATTEMPT
-// (the pod's first attempt); without it the env var is the attempt.
 // TestExitAtOnceNeedsNoEnvironment: an init container that stands in for an open barrier
 // exits 0 without a gang to join, where any other worker needs one.
 func TestExitAtOnceNeedsNoEnvironment(t *testing.T) {
@@ -69,6 +67,8 @@ func TestExitAtOnceNeedsNoEnvironment(t *testing.T) {
 	}
 }
 
+// A pod that restarts in place names the attempt file, which wins over FAULTLINE_ATTEMPT
+// (the pod's first attempt); without it the env var is the attempt.
 func TestParseReadsTheAttemptFileWhenNamed(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "attempt")

@@ -284,12 +284,7 @@ func replaceLostPods(b *testing.B, name string, workers int) restartResult {
 	b.Logf("%d workers, floor: announcement -> every index Ready again in %s; %d pods untouched, %d new on the node left; %s",
 		workers, took.Round(time.Millisecond), r.inPlace, r.created, floorPhases(lost, made, failed, announced))
 
-	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector.String()}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := c.WaitPods(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) { return len(pods) == 0, nil }); err != nil {
-		b.Fatalf("the floor's pods in %s are not gone: %v", ns, err)
-	}
+	deletePods(ctx, b, c, ns, selector)
 	return r
 }
 

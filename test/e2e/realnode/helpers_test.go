@@ -122,6 +122,18 @@ func gangOfOne() []corev1.EnvVar {
 	}
 }
 
+// deletePods deletes the pods of namespace ns that match selector and waits until they are
+// gone, so that the next measurement has the nodes to itself.
+func deletePods(ctx context.Context, t testing.TB, c *cluster.Cluster, ns string, selector labels.Selector) {
+	t.Helper()
+	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector.String()}); err != nil {
+		t.Fatalf("delete the pods %s in %s: %v", selector, ns, err)
+	}
+	if _, err := c.WaitPods(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) { return len(pods) == 0, nil }); err != nil {
+		t.Fatalf("the pods %s in %s are not gone: %v", selector, ns, err)
+	}
+}
+
 func withRules(rules ...v1alpha1.FailurePolicyRule) runOption {
 	return func(r *v1alpha1.TrainingRun) {
 		r.Spec.FailurePolicy.Rules = append(r.Spec.FailurePolicy.Rules, rules...)

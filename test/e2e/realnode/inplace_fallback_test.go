@@ -170,7 +170,7 @@ func gpuOfPod(ctx context.Context, t *testing.T, node *cluster.RealNode, pod *co
 
 // killWorker sends sig to the worker container of pod on node through the node's
 // containerd, as a crash or an operator would: neither the kubelet nor faultline asks.
-func killWorker(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.RealNode, pod *corev1.Pod, sig string) {
+func killWorker(ctx context.Context, t testing.TB, c *cluster.Cluster, node *cluster.RealNode, pod *corev1.Pod, sig string) {
 	t.Helper()
 	w := workerStatus(pod)
 	if w == nil || w.ContainerID == "" {

@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,10 +52,11 @@ func restartAll(b *testing.B, group string, n int, withInit bool) time.Duration 
 	defer b.StartTimer()
 	ctx, c, ns := scenario(b, 5*time.Minute)
 	node := c.Real.Nodes[0]
-	sel := labels.SelectorFromSet(labels.Set{"bench": group})
+	const labelGroup = "test.faultline.dev/restart-all"
+	sel := labels.SelectorFromSet(labels.Set{labelGroup: group})
 	for i := range n {
 		p := inPlacePod(fmt.Sprintf("%s-%d", group, i), node.Name)
-		p.Labels["bench"] = group
+		p.Labels[labelGroup] = group
 		p.Spec.InitContainers = nil
 		if withInit {
 			p.Spec.InitContainers = []corev1.Container{{Name: "barrier", Image: cluster.WorkerImage, ImagePullPolicy: corev1.PullNever, Args: []string{"--exit-at-once"}}}
@@ -88,11 +88,8 @@ func restartAll(b *testing.B, group string, n int, withInit bool) time.Duration 
 
 	b.StartTimer()
 	start := time.Now()
-	for cid := range old {
-		id := strings.TrimPrefix(cid, "containerd://")
-		if out, err := c.Real.Ctr(ctx, node, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
-			b.Fatalf("ctr tasks kill --signal SIGKILL %s: %v\n%s", id, err, out)
-		}
+	for _, p := range first {
+		killWorker(ctx, b, c, node, p, "SIGKILL")
 	}
 	if _, err := c.WaitPods(ctx, ns, sel, up(old)); err != nil {
 		b.Fatalf("the %d pods' workers did not run again: %v", n, err)
@@ -101,11 +98,6 @@ func restartAll(b *testing.B, group string, n int, withInit bool) time.Duration 
 	b.StopTimer()
 	b.Logf("%d pods, init container %t: every worker killed and running again in %s", n, withInit, took.Round(time.Millisecond))
 
-	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel.String()}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := c.WaitPods(ctx, ns, sel, func(pods []*corev1.Pod) (bool, error) { return len(pods) == 0, nil }); err != nil {
-		b.Fatalf("the pods of %s are not gone: %v", group, err)
-	}
+	deletePods(ctx, b, c, ns, sel)
 	return took
 }
