@@ -1,8 +1,10 @@
 // Command faultline-barrier is the init container of a worker pod that restarts in place
 // (pkg/barrier, docs/in-place-restart.md): `faultline-barrier` (wait) holds the workers
 // back until `faultline-barrier open --attempt N`, which the node agent runs in the same
-// container through the CRI, gives it an attempt newer than the pod's last. It only wires
-// flags to pkg/barrier; it is built static (CGO_ENABLED=0): its image holds nothing else.
+// container through the CRI, gives it an attempt newer than the pod's last.
+// `faultline-barrier exec -- COMMAND [ARG...]` waits the same way in the worker's own
+// container, then becomes COMMAND. It only wires flags to pkg/barrier; it is built static
+// (CGO_ENABLED=0): its image holds nothing else.
 package main
 
 import (
@@ -34,18 +36,22 @@ const (
 	exitSIGTERM = 143
 )
 
+// Exit codes of exec when the worker's command cannot be run are the shell's
+// (barrier.ExecError.ExitStatus): 127 no such program, 126 not executable.
+
 // The process's side effects, as fields: the tests run main's logic in process.
 type cli struct {
 	stderr io.Writer
 	wait   func(context.Context, barrier.Config) (int, error)
 	open   func(context.Context, string, int) error
+	exec   func(argv []string) error
 	getenv func(string) string
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, getenv: os.Getenv}
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, exec: barrier.Exec, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
@@ -71,17 +77,23 @@ func (c cli) run(ctx context.Context, args []string) int {
 	attempt := fs.Int("attempt", 0, "open: the attempt the gang is to run")
 	timeout := fs.Duration("timeout", 10*time.Second, "open: how long to wait for the barrier's answer")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier open --attempt N [flags]")
+		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier exec [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]")
 		fs.PrintDefaults()
 	}
 	cmd := "wait"
-	if len(args) > 0 && (args[0] == "wait" || args[0] == "open") {
+	if len(args) > 0 && (args[0] == "wait" || args[0] == "open" || args[0] == "exec") {
 		cmd, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		if err == nil {
-			fmt.Fprintf(c.stderr, "unexpected arguments %q\n", fs.Args())
-		}
+	cfg.BecomesWorker = cmd == "exec"
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	switch {
+	case cmd == "exec" && fs.NArg() == 0:
+		fmt.Fprintln(c.stderr, "exec needs the worker's command: faultline-barrier exec [flags] -- COMMAND [ARG...]")
+		return exitUsage
+	case cmd != "exec" && fs.NArg() > 0:
+		fmt.Fprintf(c.stderr, "unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
 	switch cmd {
@@ -113,6 +125,18 @@ func (c cli) run(ctx context.Context, args []string) int {
 			fmt.Fprintln(c.stderr, "wait:", err)
 			return exitError
 		}
-		return exitOK
+		if cmd != "exec" {
+			return exitOK
+		}
+		// Only past the go signal, even for a command that cannot run: its exit then
+		// ends one attempt, judged as the worker's, where failing before the wait would
+		// restart the pod at once, again and again (the kubelet has no backoff for it).
+		err := c.exec(fs.Args())
+		fmt.Fprintln(c.stderr, "exec:", err)
+		var ee *barrier.ExecError
+		if errors.As(err, &ee) {
+			return ee.ExitStatus()
+		}
+		return exitError
 	}
 }

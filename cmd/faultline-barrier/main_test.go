@@ -6,7 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/faultline-dev/faultline/pkg/barrier"
 )
@@ -68,5 +74,114 @@ func TestWaitKnowsItsPodsAttempt(t *testing.T) {
 	}, wait: func(_ context.Context, cfg barrier.Config) (int, error) { got = cfg; return 3, nil }}
 	if code := c.run(context.Background(), []string{"wait"}); code != exitOK || got.MadeFor != 3 {
 		t.Errorf("exit %d, MadeFor %d; want 0 and 3", code, got.MadeFor)
+	}
+}
+
+// TestExecArguments: exec waits like wait, as a barrier that becomes the worker, and
+// then runs the worker's command as given, flags and all; a command that cannot run exits
+// as a shell's would, and only after the go signal.
+func TestExecArguments(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, tc := range map[string]struct {
+		ctx      context.Context
+		args     []string
+		waitErr  error
+		execErr  error
+		want     int
+		wantArgv []string // nil: exec must not be called
+	}{
+		"the worker's flags are its own": {args: []string{"exec", "--socket", "/s", "--", "prog", "--attempt", "9"},
+			execErr: &barrier.ExecError{Command: "prog", Err: syscall.ENOENT}, want: 127, wantArgv: []string{"prog", "--attempt", "9"}},
+		"no such program": {args: []string{"exec", "--", "nope"},
+			execErr: &barrier.ExecError{Command: "nope", Err: exec.ErrNotFound}, want: 127, wantArgv: []string{"nope"}},
+		"not executable": {args: []string{"exec", "--", "/etc/passwd"},
+			execErr: &barrier.ExecError{Command: "/etc/passwd", Err: syscall.EACCES}, want: 126, wantArgv: []string{"/etc/passwd"}},
+		"without a command":                  {args: []string{"exec"}, want: exitUsage},
+		"without a command, after --":        {args: []string{"exec", "--"}, want: exitUsage},
+		"ended by SIGTERM before the signal": {ctx: cancelled, args: []string{"exec", "--", "prog"}, waitErr: context.Canceled, want: exitSIGTERM},
+		"wait failed":                        {args: []string{"exec", "--", "prog"}, waitErr: errors.New("bad file"), want: exitError},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			var stderr bytes.Buffer
+			var cfg barrier.Config
+			waited := false
+			var argv []string
+			c := cli{
+				stderr: &stderr,
+				wait: func(_ context.Context, got barrier.Config) (int, error) {
+					cfg, waited = got, true
+					return 1, tc.waitErr
+				},
+				exec:   func(a []string) error { argv = a; return tc.execErr },
+				getenv: func(string) string { return "" },
+			}
+			if got := c.run(ctx, tc.args); got != tc.want {
+				t.Errorf("exit %d, want %d; stderr %s", got, tc.want, stderr.String())
+			}
+			if !slices.Equal(argv, tc.wantArgv) {
+				t.Errorf("executed %q, want %q", argv, tc.wantArgv)
+			}
+			if waited && !cfg.BecomesWorker {
+				t.Error("exec's barrier does not know it becomes the worker")
+			}
+			if name == "the worker's flags are its own" && cfg.Socket != "/s" {
+				t.Errorf("socket %q, want /s", cfg.Socket)
+			}
+		})
+	}
+}
+
+// envRunMain makes the test binary run main (TestExecBecomesTheWorker).
+const envRunMain = "FAULTLINE_BARRIER_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunMain) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// TestExecBecomesTheWorker, with the real process: exec waits for the go signal, writes the
+// attempt file before the worker runs, and the worker is the same process (the PID the
+// container's runtime started), whose exit status is the container's.
+func TestExecBecomesTheWorker(t *testing.T) {
+	dir := t.TempDir()
+	socket, file := filepath.Join(dir, "s.sock"), filepath.Join(dir, "attempt")
+	cmd := exec.Command(os.Args[0], "exec", "--socket", socket, "--attempt-file", file, "--",
+		"sh", "-c", `echo "attempt $(cat "$1") pid $$"; exit 7`, "sh", file)
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		err := barrier.Open(ctx, socket, 2)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, barrier.ErrNotWaiting) || ctx.Err() != nil {
+			cmd.Process.Kill()
+			t.Fatalf("open: %v; stderr %s", err, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit %v, want the worker's 7; stderr %s", err, stderr.String())
+	}
+	if want := fmt.Sprintf("attempt 2 pid %d\n", cmd.Process.Pid); stdout.String() != want {
+		t.Errorf("the worker printed %q, want %q: the barrier's own process, after the attempt file", stdout.String(), want)
+	}
+	if _, err := os.Stat(socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket is left behind for the worker: %v", err)
 	}
 }

@@ -15,6 +15,12 @@
 // The two halves meet over a unix socket in the barrier's run directory: Open learns
 // whether the waiting barrier took its attempt (and why not), so the agent's exec reports
 // the outcome instead of a guess.
+//
+// The barrier can also be the worker container's own entrypoint (`faultline-barrier exec
+// -- COMMAND...`, its binary from an image volume of the barrier's image): it waits the
+// same way, then Exec replaces it with the worker's command in the same process. A restart
+// in place is then one container per pod for the kubelet, with nothing between the open
+// and the worker (docs/benchmarks.md, "The floor under a restart that moves pods").
 package barrier
 
 import (
@@ -184,7 +190,12 @@ type Config struct {
 	Socket string
 	// TerminationLog is the container's termination message file (DefaultTerminationLog).
 	TerminationLog string
-	Logger         *slog.Logger
+	// BecomesWorker says the barrier is the worker container's entrypoint and Exec follows
+	// its open: it writes no termination message (the worker's program owns it), and it
+	// need not outlive its open's process, since the container's first process lives on as
+	// the worker.
+	BecomesWorker bool
+	Logger        *slog.Logger
 	// Listening, if set, is called once the barrier listens (tests wait for it).
 	Listening func()
 	// MadeFor is the attempt the barrier's pod was made for (FAULTLINE_ATTEMPT; 0: unknown):
@@ -236,7 +247,9 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 			log.Warn("go signal not taken", "error", err)
 		}
 		if done {
-			awaitPeerExit(conn, peerExitTimeout)
+			if !cfg.BecomesWorker {
+				awaitPeerExit(conn, peerExitTimeout)
+			}
 			conn.Close()
 			log.Info("opened", "attempt", attempt)
 			return attempt, nil
@@ -272,6 +285,10 @@ func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, e
 	if err := WriteAttempt(cfg.AttemptFile, attempt); err != nil {
 		fmt.Fprintf(conn, "error %v\n", err)
 		return 0, false, err
+	}
+	if cfg.BecomesWorker {
+		fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
+		return attempt, true, nil
 	}
 	if err := os.WriteFile(cfg.TerminationLog, []byte(OpenedMessage(attempt)), 0o644); err != nil {
 		// The workers may still start: the status then lacks the attempt, which the

@@ -1,0 +1,29 @@
+package barrier
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// ExecError is why the worker's command could not be run (Exec).
+type ExecError struct {
+	Command string
+	Err     error
+}
+
+func (e *ExecError) Error() string {
+	return fmt.Sprintf("run the worker's command %q: %v", e.Command, e.Err)
+}
+
+func (e *ExecError) Unwrap() error { return e.Err }
+
+// ExitStatus is the shell's for a command it cannot run: 127 when there is no such
+// program, 126 when there is one that cannot be executed.
+func (e *ExecError) ExitStatus() int {
+	if errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, os.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
