@@ -31,8 +31,10 @@ import (
 const (
 	// PauseImage is the sandbox image every real node's containerd uses (test/pause).
 	PauseImage = "localhost/faultline/pause:dev"
-	// WorkerImage is the test worker (test/worker), imported into every real node.
-	WorkerImage = "localhost/faultline/test-worker:dev"
+	// WorkerImage is the test worker (test/worker), imported into every real node;
+	// WorkerProgram is the program in it (its entrypoint).
+	WorkerImage   = "localhost/faultline/test-worker:dev"
+	WorkerProgram = "/worker"
 	// BarrierImage is faultline-barrier (cmd/faultline-barrier), the init container of
 	// pods that restart in place: the release's barrier image (pkg/image), imported into
 	// every real node under this name.
