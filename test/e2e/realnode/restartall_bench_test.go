@@ -213,8 +213,8 @@ func restartAll(b *testing.B, group string, n int, s restartShape) time.Duration
 	return took
 }
 
-// workerStarted is what the test worker logs first (test/worker).
-const workerStarted = "worker start:"
+// workerStartLine is what the test worker logs first (test/worker).
+const workerStartLine = "worker start:"
 
 // workersStarted returns once the current worker container of each of pods has logged its
 // start (followed, not polled), and fails the benchmark at ctx's end.
@@ -230,7 +230,7 @@ func workersStarted(ctx context.Context, b *testing.B, c *cluster.Cluster, ns st
 			defer logs.Close()
 			var seen []string
 			for sc := bufio.NewScanner(logs); sc.Scan(); {
-				if strings.Contains(sc.Text(), workerStarted) {
+				if strings.Contains(sc.Text(), workerStartLine) {
 					return
 				}
 				seen = append(seen, sc.Text())
