@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,13 +102,24 @@ func StartProcessEnv(t testing.TB, env []string, bin string, args ...string) *Pr
 		t.Fatal(err)
 	}
 	logFile.Close()
-	p, err := startProcess(logFile.Name(), env, bin, args...)
+	// A temporary directory of its own, removed once it is killed: a process killed leaves
+	// what it would have removed on a clean exit (the controller's framework plugins'
+	// socket directories), and the machine must be left as it was found. Not the test's
+	// own temporary directory: its path, with a test's long name, would make the plugins'
+	// socket paths longer than a socket address may be.
+	tmp, err := os.MkdirTemp("", "faultline-proc-")
 	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProcess(logFile.Name(), append(slices.Clone(env), "TMPDIR="+tmp), bin, args...)
+	if err != nil {
+		os.RemoveAll(tmp)
 		t.Fatal(err)
 	}
 	t.Logf("started %s pid %d (%s), log %s", filepath.Base(bin), p.Pid(), strings.Join(args, " "), p.logPath)
 	t.Cleanup(func() {
 		p.Stop()
+		os.RemoveAll(tmp)
 		if t.Failed() {
 			t.Logf("%s pid %d log (last 50 lines of %s):\n%s", filepath.Base(bin), p.Pid(), p.logPath, p.Tail(50))
 		}
