@@ -30,6 +30,9 @@ type FakeRuntime struct {
 	// ExitCodes are the exit codes ContainerStatus reports for exited containers (default 0).
 	ExitCodes map[string]int32
 	StatusErr error
+	// StatusExited are containers that ContainerStatus reports exited while ListContainers
+	// still lists them running: a barrier that ended between the two calls.
+	StatusExited map[string]bool
 	// PIDs are the processes a verbose ContainerStatus names, as containerd's info does
 	// ({"pid": N}), per container ID (none: no info).
 	PIDs map[string]int
@@ -119,6 +122,10 @@ func (f *FakeRuntime) ContainerStatus(_ context.Context, in *runtimeapi.Containe
 			resp := &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
 				Id: c.Id, State: c.State, ExitCode: f.ExitCodes[c.Id], Labels: c.Labels,
 			}}
+			if f.StatusExited[c.Id] {
+				resp.Status.State = runtimeapi.ContainerState_CONTAINER_EXITED
+				return resp, nil // an exited container has no process to name
+			}
 			if pid, ok := f.PIDs[c.Id]; ok && in.Verbose {
 				resp.Info = map[string]string{"info": fmt.Sprintf(`{"sandboxID":"s","pid":%d}`, pid)}
 			}

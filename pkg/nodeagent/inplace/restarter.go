@@ -257,6 +257,11 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 		// agent, which reaches barriers' processes, sees it: the runtime and the pod's status
 		// may still show it running for a moment.
 		return false, ViaSocket, "", nil
+	case errors.Is(err, errNoSocket) && r.hasExited(ctx, id):
+		// Ended between the runtime's list and its status, which then names no process
+		// (opened by an earlier call, the status not showing it yet): nothing to open, and
+		// an exec into an ended container would report its exit 0 as a second open.
+		return false, ViaSocket, "", nil
 	case errors.Is(err, barrier.ErrStale):
 		return false, ViaSocket, "", fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), err)
 	case errors.Is(err, barrier.ErrNotWaiting):

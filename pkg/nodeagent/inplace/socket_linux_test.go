@@ -79,6 +79,7 @@ func TestOpenBarrierThroughItsSocket(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cgroup       string // the cgroup the process is in
 		noPID        bool
+		ended        bool // the runtime's status says the barrier exited, its list still not
 		pid          int  // the PID the runtime names (default 4242, the fake /proc's)
 		socketWorked bool // an earlier go signal went through a socket
 		startAttempt int
@@ -94,6 +95,10 @@ func TestOpenBarrierThroughItsSocket(t *testing.T) {
 		// The barrier's process has ended (opened a moment ago); the runtime still lists it.
 		"its process gone, sockets reached before: not waiting": {cgroup: "bar", pid: 4343, socketWorked: true, via: ""},
 		"its process gone, no socket reached yet: an exec":      {cgroup: "bar", pid: 4343, opened: true, via: ViaExec, execs: 1},
+		// Ended between the list and the status, which names no process: not opened again,
+		// by exec or otherwise (TestRealInstalledAsAnOperatorWould saw an exec count as a
+		// second open of a barrier the socket had opened).
+		"ended, the runtime names no process: nothing": {cgroup: "bar", noPID: true, ended: true, via: ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			proc, waited := fakeProc(t, "4242", tc.cgroup, tc.startAttempt)
@@ -101,6 +106,7 @@ func TestOpenBarrierThroughItsSocket(t *testing.T) {
 			if !tc.noPID {
 				rt.PIDs = map[string]int{"bar": cmp.Or(tc.pid, 4242)}
 			}
+			rt.StatusExited = map[string]bool{"bar": tc.ended}
 			r := New(rt, nil)
 			r.ProcRoot = proc
 			r.socketWorks.Store(tc.socketWorked)
