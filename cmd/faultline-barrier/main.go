@@ -34,10 +34,9 @@ const (
 	exitNotWaiting = 4
 	// exitSIGTERM: the pod is terminating (128+SIGTERM); it is not restarted then.
 	exitSIGTERM = 143
+	// exec's, when the worker's command cannot be run, are the shell's
+	// (barrier.ExecError.ExitStatus): 127 no such program, 126 not executable.
 )
-
-// Exit codes of exec when the worker's command cannot be run are the shell's
-// (barrier.ExecError.ExitStatus): 127 no such program, 126 not executable.
 
 // The process's side effects, as fields: the tests run main's logic in process.
 type cli struct {

@@ -286,19 +286,25 @@ func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, e
 		fmt.Fprintf(conn, "error %v\n", err)
 		return 0, false, err
 	}
-	if cfg.BecomesWorker {
-		fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
-		return attempt, true, nil
-	}
-	if err := os.WriteFile(cfg.TerminationLog, []byte(OpenedMessage(attempt)), 0o644); err != nil {
-		// The workers may still start: the status then lacks the attempt, which the
-		// controller treats as a pod of unknown attempt. Say so, but open: holding the
-		// gang for a message would be worse.
-		fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
-		return attempt, true, fmt.Errorf("write the termination message: %w", err)
+	// A barrier that becomes the worker leaves the termination message to it.
+	var msgErr error
+	if !cfg.BecomesWorker {
+		if werr := os.WriteFile(cfg.TerminationLog, []byte(OpenedMessage(attempt)), 0o644); werr != nil {
+			// The workers may still start: the status then lacks the attempt, which the
+			// controller treats as a pod of unknown attempt. Say so, but open: holding the
+			// gang for a message would be worse.
+			msgErr = fmt.Errorf("write the termination message: %w", werr)
+		}
 	}
 	fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
-	return attempt, true, nil
+	return attempt, true, msgErr
+}
+
+// SocketAt is the path of the barrier's socket in its run directory open as descriptor dir,
+// through /proc/self/fd: the directory's own path on a node (the container's root, or the
+// kubelet's directory of the pod's volume) is longer than a socket address may be.
+func SocketAt(dir int) string {
+	return fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(DefaultSocket))
 }
 
 // ErrUnreachable is Open's error when the socket cannot be connected to for another reason

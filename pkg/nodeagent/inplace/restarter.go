@@ -77,8 +77,10 @@ const (
 )
 
 // errNoSocket: the agent cannot reach a barrier's socket (openBySocket); it execs.
-// errProcessGone, with it: no process has the PID the runtime names for the container, which
-// has ended, or runs in a PID namespace the agent does not see.
+// errProcessGone, with it: the runtime says the container has ended, or no process has the
+// PID it names for the container, which has ended, or runs in a PID namespace the agent does
+// not see. An ended barrier is not opened again, by exec or otherwise: an exec into it would
+// report its exit 0 as a second open.
 var (
 	errNoSocket    = errors.New("the barrier's socket is out of reach")
 	errProcessGone = errors.New("no such process")
@@ -256,11 +258,6 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 		// The barrier has ended (opened by an earlier call), as the runtime says or as the
 		// agent, which reaches barriers' processes, sees it: the runtime and the pod's status
 		// may still show it running for a moment.
-		return false, ViaSocket, "", nil
-	case errors.Is(err, errNoSocket) && r.hasExited(ctx, id):
-		// Ended between the runtime's list and its status, which then names no process
-		// (opened by an earlier call, the status not showing it yet): nothing to open, and
-		// an exec into an ended container would report its exit 0 as a second open.
 		return false, ViaSocket, "", nil
 	case errors.Is(err, barrier.ErrStale):
 		return false, ViaSocket, "", fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), err)

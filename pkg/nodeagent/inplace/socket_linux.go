@@ -58,9 +58,7 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 		return fmt.Errorf("%w: the run directory of container %s: %v", errNoSocket, id, err)
 	}
 	defer unix.Close(dir)
-	// Through the descriptor: the socket's path on the node (its root's, then the pod's
-	// volume) is longer than a socket address may be.
-	socket := fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(barrier.DefaultSocket))
+	socket := barrier.SocketAt(dir)
 	// The runtime's start event, on which the agent acts, comes before the barrier's
 	// program listens: while its process lives, a socket not there yet is looked for again,
 	// for up to listenWait.
@@ -133,6 +131,11 @@ func (r *Restarter) containerPID(ctx context.Context, id string) (int, error) {
 	resp, err := r.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
 		return 0, fmt.Errorf("%w: status of container %s: %v", errNoSocket, id, err)
+	}
+	if st := resp.GetStatus(); st != nil && st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		// Ended since the runtime listed it running (an opened barrier exits): no process
+		// to reach, and nothing to exec into.
+		return 0, fmt.Errorf("%w: %w: container %s has exited", errNoSocket, errProcessGone, id)
 	}
 	var info struct {
 		Pid int `json:"pid"`

@@ -169,17 +169,21 @@ func restartAll(b *testing.B, group string, n int, s restartShape) time.Duration
 	}
 	if first != nil {
 		<-first
+		if b.Failed() {
+			b.FailNow()
+		}
 	}
 	// What is measured is the kill's restart of running workers: a barrier whose worker
 	// could not start (as one that named the wrong program did) must fail the benchmark,
 	// not be measured as a restart.
 	workersStarted(ctx, b, c, ns, pods)
-	pods, err = c.WaitPods(ctx, ns, sel, func([]*corev1.Pod) (bool, error) { return true, nil })
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	old := map[string]bool{}
-	for _, p := range pods {
+	for i := range list.Items {
+		p := &list.Items[i]
 		ws := containerStatus(p, "worker")
 		if ws.RestartCount > 0 || !running(ws) {
 			b.Fatalf("pod %s's worker restarted before the kill (%d times, its last state %s)", p.Name, ws.RestartCount, stateOf(ws.LastTerminationState))
@@ -189,8 +193,8 @@ func restartAll(b *testing.B, group string, n int, s restartShape) time.Duration
 
 	b.StartTimer()
 	start := time.Now()
-	for _, p := range pods {
-		killWorker(ctx, b, c, node, p, "SIGKILL")
+	for i := range list.Items {
+		killWorker(ctx, b, c, node, &list.Items[i], "SIGKILL")
 	}
 	again := opened(2)
 	seen := map[string]time.Time{}
@@ -200,7 +204,11 @@ func restartAll(b *testing.B, group string, n int, s restartShape) time.Duration
 	shown := sinceAll(start, slices.Collect(maps.Values(seen)))
 	took := shown[n-1]
 	if again != nil {
-		opens := sinceAll(start, <-again)
+		at := <-again
+		if b.Failed() {
+			b.FailNow() // a barrier not opened: its time is none
+		}
+		opens := sinceAll(start, at)
 		took = max(took, opens[n-1])
 		b.Logf("%d pods, %s: barriers opened %s at the median, the last %s after the kill; the API showed the new worker containers running %s at the median, the last %s",
 			n, s.name, opens[n/2].Round(time.Millisecond), opens[n-1].Round(time.Millisecond), shown[n/2].Round(time.Millisecond), shown[n-1].Round(time.Millisecond))
@@ -288,8 +296,8 @@ func sinceAll(start time.Time, ts []time.Time) []time.Duration {
 	return d
 }
 
-// openThrough opens the barrier whose socket is in dir, through a descriptor of dir: the
-// socket's path on the node is longer than a socket address may be.
+// openThrough opens the barrier whose socket is in dir, through a descriptor of dir
+// (barrier.SocketAt), as the node agent does.
 func openThrough(ctx context.Context, dir string, attempt int) error {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -298,5 +306,5 @@ func openThrough(ctx context.Context, dir string, attempt int) error {
 	defer unix.Close(fd)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return barrier.Open(ctx, fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(barrier.DefaultSocket)), attempt)
+	return barrier.Open(ctx, barrier.SocketAt(fd), attempt)
 }
