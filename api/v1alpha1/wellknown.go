@@ -38,6 +38,11 @@ const (
 	// in place: the real exit of a worker that ended on its own, which the pod's status
 	// does not keep.
 	AnnotationWorkerExit = GroupName + "/worker-exit"
+	// AnnotationBarrierRecord holds the node agent's BarrierRecord as JSON on a pod whose
+	// barrier is its worker's entrypoint: which container it opened for which attempt,
+	// written before the open (the barrier that becomes the worker leaves no termination
+	// message to tell it).
+	AnnotationBarrierRecord = GroupName + "/barrier-record"
 	// AnnotationShutdownDetectedAt is set on a Node (RFC 3339 nano) when logind announces a shutdown.
 	AnnotationShutdownDetectedAt = GroupName + "/shutdown-detected-at"
 	// AnnotationGPUResetRequestedAt is set on a Node (RFC 3339) by an operator who reset or
@@ -109,6 +114,12 @@ const (
 	// a pod on a container's exit (KEP-5532) declares in Node.status.declaredFeatures
 	// (Kubernetes' name, repeated here as the one place faultline names it).
 	FeatureRestartAllContainers = "RestartAllContainersOnContainerExits"
+	// BarrierVolume is the image volume of the barrier's image in a pod whose barrier is its
+	// worker's entrypoint (`faultline-barrier exec -- COMMAND`), mounted read-only at
+	// BarrierMount in the worker container; BarrierBinary is the program there.
+	BarrierVolume = "faultline-barrier"
+	BarrierMount  = "/faultline"
+	BarrierBinary = BarrierMount + "/faultline-barrier"
 	// BarrierOpenedMessagePrefix starts the termination message of a barrier that was
 	// opened, followed by the attempt in decimal ("attempt=3"): the kubelet copies it into
 	// the pod's status, so the controller and the agent read which attempt a pod's running

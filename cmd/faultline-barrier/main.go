@@ -32,6 +32,9 @@ const (
 	exitStale = 3
 	// exitNotWaiting: no barrier listens (already opened, or not started).
 	exitNotWaiting = 4
+	// exitOpenedBefore: no barrier listens, and the attempt file holds the attempt asked
+	// for (or a later one): it opened for it before.
+	exitOpenedBefore = 5
 	// exitSIGTERM: the pod is terminating (128+SIGTERM); it is not restarted then.
 	exitSIGTERM = 143
 	// exec's, when the worker's command cannot be run, are the shell's
@@ -111,6 +114,12 @@ func (c cli) run(ctx context.Context, args []string) int {
 			fmt.Fprintln(c.stderr, "refused:", err)
 			return exitStale
 		case errors.Is(err, barrier.ErrNotWaiting):
+			if n, rerr := barrier.ReadAttempt(cfg.AttemptFile); rerr == nil && n >= *attempt {
+				// A barrier in the worker container that opened for it: it runs on as
+				// the worker and will not listen again.
+				fmt.Fprintf(c.stderr, "opened for attempt %d before\n", n)
+				return exitOpenedBefore
+			}
 			fmt.Fprintln(c.stderr, err)
 			return exitNotWaiting
 		}

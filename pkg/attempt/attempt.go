@@ -16,12 +16,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
 
@@ -50,8 +48,12 @@ type Options struct {
 	ServiceAccountName string
 	// BarrierImage, when set, gives the pods the shape of a pod that restarts in place
 	// (InPlaceShape): a RestartAllContainers rule on every worker container, and the
-	// faultline-barrier init container of this image.
+	// barrier of this image, before them.
 	BarrierImage string
+	// BarrierInWorker puts the barrier in the worker container itself, as its entrypoint
+	// (`faultline-barrier exec -- COMMAND`, from an image volume of BarrierImage), where
+	// the template allows it (BarrierCanBeWorker); else it is an init container.
+	BarrierInWorker bool
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -81,26 +83,6 @@ func JobAttempt(run *v1alpha1.TrainingRun) int32 {
 		return rec.JobAttempt
 	}
 	return run.Status.Attempt
-}
-
-// Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
-// or, for a pod that restarts in place, the later one its barrier last opened for (the
-// barrier's termination message, which the kubelet keeps in the status while those workers
-// run and until the pod restarts). ok is false when the pod has no attempt label.
-func Running(pod *corev1.Pod) (n int32, ok bool) {
-	n, ok = Number(pod)
-	if !ok {
-		return 0, false
-	}
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name != v1alpha1.BarrierContainer || cs.State.Terminated == nil {
-			continue
-		}
-		if m, opened := barrier.ParseOpenedMessage(cs.State.Terminated.Message); opened && int32(m) > n {
-			n = int32(m)
-		}
-	}
-	return n, true
 }
 
 // ReportedExit is the exit of a worker of pod that its node agent reported
@@ -203,7 +185,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
 	if opts.BarrierImage != "" {
-		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt)
+		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker)
 	}
 
 	job := &batchv1.Job{
@@ -252,67 +234,6 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 // than the Job controller.
 func Managed(job *batchv1.Job) bool {
 	return job != nil && ptr.Deref(job.Spec.ManagedBy, "") == v1alpha1.JobManagedBy
-}
-
-// inPlaceShape makes a worker pod one that restarts in place (docs/in-place-restart.md):
-//
-//   - every worker container restarts all the pod's containers on any non-zero exit
-//     (KEP-5532's RestartAllContainers): a worker that dies, or that the node agent stops,
-//     brings its pod back to the barrier instead of failing it;
-//   - the barrier, the last init container (after the user's, which run again at each
-//     restart), holds the workers until the node agent gives it the go signal of the
-//     attempt the gang runs, then writes that attempt to the run volume's attempt file;
-//   - every container reads the attempt from that file (FAULTLINE_ATTEMPT_FILE):
-//     FAULTLINE_ATTEMPT is the pod's first attempt and cannot change in a running pod.
-//   - the barrier knows the attempt its pod was made for (FAULTLINE_ATTEMPT, which Pod sets
-//     for a pod made for a later attempt than its Job's): it never opens for an older one,
-//     whatever an agent with a stale view of the run asks.
-func inPlaceShape(spec *corev1.PodSpec, image string, n int32) {
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
-		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
-	}})
-	fileEnv := corev1.EnvVar{Name: v1alpha1.EnvAttemptFile, Value: v1alpha1.AttemptFile}
-	for i := range spec.InitContainers {
-		spec.InitContainers[i].Env = append(spec.InitContainers[i].Env, fileEnv)
-	}
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		c.Env = append(c.Env, fileEnv)
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir, ReadOnly: true})
-		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
-		c.RestartPolicyRules = append([]corev1.ContainerRestartRule{{
-			Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
-			ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
-		}}, c.RestartPolicyRules...)
-	}
-	spec.InitContainers = append(spec.InitContainers, corev1.Container{
-		Name:  v1alpha1.BarrierContainer,
-		Image: image,
-		// Tiny and idle: it waits on a socket for the agent's exec.
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi")},
-		},
-		Env:                      []corev1.EnvVar{{Name: v1alpha1.EnvAttempt, Value: strconv.Itoa(int(n))}},
-		VolumeMounts:             []corev1.VolumeMount{{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir}},
-		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
-	})
-}
-
-// InPlaceShape reports whether a Job's pods restart in place (their template has the barrier).
-func InPlaceShape(job *batchv1.Job) bool {
-	return job != nil && RestartsInPlace(&job.Spec.Template.Spec)
-}
-
-// RestartsInPlace reports whether a pod of spec restarts in place: it has the barrier
-// (inPlaceShape). The controller, the node agent and their tests ask it of pods and Jobs.
-func RestartsInPlace(spec *corev1.PodSpec) bool {
-	return slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer })
 }
 
 // Pod is the pod of index i of a Job that faultline manages, as the Job controller would make

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -30,21 +31,23 @@ var stripManagedFields = cache.TransformStripManagedFields()
 // nobody here: the containers' environment carries the framework's rendezvous (TF_CONFIG
 // lists every worker, so the cache would grow with the gang's square), the affinity every
 // excluded node (up to 1,000 names in each pod), and volumes, probes, commands, images and
-// addresses are the kubelet's business.
+// addresses are the kubelet's business (but for where the barrier is: attempt.KeepBarrier).
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return stripManagedFields(obj)
 	}
 	p.ManagedFields = nil
+	spec := p.Spec
 	p.Spec = corev1.PodSpec{
-		NodeName:       p.Spec.NodeName,
-		InitContainers: slimContainers(p.Spec.InitContainers),
-		Containers:     slimContainers(p.Spec.Containers),
-		Tolerations:    exitclass.UnreachableTolerations(p.Spec.Tolerations),
+		NodeName:       spec.NodeName,
+		InitContainers: slimContainers(spec.InitContainers),
+		Containers:     slimContainers(spec.Containers),
+		Tolerations:    exitclass.UnreachableTolerations(spec.Tolerations),
 		// What its workers are given to stop: a restart in place waits that long for them.
-		TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
+		TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
 	}
+	attempt.KeepBarrier(&spec, &p.Spec) // where its barrier is
 	p.Status = corev1.PodStatus{
 		Phase:                 p.Status.Phase,
 		Reason:                p.Status.Reason,

@@ -7,7 +7,6 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // withReportedExit is pod as the exit its node agent reported shows it: a pod that restarts
@@ -89,21 +88,9 @@ func withRestartedExit(pod *corev1.Pod, n int32) *corev1.Pod {
 // index in its container statuses of the worker whose last termination stands for them.
 // Copies nothing: the failure clock asks it at every pod event.
 func restartedOnItsOwn(pod *corev1.Pod) (i int, ended int32, ok bool) {
-	if !attempt.RestartsInPlace(&pod.Spec) {
-		return 0, 0, false
-	}
-	bi := slices.IndexFunc(pod.Status.InitContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == v1alpha1.BarrierContainer })
-	if bi < 0 {
-		return 0, 0, false
-	}
-	b := pod.Status.InitContainerStatuses[bi]
-	last := b.LastTerminationState.Terminated
-	if b.State.Terminated != nil || last == nil {
-		return 0, 0, false // it has not started again since it last opened
-	}
-	m, opened := barrier.ParseOpenedMessage(last.Message)
+	m, opened := attempt.BarrierOf(pod).OpenedBefore()
 	if !opened {
-		return 0, 0, false
+		return 0, 0, false // it has not started again since it last opened
 	}
 	stands := -1
 	for j := range pod.Status.ContainerStatuses {

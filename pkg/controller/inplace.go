@@ -311,12 +311,7 @@ func (r *Reconciler) barrierUnpullable(ctx context.Context, run *v1alpha1.Traini
 		}
 		return ctrl.Result{}, false, nil
 	}
-	image := "" // the cached pod keeps no image: its Job's template has it
-	for _, c := range obs.job.Spec.Template.Spec.InitContainers {
-		if c.Name == v1alpha1.BarrierContainer {
-			image = c.Image
-		}
-	}
+	image := attempt.BarrierImage(&obs.job.Spec.Template.Spec) // the cached pod keeps no image: its Job's template has it
 	what := fmt.Sprintf("the barrier image %s cannot be pulled on node %s (pod %s: %s: %s)", image, orNone(p.Spec.NodeName), p.Name, w.Reason, w.Message)
 	if run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeInPlace {
 		res, err := r.stall(ctx, run, v1alpha1.ReasonBarrierImageUnpullable, what+

@@ -62,6 +62,13 @@ type Options struct {
 	// BarrierImage is faultline-barrier's image (barrier.Image of the controller's version by
 	// default), the init container of pods that restart in place; "": no restart in place.
 	BarrierImage string
+	// BarrierInWorker makes the barrier the worker container's entrypoint, from an image
+	// volume of BarrierImage, in the pods whose template allows it (one container, its
+	// command set): one container per pod for the kubelet to restart, where the init
+	// container is two (docs/in-place-restart-proof.md). The nodes' kubelets must mount
+	// image volumes (ImageVolume, on by default since Kubernetes 1.35) and their runtime
+	// too (containerd 2.1 or later).
+	BarrierInWorker bool
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
 	Kueue bool
@@ -171,7 +178,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Maintenance: opts.Maintenance,
 		Kueue:       opts.Kueue,
 
-		BarrierImage: opts.BarrierImage,
+		BarrierImage:    opts.BarrierImage,
+		BarrierInWorker: opts.BarrierInWorker,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -217,6 +217,15 @@ func podLive(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
+// workerRuns says whether pod's worker runs attempt n, as far as its barrier tells: a pod
+// whose barrier is its worker's entrypoint is Ready while it waits there (the kubelet sees
+// its one container running), and runs only once its agent's record names it for n. Other
+// pods' Ready says it: their workers start only after the barrier.
+func workerRuns(p *corev1.Pod, n int32) bool {
+	b := attempt.BarrierOf(p)
+	return b.Place != attempt.BarrierInWorker || b.OpenedFor(n)
+}
+
 func podReady(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 		return false

@@ -59,6 +59,9 @@ type Reconciler struct {
 	// BarrierImage is faultline-barrier's image, the init container of the pods that
 	// restart in place; "" restarts none in place (every restart recreates).
 	BarrierImage string
+	// BarrierInWorker makes the barrier the worker container's entrypoint where the
+	// template allows it (attempt.Options.BarrierInWorker).
+	BarrierInWorker bool
 	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
 	// through its Workload. Off, such a run stalls rather than bypass the queue.
 	Kueue bool
@@ -280,7 +283,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	ready, bound := int32(0), int32(0)
 	workers := obs.workers()
 	for _, p := range workers {
-		if podReady(p) {
+		if podReady(p) && workerRuns(p, st.Attempt) {
 			ready++
 		}
 		if p.Spec.NodeName != "" {

@@ -228,12 +228,13 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return r.stallFor(ctx, run, v1alpha1.ReasonInPlaceUnsupported, stalledRecheck, why)
 	}
 	job := attempt.Job(run, attempt.Options{
-		Attempt:       run.Status.Attempt,
-		BarrierImage:  image,
-		ExcludedNodes: excludedNodes(run),
-		Env:           fw.Env,
-		Ports:         fw.Ports,
-		Traceparent:   run.Annotations[v1alpha1.AnnotationTraceparent],
+		Attempt:         run.Status.Attempt,
+		BarrierImage:    image,
+		BarrierInWorker: r.BarrierInWorker,
+		ExcludedNodes:   excludedNodes(run),
+		Env:             fw.Env,
+		Ports:           fw.Ports,
+		Traceparent:     run.Annotations[v1alpha1.AnnotationTraceparent],
 
 		RoleRanges:         layout,
 		ServiceAccountName: sa,

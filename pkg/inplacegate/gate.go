@@ -28,7 +28,6 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -123,41 +122,13 @@ func MovedIndexes(workers []*corev1.Pod, n int32, excluded []string, nodes map[s
 	return slices.Compact(moved)
 }
 
-// Stopped reports whether pod runs no worker of an attempt before n, by what the kubelet
-// reports of its containers, never by its attempt label (a pod made for attempt n whose
-// barrier a stale agent opened for an older one runs that older attempt): its barrier has
-// not opened since the pod last (re)started, or last opened for n or later; and no worker
-// container runs. Pure.
-func Stopped(p *corev1.Pod, n int32) bool {
-	for _, cs := range p.Status.InitContainerStatuses {
-		if cs.Name != v1alpha1.BarrierContainer || cs.State.Terminated == nil {
-			continue
-		}
-		opened, ok := barrier.ParseOpenedMessage(cs.State.Terminated.Message)
-		if !ok || int32(opened) < n {
-			return false // opened for an older attempt: its workers run, or are about to
-		}
-		return true // opened for n already: nothing older runs here
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil {
-			return false
-		}
-	}
-	return true
-}
+// Stopped reports whether pod runs no worker of an attempt before n (attempt.Barrier.Stopped).
+// Pure.
+func Stopped(p *corev1.Pod, n int32) bool { return attempt.BarrierOf(p).Stopped(n) }
 
 // OpenedFor reports whether pod's barrier has opened for attempt n (or later): its workers
 // run attempt n. Pure.
-func OpenedFor(p *corev1.Pod, n int32) bool {
-	for _, cs := range p.Status.InitContainerStatuses {
-		if cs.Name == v1alpha1.BarrierContainer && cs.State.Terminated != nil {
-			opened, ok := barrier.ParseOpenedMessage(cs.State.Terminated.Message)
-			return ok && int32(opened) >= n
-		}
-	}
-	return false
-}
+func OpenedFor(p *corev1.Pod, n int32) bool { return attempt.BarrierOf(p).OpenedFor(n) }
 
 // pullFailures are the kubelet's reasons of a container waiting on an image it cannot pull
 // (k8s.io/kubernetes pkg/kubelet/images: ErrImagePullBackOff, ErrInvalidImageName,
@@ -165,14 +136,13 @@ func OpenedFor(p *corev1.Pod, n int32) bool {
 var pullFailures = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
 // BarrierUnpullable is the first pod of pods whose barrier's image cannot be pulled on its
-// node, and the kubelet's words; nil if none. Pure.
+// node, and the kubelet's words; nil if none. A barrier in the worker container is an image
+// volume of the barrier's image: the kubelet reports its pull on the container that mounts
+// it. Pure.
 func BarrierUnpullable(pods []*corev1.Pod) (*corev1.Pod, *corev1.ContainerStateWaiting) {
 	for _, p := range pods {
-		for i := range p.Status.InitContainerStatuses {
-			cs := &p.Status.InitContainerStatuses[i]
-			if w := cs.State.Waiting; cs.Name == v1alpha1.BarrierContainer && w != nil && slices.Contains(pullFailures, w.Reason) {
-				return p, w
-			}
+		if st := attempt.BarrierOf(p).Status; st != nil && st.State.Waiting != nil && slices.Contains(pullFailures, st.State.Waiting.Reason) {
+			return p, st.State.Waiting
 		}
 	}
 	return nil, nil

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
@@ -125,14 +124,7 @@ func (w *Wait) agent(hb *exitclass.Heartbeat, now time.Time) {
 }
 
 // barrierWaitingSince is when pod's barrier started waiting, if it waits now.
-func barrierWaitingSince(p *corev1.Pod) (time.Time, bool) {
-	for _, cs := range p.Status.InitContainerStatuses {
-		if cs.Name == v1alpha1.BarrierContainer && cs.State.Running != nil {
-			return cs.State.Running.StartedAt.Time, true
-		}
-	}
-	return time.Time{}, false
-}
+func barrierWaitingSince(p *corev1.Pod) (time.Time, bool) { return attempt.BarrierOf(p).Waiting() }
 
 // Earliest is the soonest moment after now when a wait may end (its deadline, or its agent's
 // heartbeat expiring), zero if none.

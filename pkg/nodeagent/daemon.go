@@ -172,6 +172,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	if restarter != nil {
 		defer restarter.Close()
+		restarter.Records = writer // a barrier in the worker container is opened once recorded
 		runs, ok := cfg.Client.(Runs)
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"

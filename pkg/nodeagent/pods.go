@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 func nodeFieldSelector(node string) string {
@@ -93,8 +94,8 @@ func WatchResets(ctx context.Context, client Kube, node string, reset func(time.
 
 // slimPod keeps what the agent reads of a pod: its metadata without managed fields, its node,
 // its containers' names and resources (the simulation's GPU allocation), its init
-// containers' names and termination grace period (the in-place restarter: whether the pod
-// has a barrier, how long its old workers get to stop), and its phase, conditions and
+// containers' names and termination grace period and where its barrier is (the in-place
+// restarter: whether the pod has a barrier, how long its old workers get to stop), and its phase, conditions and
 // container statuses. The informer holds every pod of the node (110 by
 // default), and a worker's spec carries its framework's rendezvous, which lists every
 // worker of the gang: the rest was most of the agent's heap. The agent never writes a pod
@@ -114,6 +115,7 @@ func slimPod(obj any) (any, error) {
 		slim.Spec.InitContainers = append(slim.Spec.InitContainers, corev1.Container{Name: c.Name})
 	}
 	slim.Spec.TerminationGracePeriodSeconds = p.Spec.TerminationGracePeriodSeconds
+	attempt.KeepBarrier(&p.Spec, &slim.Spec) // where its barrier is
 	slim.Status = corev1.PodStatus{
 		Phase:                 p.Status.Phase,
 		Conditions:            p.Status.Conditions,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
@@ -152,21 +153,34 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 		return inplace.ActionWait, nil
 	}
 	d := inplace.Decide(pod, attempt, barrierOpen)
-	var status corev1.PodStatus
-	switch d.Action {
-	case inplace.ActionStopWorkers:
+	inWorker := inWorkerBarrier(pod)
+	meta := map[string]any{"resourceVersion": pod.ResourceVersion}
+	var status *corev1.PodStatus
+	switch {
+	case d.Action == inplace.ActionStopWorkers && inWorker:
+		status = restartedInWorker(pod, metav1.Now())
+	case d.Action == inplace.ActionStopWorkers:
 		status = restartedToBarrier(pod, metav1.Now())
-	case inplace.ActionOpenBarrier:
+	case d.Action == inplace.ActionOpenBarrier && inWorker:
+		// The agent's record, before its open; the open itself writes nothing: the
+		// barrier becomes the worker in the container that runs.
+		rec, err := json.Marshal(recordOf(pod, attempt))
+		if err != nil {
+			return d.Action, err
+		}
+		meta["annotations"] = map[string]string{v1alpha1.AnnotationBarrierRecord: string(rec)}
+	case d.Action == inplace.ActionOpenBarrier:
 		status = barrierOpened(pod, attempt, metav1.Now())
 	default:
 		return d.Action, nil
 	}
 	// The pod as read, or nothing: a status computed from a stale copy must not count a
 	// restart twice (on a conflict the informer brings the fresh pod, which queues it again).
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
-		"status":   status,
-	})
+	body := map[string]any{"metadata": meta}
+	if status != nil {
+		body["status"] = status
+	}
+	patch, err := json.Marshal(body)
 	if err != nil {
 		return d.Action, err
 	}
@@ -187,7 +201,7 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 // RestartingAllContainers; restartCount up by one), the init containers before the barrier
 // done again, the barrier running, the workers waiting, phase Pending. Only the fields and
 // conditions it changes: a strategic merge keeps the others.
-func restartedToBarrier(pod *corev1.Pod, now metav1.Time) corev1.PodStatus {
+func restartedToBarrier(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
 	removed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
 	st := corev1.PodStatus{Phase: corev1.PodPending, Conditions: podConditions(pod, corev1.ConditionFalse, "ContainersNotInitialized", now)}
@@ -207,14 +221,57 @@ func restartedToBarrier(pod *corev1.Pod, now metav1.Time) corev1.PodStatus {
 			LastTerminationState: removed, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
 		})
 	}
+	return &st
+}
+
+// inWorkerBarrier says whether pod's barrier is its worker container's entrypoint.
+func inWorkerBarrier(pod *corev1.Pod) bool {
+	_, place := attempt.BarrierContainer(&pod.Spec)
+	return place == attempt.BarrierInWorker
+}
+
+// restartedInWorker is restartedToBarrier for a pod whose barrier is its worker's entrypoint:
+// the one container removed and started again at once (restartCount up by one, a container
+// of its own), where its barrier waits; with no probe the kubelet shows it Ready.
+func restartedInWorker(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
+	removed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
+	st := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: podConditions(pod, corev1.ConditionTrue, "", now)}
+	for _, c := range pod.Spec.Containers {
+		n := restartCount(pod.Status.ContainerStatuses, c.Name) + 1
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, RestartCount: n, Ready: true, Started: ptr.To(true), LastTerminationState: removed,
+			ContainerID: kwokContainerID(pod, c.Name, n),
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
 	return st
+}
+
+// recordOf is the agent's record of opening the barrier of pod's worker container, as its
+// status shows it, for attempt.
+func recordOf(pod *corev1.Pod, n int) v1alpha1.BarrierRecord {
+	name, _ := attempt.BarrierContainer(&pod.Spec)
+	restarts := restartCount(pod.Status.ContainerStatuses, name)
+	id := kwokContainerID(pod, name, restarts)
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == name && cs.ContainerID != "" {
+			id = cs.ContainerID
+		}
+	}
+	return v1alpha1.BarrierRecord{ContainerID: attempt.RuntimeID(id), Restart: restarts, Attempt: int32(n)}
+}
+
+// kwokContainerID names the container of pod that starts restarts times.
+func kwokContainerID(pod *corev1.Pod, name string, restarts int32) string {
+	return fmt.Sprintf("kwok://%s-%s-r%d", pod.UID, name, restarts)
 }
 
 // barrierOpened is the status the kubelet writes once the barrier opened for attempt and the
 // workers started: the barrier done with its message (barrier.OpenedMessage), each worker
 // running in a container of this start (the agent stops exactly those next time), phase
 // Running and the pod Ready.
-func barrierOpened(pod *corev1.Pod, attempt int, now metav1.Time) corev1.PodStatus {
+func barrierOpened(pod *corev1.Pod, attempt int, now metav1.Time) *corev1.PodStatus {
 	st := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: podConditions(pod, corev1.ConditionTrue, "", now)}
 	for _, c := range pod.Spec.InitContainers {
 		t := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
@@ -231,7 +288,7 @@ func barrierOpened(pod *corev1.Pod, attempt int, now metav1.Time) corev1.PodStat
 			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		})
 	}
-	return st
+	return &st
 }
 
 // podConditions are the pod's Initialized, ContainersReady and Ready conditions (and its

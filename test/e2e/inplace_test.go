@@ -30,7 +30,24 @@ const kwokBarrierImage = "localhost/faultline/barrier:kwok"
 // with restartMode InPlace, jobAttempt 1 and the moved index recorded.
 func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 	t.Parallel()
-	ctx, c, ns, _ := scenario(t, "--barrier-image", kwokBarrierImage)
+	inPlaceRestartOnKwok(t, false)
+}
+
+// TestE2EInPlaceRestartOnKwokBarrierInWorker is the same restart with the controller's
+// --barrier-in-worker: the barrier is the worker container's entrypoint, a pod waiting at it
+// shows its one container running (and Ready), and the node agent's record of each open
+// (faultline.dev/barrier-record) is what says which attempt a pod's worker runs.
+func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
+	t.Parallel()
+	inPlaceRestartOnKwok(t, true)
+}
+
+func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
+	args := []string{"--barrier-image", kwokBarrierImage}
+	if inWorker {
+		args = append(args, "--barrier-in-worker")
+	}
+	ctx, c, ns, _ := scenario(t, args...)
 	nodes, onPool := nodePool(ctx, t, c, ns, 2)
 	for _, n := range nodes {
 		if err := c.MakeInPlaceCapable(ctx, n); err != nil {
@@ -44,13 +61,20 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 	}
 	run, pods := runningRun(ctx, t, c, ns, newRun("inplace", 4, withoutGPUs(), onPool, func(r *v1alpha1.TrainingRun) {
 		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
+		r.Spec.Template.Spec.Containers[0].Command = []string{"/train"}
 	}))
 	job, err := c.Client.BatchV1().Jobs(ns).Get(ctx, run.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !attempt.InPlaceShape(job) {
-		t.Fatalf("attempt 1's Job has no %s init container: the run does not restart in place", v1alpha1.BarrierContainer)
+	want := map[bool]attempt.BarrierPlace{false: attempt.BarrierInit, true: attempt.BarrierInWorker}[inWorker]
+	if _, place := attempt.BarrierContainer(&job.Spec.Template.Spec); place != want {
+		t.Fatalf("attempt 1's Job has its barrier at %v, want %v: the run does not restart in place as asked", place, want)
+	}
+	for _, p := range pods {
+		if n, _ := attempt.Running(p); n != 1 || inWorker && !attempt.BarrierOf(p).OpenedFor(1) {
+			t.Errorf("pod %s runs attempt %d (opened for 1: %v), want 1, opened", p.Name, n, attempt.BarrierOf(p).OpenedFor(1))
+		}
 	}
 
 	held.Store(pods[3].Name)
@@ -132,10 +156,6 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 // barrierWaits reports whether p is held at its barrier: the kubelet restarted its containers
 // and the barrier runs, waiting for its agent's go signal.
 func barrierWaits(p *corev1.Pod) bool {
-	for _, cs := range p.Status.InitContainerStatuses {
-		if cs.Name == v1alpha1.BarrierContainer {
-			return cs.State.Running != nil
-		}
-	}
-	return false
+	_, waiting := attempt.BarrierOf(p).Waiting()
+	return waiting
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
 
@@ -70,7 +69,7 @@ func ExitReport(pod *corev1.Pod, st *runtimeapi.ContainerStatus, attempt int, ba
 	case !isWorker(pod, name):
 		return report, fmt.Sprintf("%q is not a worker container of the pod", name), false
 	}
-	ran := ranAttempt(pod, attempt, barrierOpen)
+	ran := ranAttempt(pod, st.GetId(), attempt, barrierOpen)
 	if ran != attempt {
 		return report, fmt.Sprintf("the worker ran attempt %d, not attempt %d, which the run is in", ran, attempt), false
 	}
@@ -125,15 +124,24 @@ func workerExit(st *runtimeapi.ContainerStatus, name string, n int, node string)
 	return report
 }
 
-// ranAttempt is the attempt pod's workers last ran (see ExitReport), 0 if none since the
-// pod's barrier last started.
-func ranAttempt(pod *corev1.Pod, decided int, barrierOpen bool) int {
-	b := statusOf(pod.Status.InitContainerStatuses, v1alpha1.BarrierContainer)
-	switch {
-	case b != nil && b.State.Terminated != nil:
-		n, _ := barrier.ParseOpenedMessage(b.State.Terminated.Message)
-		return n
-	case b != nil && b.State.Running != nil && barrierOpen:
+// ranAttempt is the attempt pod's worker container id last ran (see ExitReport), 0 if none
+// since the pod's barrier last started. A barrier in the worker container: the attempt the
+// agent's record names for that very container, none for any other (it never opened).
+func ranAttempt(pod *corev1.Pod, id string, decided int, barrierOpen bool) int {
+	b := attempt.BarrierOf(pod)
+	if b.Place == attempt.BarrierInWorker {
+		if b.Record != nil && b.Record.ContainerID == id {
+			return int(b.Record.Attempt)
+		}
+		return 0
+	}
+	_, waiting := b.Waiting()
+	switch n, opened := b.Opened(); {
+	case opened:
+		return int(n)
+	case b.Status != nil && b.Status.State.Terminated != nil:
+		return 0
+	case waiting && barrierOpen:
 		return decided
 	}
 	return 0
@@ -259,10 +267,12 @@ func (w *ExitWatcher) Started(ctx context.Context, ev *runtimeapi.ContainerEvent
 	}
 	st := w.statusOf(ctx, ev)
 	labels := st.GetLabels()
-	if labels[kubelettypes.KubernetesContainerNameLabel] != v1alpha1.BarrierContainer {
+	pod, err := w.pods.Pods(labels[kubelettypes.KubernetesPodNamespaceLabel]).Get(labels[kubelettypes.KubernetesPodNameLabel])
+	if err != nil {
 		return
 	}
-	if pod, err := w.pods.Pods(labels[kubelettypes.KubernetesPodNamespaceLabel]).Get(labels[kubelettypes.KubernetesPodNameLabel]); err == nil {
+	// The barrier's container: the init container, or the worker whose entrypoint it is.
+	if name, place := attempt.BarrierContainer(&pod.Spec); place != attempt.NoBarrier && labels[kubelettypes.KubernetesContainerNameLabel] == name {
 		w.BarrierStarted(pod)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	kubelettypes "k8s.io/kubelet/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
@@ -50,7 +53,17 @@ var ErrStale = barrier.ErrStale
 const (
 	openExitStale      = 3
 	openExitNotWaiting = 4
+	// openExitOpenedBefore: none listens, and the attempt file holds the attempt (or a
+	// later one): the barrier opened for it already.
+	openExitOpenedBefore = 5
 )
+
+// BarrierRecorder writes the agent's record of a barrier open onto its pod, against the
+// resourceVersion the pod was read at (the agent's Writer): a barrier in the worker
+// container is opened only once its record is written.
+type BarrierRecorder interface {
+	RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha1.BarrierRecord) error
+}
 
 // Restarter stops old workers and opens barriers through the node's container runtime.
 type Restarter struct {
@@ -58,6 +71,12 @@ type Restarter struct {
 	exits  ExitSource
 	closer io.Closer
 	log    *slog.Logger
+	// Records writes the record of a barrier in the worker container before its open; nil
+	// opens none of those.
+	Records BarrierRecorder
+	// opened are the worker containers whose barrier this agent has seen open for their
+	// recorded attempt (Sync makes sure of the others once).
+	opened openedSet
 	// ExecTimeout bounds the barrier's open, through its socket or an exec (it answers in
 	// milliseconds).
 	ExecTimeout time.Duration
@@ -85,6 +104,11 @@ var (
 	errNoSocket    = errors.New("the barrier's socket is out of reach")
 	errProcessGone = errors.New("no such process")
 )
+
+// errOpenedBefore: nobody listens on a barrier's socket and its attempt file holds the
+// attempt asked for, or a later one: it opened for it before (a barrier in the worker
+// container runs on as the worker). Nothing to do.
+var errOpenedBefore = errors.New("it opened for the attempt before")
 
 // errNotYet: a barrier's container runs and nobody listens on its socket yet (or any more:
 // opened a moment ago, the runtime not yet seeing its end). The loop asks again, quietly.
@@ -153,6 +177,13 @@ func (r *Restarter) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barr
 	case ActionOpenBarrier:
 		_, err := r.OpenBarrier(ctx, pod, attempt)
 		return d.Action, err
+	case ActionNone:
+		if d.Recorded != "" && !r.opened.has(d.Recorded) {
+			// Recorded for the attempt, and opened unless an agent stopped between its
+			// record and its open: the open again opens it, or finds it opened.
+			_, err := r.OpenBarrier(ctx, pod, attempt)
+			return d.Action, err
+		}
 	}
 	return d.Action, nil
 }
@@ -160,8 +191,20 @@ func (r *Restarter) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barr
 // BarrierRunning says whether the runtime runs pod's barrier container now, whatever the
 // pod's status says yet (an error: no).
 func (r *Restarter) BarrierRunning(ctx context.Context, pod *corev1.Pod) bool {
-	running, err := r.running(ctx, pod, v1alpha1.BarrierContainer)
-	return err == nil && len(running) > 0
+	name, place := attempt.BarrierContainer(&pod.Spec)
+	if place == attempt.NoBarrier {
+		return false
+	}
+	running, err := r.running(ctx, pod, name)
+	if err != nil {
+		return false
+	}
+	rec := attempt.BarrierRecord(pod)
+	// A worker container whose barrier is its entrypoint waits there unless it is the one
+	// the record names.
+	return slices.ContainsFunc(running, func(c *runtimeapi.Container) bool {
+		return place == attempt.BarrierInit || rec == nil || rec.ContainerID != c.Id
+	})
 }
 
 // StopOldWorkers stops, with the pod's termination grace period, the running workers of
@@ -219,33 +262,85 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 // (the pod ran it already) returns ErrStale. The signal goes through the barrier's socket
 // (openBySocket) where the agent can reach it, else through an exec of the barrier's open
 // in its container; the step's Via says which.
-func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, attempt int) (bool, error) {
-	if d := Decide(pod, attempt, true); d.Action == ActionNone {
-		r.log.Debug("no barrier to open", "pod", podRef(pod), "attempt", attempt, "reason", d.Reason)
+//
+// A barrier in the worker container is opened only once the agent's record of the open is
+// on the pod (openRecorded).
+func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bool, error) {
+	if d := Decide(pod, n, true); d.Action == ActionNone && d.Recorded == "" {
+		r.log.Debug("no barrier to open", "pod", podRef(pod), "attempt", n, "reason", d.Reason)
 		return false, nil
 	}
-	running, err := r.running(ctx, pod, v1alpha1.BarrierContainer)
+	name, place := attempt.BarrierContainer(&pod.Spec)
+	running, err := r.running(ctx, pod, name)
 	if err != nil {
 		return false, err
 	}
 	opened := false
 	for _, c := range running {
-		ok, via, why, err := r.open(ctx, pod, c.Id, attempt)
+		if place == attempt.BarrierInWorker {
+			if ok, err := r.openRecorded(ctx, pod, c, n); !ok || err != nil {
+				return opened, err
+			}
+		}
+		ok, via, why, err := r.open(ctx, pod, c.Id, n, barrierBinary(place))
 		if err != nil {
 			return opened, err
+		}
+		if place == attempt.BarrierInWorker {
+			r.opened.add(c.Id)
 		}
 		if ok {
 			opened = true
 			noteVia(ctx, via, why)
-			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", attempt, "container", c.Id, "via", via, "why", why)
+			r.log.Info("opened the barrier", "pod", podRef(pod), "attempt", n, "container", c.Id, "via", via, "why", why)
 		}
 	}
 	return opened, nil
 }
 
+// openRecorded says whether worker container c of pod, whose barrier is its entrypoint, is
+// to be opened for attempt n, having written the record of that open first where the pod
+// has none for c (v1alpha1.BarrierRecord): once a container is recorded, it is opened for
+// its recorded attempt only, and the record is never written again for it.
+func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtimeapi.Container, n int) (bool, error) {
+	rec := attempt.BarrierRecord(pod)
+	switch {
+	case rec != nil && rec.ContainerID == c.Id:
+		if int(rec.Attempt) != n {
+			r.log.Info("not opening a barrier recorded for another attempt", "pod", podRef(pod), "container", c.Id, "recorded", rec.Attempt, "attempt", n)
+		}
+		return int(rec.Attempt) == n, nil
+	case rec != nil && int(rec.Attempt) >= n:
+		// An earlier container ran the attempt: this one's barrier refuses it (Decide).
+		r.log.Debug("not opening a barrier for an attempt its pod ran in an earlier container", "pod", podRef(pod), "container", c.Id, "recorded", rec.Attempt, "attempt", n)
+		return false, nil
+	case rec != nil && rec.Restart >= int32(c.GetMetadata().GetAttempt()):
+		// The record names a later container than the one the runtime lists (or another of
+		// the same number): this one is not to be opened, whatever the lists say.
+		return false, fmt.Errorf("barrier %s of pod %s: restart %d, and the pod's record names container %s of restart %d", c.Id, podRef(pod), c.GetMetadata().GetAttempt(), rec.ContainerID, rec.Restart)
+	case r.Records == nil:
+		return false, fmt.Errorf("barrier %s of pod %s is in its worker container, and this agent cannot record its open", c.Id, podRef(pod))
+	}
+	next := v1alpha1.BarrierRecord{ContainerID: c.Id, Restart: int32(c.GetMetadata().GetAttempt()), Attempt: int32(n)}
+	if err := r.Records.RecordBarrier(ctx, pod, next); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// barrierBinary is where a barrier's container holds the barrier's program.
+func barrierBinary(place attempt.BarrierPlace) string {
+	if place == attempt.BarrierInWorker {
+		return v1alpha1.BarrierBinary
+	}
+	return barrier.Binary
+}
+
 // open gives the go signal of attempt to barrier container id, through its socket or else
-// an exec, and says whether it opened, how, and why by exec.
-func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attempt int) (ok bool, via, why string, err error) {
+// an exec of binary's open, and says whether it opened, how, and why by exec. A barrier
+// that opened for attempt before (one in the worker container, which runs on as the
+// worker) is not opened again: ok is false, with no error.
+func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attempt int, binary string) (ok bool, via, why string, err error) {
 	err = fmt.Errorf("%w: no /proc to reach it through", errNoSocket)
 	if r.ProcRoot != "" {
 		err = r.openBySocket(ctx, id, attempt)
@@ -258,6 +353,8 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 		// The barrier has ended (opened by an earlier call), as the runtime says or as the
 		// agent, which reaches barriers' processes, sees it: the runtime and the pod's status
 		// may still show it running for a moment.
+		return false, ViaSocket, "", nil
+	case errors.Is(err, errOpenedBefore):
 		return false, ViaSocket, "", nil
 	case errors.Is(err, barrier.ErrStale):
 		return false, ViaSocket, "", fmt.Errorf("barrier %s of pod %s: %w", id, podRef(pod), err)
@@ -276,17 +373,19 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 		r.log.Debug("giving a barrier its go signal by exec", "pod", podRef(pod), "container", id, "reason", err)
 	}
 	why = err.Error()
-	ok, err = r.openByExec(ctx, pod, id, attempt)
+	ok, err = r.openByExec(ctx, pod, id, attempt, binary)
 	return ok, ViaExec, why, err
 }
 
-// openByExec gives the go signal by an exec of the barrier's open in its container.
-func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, attempt int) (bool, error) {
-	cmd := []string{barrier.Binary, "open", "--attempt", strconv.Itoa(attempt)}
+// openByExec gives the go signal by an exec of the barrier's open (binary) in its container.
+func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, attempt int, binary string) (bool, error) {
+	cmd := []string{binary, "open", "--attempt", strconv.Itoa(attempt)}
 	resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
 	switch {
 	case err == nil && resp.ExitCode == 0:
 		return true, nil
+	case err == nil && resp.ExitCode == openExitOpenedBefore:
+		return false, nil
 	case err == nil && resp.ExitCode == openExitStale:
 		return false, fmt.Errorf("barrier %s of pod %s: %w: %s", id, podRef(pod), ErrStale, strings.TrimSpace(string(resp.Stderr)))
 	}
@@ -351,3 +450,27 @@ func (r *Restarter) running(ctx context.Context, pod *corev1.Pod, name string) (
 }
 
 func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// openedSet is a set of container IDs, bounded: past openedMax it starts again empty (a
+// container forgotten costs one more look at its barrier, no more).
+type openedSet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+const openedMax = 4096
+
+func (s *openedSet) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil || len(s.ids) >= openedMax {
+		s.ids = map[string]bool{}
+	}
+	s.ids[id] = true
+}
+
+func (s *openedSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[id]
+}

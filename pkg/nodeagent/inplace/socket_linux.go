@@ -65,6 +65,11 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 	until := time.Now().Add(listenWait)
 	for {
 		err = barrier.Open(ctx, socket, attempt)
+		if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
+			// A barrier in the worker container that opened before: it runs on as the
+			// worker, and will not listen again.
+			return fmt.Errorf("barrier of container %s: %w", id, errOpenedBefore)
+		}
 		if !errors.Is(err, barrier.ErrNotWaiting) || !alive(proc) || time.Now().After(until) {
 			break
 		}
@@ -94,6 +99,17 @@ func alive(proc int) bool {
 	// "pid (comm) S ...": the state follows the last parenthesis.
 	_, rest, ok := strings.Cut(b[max(0, strings.LastIndexByte(b, ')')):], ") ")
 	return ok && rest != "" && rest[0] != 'Z' && rest[0] != 'X'
+}
+
+// openedFor says whether the attempt file in the run directory dir holds attempt or a later
+// one: the barrier writes it before it answers its opener.
+func openedFor(dir, attempt int) bool {
+	b, err := readAt(dir, filepath.Base(barrier.AttemptFile), 64)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(b))
+	return err == nil && n >= attempt
 }
 
 // readAt reads up to limit bytes of file name in the directory of descriptor dir.

@@ -97,6 +97,14 @@ func TestE2ETenantCannotForgeEvidence(t *testing.T) {
 	requireForbidden(t, "tenant reporting its worker's exit", err, v1alpha1.AnnotationWorkerExit, "faultline node agent", tenantUser, "may not add, change or remove it")
 	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, exit, metav1.PatchOptions{})
 	requireForbidden(t, "the admin reporting a worker's exit", err, v1alpha1.AnnotationWorkerExit)
+	// Nor the record of a barrier's open: a record of a later attempt would count an old
+	// worker as stopped.
+	record := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"containerID\":\"forged\",\"restart\":0,\"attempt\":9}"}}}`,
+		v1alpha1.AnnotationBarrierRecord))
+	err = asTenant.Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, record))
+	requireForbidden(t, "tenant recording a barrier's open", err, v1alpha1.AnnotationBarrierRecord, "faultline node agent", tenantUser, "may not add, change or remove it")
+	_, err = c.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, record, metav1.PatchOptions{})
+	requireForbidden(t, "the admin recording a barrier's open", err, v1alpha1.AnnotationBarrierRecord)
 
 	// The worker's bug: the run fails fast, as the application's fault, with no restart.
 	if err := c.FailPod(ctx, ns, victim.Name, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "ValueError: loss is NaN"}); err != nil {
@@ -143,13 +151,15 @@ func TestE2EAgentWritesOnlyItsFields(t *testing.T) {
 	me := "faultline-nodeagent on node " + node
 
 	// Its mark: the condition, the evidence and the episode's traceparent in one status patch,
-	// and the report of a worker's exit (which it writes on its own, for a pod that restarts
-	// in place); and its word that a worker has shown no progress (the progress watch's).
+	// and the report of a worker's exit and the record of a barrier's open (which it writes on
+	// its own, for a pod that restarts in place); and its word that a worker has shown no
+	// progress (the progress watch's).
 	mark, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{
 			v1alpha1.AnnotationFaultEvidence: fmt.Sprintf(`{"source":"logind","node":%q,"cause":"NodeShutdown"}`, node),
 			v1alpha1.AnnotationTraceparent:   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			v1alpha1.AnnotationWorkerExit:    fmt.Sprintf(`{"attempt":1,"container":"worker","exitCode":1,"node":%q}`, node),
+			v1alpha1.AnnotationBarrierRecord: `{"containerID":"c0","restart":0,"attempt":1}`,
 		}},
 		"status": map[string]any{"conditions": []map[string]any{
 			{"type": v1alpha1.PodConditionInfrastructureFault, "status": "True", "reason": "NodeShutdown"},

@@ -1,0 +1,24 @@
+package v1alpha1
+
+// BarrierRecord is what the node agent writes, as JSON, into AnnotationBarrierRecord on a
+// pod whose barrier is its worker container's entrypoint (docs/in-place-restart-proof.md,
+// "The barrier in the worker's container"), before it gives that barrier its go signal: the
+// container it opens and the attempt it opens it for. Such a barrier becomes the worker and
+// leaves no termination message, and its container runs from the barrier's start; the
+// record is then how the controller and the agent know which attempt a pod's worker runs.
+// The agent writes it at most once per container, against the pod's resourceVersion, and
+// opens a container only for the attempt recorded for it: a container the record does not
+// name is waiting at its barrier.
+//
+// +kubebuilder:object:generate=false
+type BarrierRecord struct {
+	// ContainerID is the worker container's runtime ID (the part of the status's
+	// containerID after "<runtime>://").
+	ContainerID string `json:"containerID"`
+	// Restart is the container's restart number: the CRI metadata's attempt, which the
+	// kubelet sets to the container's restartCount. A status whose restartCount is higher
+	// shows a later container: the recorded one was removed.
+	Restart int32 `json:"restart"`
+	// Attempt is the attempt the barrier was opened for.
+	Attempt int32 `json:"attempt"`
+}

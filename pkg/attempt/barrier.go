@@ -1,0 +1,356 @@
+package attempt
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
+)
+
+// inPlaceShape makes a worker pod one that restarts in place (docs/in-place-restart.md):
+//
+//   - every worker container restarts all the pod's containers on any non-zero exit
+//     (KEP-5532's RestartAllContainers): a worker that dies, or that the node agent stops,
+//     brings its pod back to the barrier instead of failing it;
+//   - the barrier holds the workers until the node agent gives it the go signal of the
+//     attempt the gang runs, then writes that attempt to the run volume's attempt file. It
+//     is the worker container's own entrypoint where inWorker and the template allow it
+//     (BarrierCanBeWorker: one container, one process, nothing between the open and the
+//     worker's start), else the last init container (after the user's, which run again at
+//     each restart);
+//   - every container reads the attempt from that file (FAULTLINE_ATTEMPT_FILE):
+//     FAULTLINE_ATTEMPT is the pod's first attempt and cannot change in a running pod.
+//   - the barrier knows the attempt its pod was made for (FAULTLINE_ATTEMPT, which Pod sets
+//     for a pod made for a later attempt than its Job's): it never opens for an older one,
+//     whatever an agent with a stale view of the run asks.
+func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker bool) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+	}})
+	inWorker = inWorker && BarrierCanBeWorker(spec)
+	fileEnv := corev1.EnvVar{Name: v1alpha1.EnvAttemptFile, Value: v1alpha1.AttemptFile}
+	for i := range spec.InitContainers {
+		spec.InitContainers[i].Env = append(spec.InitContainers[i].Env, fileEnv)
+	}
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.Env = append(c.Env, fileEnv)
+		// Read-only to a worker: only the barrier writes the attempt file and listens there.
+		// A barrier in the worker container writes it as that container's first process.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir, ReadOnly: !inWorker})
+		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
+		c.RestartPolicyRules = append([]corev1.ContainerRestartRule{{
+			Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}},
+		}}, c.RestartPolicyRules...)
+	}
+	if inWorker {
+		barrierInWorker(spec, image)
+		return
+	}
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{
+		Name:  v1alpha1.BarrierContainer,
+		Image: image,
+		// Tiny and idle: it waits on a socket for the agent's exec.
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi")},
+		},
+		Env:                      []corev1.EnvVar{{Name: v1alpha1.EnvAttempt, Value: strconv.Itoa(int(n))}},
+		VolumeMounts:             []corev1.VolumeMount{{Name: v1alpha1.RunVolume, MountPath: v1alpha1.RunDir}},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	})
+}
+
+// barrierInWorker makes the barrier the entrypoint of spec's one container: its command
+// becomes `faultline-barrier exec -- <command>` from an image volume of the barrier's image
+// (its args stay as they are: the kubelet expands $(VAR) in both, as before). The barrier
+// reads the attempt the pod was made for from the worker's own FAULTLINE_ATTEMPT.
+func barrierInWorker(spec *corev1.PodSpec, image string) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent},
+	}})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.BarrierVolume, MountPath: v1alpha1.BarrierMount, ReadOnly: true})
+	c.Command = append([]string{v1alpha1.BarrierBinary, "exec", "--"}, c.Command...)
+}
+
+// BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:
+// one container, whose command is set. Taking an image's own entrypoint would need a
+// registry read with the pod's pull secrets, and a pod of several containers a barrier and
+// a go signal each; those keep the init container.
+func BarrierCanBeWorker(spec *corev1.PodSpec) bool {
+	return len(spec.Containers) == 1 && len(spec.Containers[0].Command) > 0
+}
+
+// InPlaceShape reports whether a Job's pods restart in place (their template has the barrier).
+func InPlaceShape(job *batchv1.Job) bool {
+	return job != nil && RestartsInPlace(&job.Spec.Template.Spec)
+}
+
+// RestartsInPlace reports whether a pod of spec restarts in place: it has the barrier
+// (inPlaceShape), in an init container or as its worker's entrypoint. The controller, the
+// node agent and their tests ask it of pods and Jobs.
+func RestartsInPlace(spec *corev1.PodSpec) bool {
+	_, place := BarrierContainer(spec)
+	return place != NoBarrier
+}
+
+// BarrierPlace says where a pod's barrier is.
+type BarrierPlace int
+
+const (
+	// NoBarrier: the pod does not restart in place.
+	NoBarrier BarrierPlace = iota
+	// BarrierInit: the faultline-barrier init container, which exits with the attempt it
+	// opened for as its termination message.
+	BarrierInit
+	// BarrierInWorker: the worker container's entrypoint, which becomes the worker and
+	// leaves no message; the node agent's record (v1alpha1.BarrierRecord) says which
+	// container it opened for which attempt.
+	BarrierInWorker
+)
+
+// BarrierContainer is the name of the container of spec that is its barrier, and where it is.
+func BarrierContainer(spec *corev1.PodSpec) (string, BarrierPlace) {
+	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == v1alpha1.BarrierContainer }) {
+		return v1alpha1.BarrierContainer, BarrierInit
+	}
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == v1alpha1.BarrierVolume && v.Image != nil }) {
+		return "", NoBarrier
+	}
+	for _, c := range spec.Containers {
+		if len(c.Command) > 0 && c.Command[0] == v1alpha1.BarrierBinary {
+			return c.Name, BarrierInWorker
+		}
+	}
+	return "", NoBarrier
+}
+
+// KeepBarrier copies into slim what BarrierContainer reads of spec, for the caches that keep
+// of a pod's spec only what they read: the barrier's image volume, and the first word of
+// the command of the container whose entrypoint it is. slim's containers are spec's, in
+// the same order.
+func KeepBarrier(spec, slim *corev1.PodSpec) {
+	for _, v := range spec.Volumes {
+		if v.Name == v1alpha1.BarrierVolume && v.Image != nil {
+			slim.Volumes = append(slim.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: v.Image.Reference}}})
+		}
+	}
+	for i, c := range spec.Containers {
+		if len(c.Command) > 0 && c.Command[0] == v1alpha1.BarrierBinary && i < len(slim.Containers) {
+			slim.Containers[i].Command = c.Command[:1:1]
+		}
+	}
+}
+
+// BarrierImage is the barrier's image in spec, "" if it has none.
+func BarrierImage(spec *corev1.PodSpec) string {
+	for _, c := range spec.InitContainers {
+		if c.Name == v1alpha1.BarrierContainer {
+			return c.Image
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == v1alpha1.BarrierVolume && v.Image != nil {
+			return v.Image.Reference
+		}
+	}
+	return ""
+}
+
+// BarrierRecord reads the node agent's record on pod (v1alpha1.AnnotationBarrierRecord), nil
+// when there is none or it does not parse.
+func BarrierRecord(pod *corev1.Pod) *v1alpha1.BarrierRecord {
+	raw, ok := pod.Annotations[v1alpha1.AnnotationBarrierRecord]
+	if !ok {
+		return nil
+	}
+	rec := &v1alpha1.BarrierRecord{}
+	if json.Unmarshal([]byte(raw), rec) != nil || rec.ContainerID == "" || rec.Attempt < 1 {
+		return nil
+	}
+	return rec
+}
+
+// RuntimeID is a status's containerID ("containerd://<id>") as the CRI names it.
+func RuntimeID(containerID string) string {
+	if _, id, ok := strings.Cut(containerID, "://"); ok {
+		return id
+	}
+	return containerID
+}
+
+// Barrier is a pod's barrier as the kubelet reports it (and, for a barrier in the worker
+// container, as the node agent's record names its container): whether it waits, which
+// attempt it opened for. The controller and the node agent read a pod's attempt only here.
+type Barrier struct {
+	Place BarrierPlace
+	// Container is the name of the barrier's container: the init container, or the worker.
+	Container string
+	// Status is that container's status, nil while the kubelet reports none.
+	Status *corev1.ContainerStatus
+	// Record is the node agent's record (BarrierInWorker only), nil if none.
+	Record *v1alpha1.BarrierRecord
+	pod    *corev1.Pod
+}
+
+// BarrierOf is pod's barrier. An init container's status that names the barrier says where
+// it is too.
+func BarrierOf(pod *corev1.Pod) Barrier {
+	name, place := BarrierContainer(&pod.Spec)
+	if place == NoBarrier && slices.ContainsFunc(pod.Status.InitContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == v1alpha1.BarrierContainer }) {
+		name, place = v1alpha1.BarrierContainer, BarrierInit
+	}
+	b := Barrier{Place: place, Container: name, pod: pod}
+	statuses := pod.Status.ContainerStatuses
+	switch place {
+	case NoBarrier:
+		return b
+	case BarrierInit:
+		statuses = pod.Status.InitContainerStatuses
+	case BarrierInWorker:
+		b.Record = BarrierRecord(pod)
+	}
+	if i := slices.IndexFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name }); i >= 0 {
+		b.Status = &statuses[i]
+	}
+	return b
+}
+
+// record says how the record of a barrier in the worker container stands to the container
+// the status shows: it names that container (current); it names an earlier one, removed
+// since, or there is none (gone: the container shown was never opened); or neither, which
+// is the status lagging the record (the agent acts on the runtime's start event, before the
+// kubelet's relist): the recorded container counts as running its attempt then.
+func (b Barrier) record() (current, gone bool) {
+	rec, st := b.Record, b.Status
+	switch {
+	case rec == nil:
+		return false, true
+	case st == nil:
+		return false, false
+	case st.RestartCount > rec.Restart:
+		return false, true
+	}
+	return st.RestartCount == rec.Restart && (st.ContainerID == "" || RuntimeID(st.ContainerID) == rec.ContainerID), false
+}
+
+// Waiting reports whether the barrier runs and holds the pod's workers back, and since when.
+func (b Barrier) Waiting() (time.Time, bool) {
+	if b.Status == nil || b.Status.State.Running == nil {
+		return time.Time{}, false
+	}
+	if b.Place == BarrierInWorker {
+		if _, gone := b.record(); !gone {
+			return time.Time{}, false
+		}
+	}
+	return b.Status.State.Running.StartedAt.Time, true
+}
+
+// Opened is the attempt the barrier opened for since the pod last (re)started: the attempt
+// its workers run, or ran; ok is false when it has not opened since.
+func (b Barrier) Opened() (int32, bool) {
+	switch b.Place {
+	case BarrierInit:
+		if b.Status != nil && b.Status.State.Terminated != nil {
+			if m, ok := barrier.ParseOpenedMessage(b.Status.State.Terminated.Message); ok {
+				return int32(m), true
+			}
+		}
+	case BarrierInWorker:
+		if _, gone := b.record(); !gone {
+			return b.Record.Attempt, true
+		}
+	}
+	return 0, false
+}
+
+// OpenedBefore is the attempt the barrier opened for before the pod's last restart, when the
+// barrier has started again since: the workers that restart ended it. For a barrier in the
+// worker container, only the restart right after the recorded container counts: that
+// container's end is the status's last termination.
+func (b Barrier) OpenedBefore() (int32, bool) {
+	st := b.Status
+	if st == nil {
+		return 0, false
+	}
+	switch b.Place {
+	case BarrierInit:
+		if last := st.LastTerminationState.Terminated; st.State.Terminated == nil && last != nil {
+			if m, ok := barrier.ParseOpenedMessage(last.Message); ok {
+				return int32(m), true
+			}
+		}
+	case BarrierInWorker:
+		if b.Record != nil && st.RestartCount == b.Record.Restart+1 {
+			return b.Record.Attempt, true
+		}
+	}
+	return 0, false
+}
+
+// Stopped reports whether the pod runs no worker of an attempt before n, by what the
+// kubelet reports of its containers (and the agent's record of what it opened), never by
+// its attempt label (a pod made for attempt n whose barrier a stale agent opened for an
+// older one runs that older attempt): its barrier has not opened since the pod last
+// (re)started, or last opened for n or later; and no worker container runs.
+func (b Barrier) Stopped(n int32) bool {
+	if b.Place == BarrierInWorker {
+		// Only a container the record names was opened, and the kubelet removes every
+		// container of the pod before it starts the next.
+		current, gone := b.record()
+		return gone || b.Record.Attempt >= n || current && b.Status.State.Terminated != nil
+	}
+	if m, ok := b.Opened(); ok || b.Status != nil && b.Status.State.Terminated != nil {
+		return ok && m >= n // opened for n already, or for an older attempt whose workers run, or are about to
+	}
+	for _, cs := range b.pod.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// OpenedFor reports whether the barrier has opened for attempt n (or later) and its workers
+// run: for a barrier in the worker container, the recorded container runs.
+func (b Barrier) OpenedFor(n int32) bool {
+	m, ok := b.Opened()
+	if b.Place == BarrierInWorker {
+		current, _ := b.record()
+		return ok && current && b.Status.State.Running != nil && m >= n
+	}
+	return ok && m >= n
+}
+
+// Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
+// or, for a pod that restarts in place, the later one its barrier last opened for (the
+// barrier's termination message, which the kubelet keeps in the status while those workers
+// run and until the pod restarts; or the node agent's record of the open). ok is false when
+// the pod has no attempt label.
+func Running(pod *corev1.Pod) (n int32, ok bool) {
+	n, ok = Number(pod)
+	if !ok {
+		return 0, false
+	}
+	if m, opened := BarrierOf(pod).Opened(); opened && m > n {
+		n = m
+	}
+	return n, true
+}

@@ -1,0 +1,153 @@
+package attempt
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+const barrierImage = "ghcr.io/faultline-dev/faultline-barrier:v1.0.0"
+
+// TestBarrierInWorkerShape: with BarrierInWorker, a template of one container with a command
+// gets the barrier as that container's entrypoint, from an image volume, and the run volume
+// writable (the barrier writes the attempt file and listens there); no init container. Any
+// other template keeps the init container.
+func TestBarrierInWorkerShape(t *testing.T) {
+	run := makeRun(func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.Containers[0].Command = []string{"python3", "train.py"}
+		r.Spec.Template.Spec.Containers[0].Args = []string{"--rank=$(FAULTLINE_INDEX)"}
+	})
+	job := Job(run, Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true})
+	spec := job.Spec.Template.Spec
+	if name, place := BarrierContainer(&spec); place != BarrierInWorker || name != "worker" || !InPlaceShape(job) {
+		t.Fatalf("BarrierContainer = %q, %v (in place %v): want the worker's entrypoint", name, place, InPlaceShape(job))
+	}
+	if len(spec.InitContainers) != 0 {
+		t.Errorf("init containers %v: want none", spec.InitContainers)
+	}
+	w := spec.Containers[0]
+	if want := []string{v1alpha1.BarrierBinary, "exec", "--", "python3", "train.py"}; !cmp.Equal(w.Command, want) || !cmp.Equal(w.Args, []string{"--rank=$(FAULTLINE_INDEX)"}) {
+		t.Errorf("command %q args %q: want %q and the args unchanged", w.Command, w.Args, want)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range w.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	if m := mounts[v1alpha1.RunVolume]; m.MountPath != v1alpha1.RunDir || m.ReadOnly {
+		t.Errorf("run volume mount %+v: want it writable at %s", m, v1alpha1.RunDir)
+	}
+	if m := mounts[v1alpha1.BarrierVolume]; m.MountPath != v1alpha1.BarrierMount || !m.ReadOnly {
+		t.Errorf("barrier volume mount %+v: want it read-only at %s", m, v1alpha1.BarrierMount)
+	}
+	if got := BarrierImage(&spec); got != barrierImage {
+		t.Errorf("BarrierImage = %q, want %q", got, barrierImage)
+	}
+	if len(w.RestartPolicyRules) != 1 || w.RestartPolicyRules[0].Action != corev1.ContainerRestartRuleActionRestartAllContainers {
+		t.Errorf("rules %v: want RestartAllContainers", w.RestartPolicyRules)
+	}
+	if len(run.Spec.Template.Spec.Containers[0].Command) != 2 {
+		t.Error("Job() modified the run's template")
+	}
+
+	for what, mut := range map[string]func(*v1alpha1.TrainingRun){
+		"no command (the image's entrypoint)": func(*v1alpha1.TrainingRun) {},
+		"two containers": func(r *v1alpha1.TrainingRun) {
+			r.Spec.Template.Spec.Containers[0].Command = []string{"train"}
+			r.Spec.Template.Spec.Containers = append(r.Spec.Template.Spec.Containers, corev1.Container{Name: "side", Command: []string{"side"}})
+		},
+	} {
+		spec := Job(makeRun(mut), Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true}).Spec.Template.Spec
+		if name, place := BarrierContainer(&spec); place != BarrierInit || name != v1alpha1.BarrierContainer || spec.Containers[0].Command != nil && spec.Containers[0].Command[0] == v1alpha1.BarrierBinary {
+			t.Errorf("%s: BarrierContainer = %q, %v: want the init container", what, name, place)
+		}
+	}
+}
+
+// TestKeepBarrier: the caches that slim pods down still see where the barrier is.
+func TestKeepBarrier(t *testing.T) {
+	spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
+		Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true}).Spec.Template.Spec
+	slim := corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}
+	if _, place := BarrierContainer(&slim); place != NoBarrier {
+		t.Fatal("a slim spec with nothing kept has a barrier")
+	}
+	KeepBarrier(&spec, &slim)
+	if name, place := BarrierContainer(&slim); place != BarrierInWorker || name != "worker" || len(slim.Containers[0].Command) != 1 {
+		t.Errorf("kept %+v: BarrierContainer = %q, %v", slim, name, place)
+	}
+}
+
+// inWorker is a pod whose barrier is its worker's entrypoint: the worker's status (restart
+// count, runtime ID, state; none when st is nil) and the agent's record (none when nil).
+func inWorker(restarts int32, id string, st *corev1.ContainerState, rec *v1alpha1.BarrierRecord) *corev1.Pod {
+	spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
+		Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true}).Spec.Template.Spec
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelAttempt: "1"}}, Spec: spec}
+	if st != nil {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id, RestartCount: restarts, State: *st}}
+	}
+	if rec != nil {
+		raw, _ := json.Marshal(rec)
+		p.Annotations = map[string]string{v1alpha1.AnnotationBarrierRecord: string(raw)}
+	}
+	return p
+}
+
+// TestBarrierInWorkerState: what the controller and the agent read of a pod whose barrier is
+// its worker's entrypoint, from the status and the agent's record (the record comes before
+// the open, so only a container it names can have opened; a status that lags the record
+// counts the recorded container as running its attempt).
+func TestBarrierInWorkerState(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC))
+	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}
+	ended := &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143}}
+	creating := &corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	rec := func(id string, restart, attempt int32) *v1alpha1.BarrierRecord {
+		return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt}
+	}
+	type want struct {
+		waiting bool
+		opened  int32 // 0: not opened since the pod last started
+		before  int32 // OpenedBefore, 0: none
+		stopped bool  // Stopped(2)
+		openFor bool  // OpenedFor(2)
+		running int32 // Running
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want want
+	}{
+		"no status yet":                         {inWorker(0, "", nil, nil), want{stopped: true, running: 1}},
+		"waits at its barrier, no record":       {inWorker(0, "c0", running, nil), want{waiting: true, stopped: true, running: 1}},
+		"opened for 1, runs":                    {inWorker(0, "c0", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"opened for 2, runs":                    {inWorker(0, "c0", running, rec("c0", 0, 2)), want{opened: 2, stopped: true, openFor: true, running: 2}},
+		"opened for 1, ended":                   {inWorker(0, "c0", ended, rec("c0", 0, 1)), want{opened: 1, stopped: true, running: 1}},
+		"opened for 1, shown creating":          {inWorker(0, "c0", creating, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"restarted since: the next waits":       {inWorker(1, "c1", running, rec("c0", 0, 1)), want{waiting: true, before: 1, stopped: true, running: 1}},
+		"restarted twice since the record":      {inWorker(2, "c2", running, rec("c0", 0, 1)), want{waiting: true, stopped: true, running: 1}},
+		"the status lags the record (for 1)":    {inWorker(0, "c0", ended, rec("c1", 1, 1)), want{opened: 1, running: 1}},
+		"the status lags the record (for 2)":    {inWorker(0, "c0", running, rec("c1", 1, 2)), want{opened: 2, stopped: true, running: 2}},
+		"another container of the same restart": {inWorker(0, "cX", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := BarrierOf(tc.pod)
+			_, waiting := b.Waiting()
+			opened, _ := b.Opened()
+			before, _ := b.OpenedBefore()
+			running, _ := Running(tc.pod)
+			got := want{waiting, opened, before, b.Stopped(2), b.OpenedFor(2), running}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if since, ok := BarrierOf(inWorker(0, "c0", running, nil)).Waiting(); !ok || !since.Equal(started.Time) {
+		t.Errorf("waiting since %v, want %v", since, started)
+	}
+}

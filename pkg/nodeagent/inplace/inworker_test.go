@@ -1,0 +1,247 @@
+package inplace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// inWorkerPod is a pod whose barrier is its worker container's entrypoint, as
+// attempt.Job makes it with BarrierInWorker: the worker container's status shows restart
+// restarts and state s (none when s is nil), and rec, when set, is the agent's record.
+func inWorkerPod(restarts int32, id string, s *corev1.ContainerState, rec *v1alpha1.BarrierRecord) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm-0", UID: "uid-1", ResourceVersion: "7"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "/train"}}},
+			Volumes:    []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier"}}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if s != nil {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id, RestartCount: restarts, State: *s}}
+	}
+	if rec != nil {
+		raw, _ := json.Marshal(rec)
+		p.Annotations = map[string]string{v1alpha1.AnnotationBarrierRecord: string(raw)}
+	}
+	return p
+}
+
+func record(id string, restart, attempt int32) *v1alpha1.BarrierRecord {
+	return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt}
+}
+
+func TestDecideBarrierInWorker(t *testing.T) {
+	madeFor3 := inWorkerPod(0, "c0", &running, nil)
+	madeFor3.Labels = map[string]string{v1alpha1.LabelAttempt: "3"}
+	for name, tc := range map[string]struct {
+		pod         *corev1.Pod
+		attempt     int
+		barrierOpen bool
+		want        Decision
+	}{
+		"a new pod's barrier waits, gang not released": {
+			pod: inWorkerPod(0, "c0", &running, nil), attempt: 1,
+			want: Decision{Action: ActionWait},
+		},
+		"a new pod's barrier waits, gang released": {
+			pod: inWorkerPod(0, "c0", &running, nil), attempt: 1, barrierOpen: true,
+			want: Decision{Action: ActionOpenBarrier},
+		},
+		"made for attempt 3, the run read at 2: a stale view opens nothing": {
+			pod: madeFor3, attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionWait},
+		},
+		"the recorded container runs an older attempt: stop exactly it": {
+			pod: inWorkerPod(0, "c0", &running, record("c0", 0, 1)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionStopWorkers, Containers: []string{"c0"}},
+		},
+		// The agent opened a container the kubelet's status does not show yet: that one is
+		// what runs, whatever the status says of the one before.
+		"the status lags the record: the recorded container is stopped": {
+			pod: inWorkerPod(0, "c0", &exited143, record("c1", 1, 1)), attempt: 2,
+			want: Decision{Action: ActionStopWorkers, Containers: []string{"c1"}},
+		},
+		"the recorded container runs the attempt, the gang released: made sure of once": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 2)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionNone, Recorded: "c1"},
+		},
+		"the recorded container runs the attempt": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 2)), attempt: 2,
+			want: Decision{Action: ActionNone},
+		},
+		"the recorded container runs a newer attempt than a late decision": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 3)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionNone},
+		},
+		// The kubelet removed the recorded container and started the next: the record
+		// names a container that is gone, and the new one waits at its barrier.
+		"restarted since the record: the new barrier waits": {
+			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 1)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionOpenBarrier},
+		},
+		// Its worker ended on its own in the attempt the run is still in: the barrier
+		// would refuse the attempt, and a record would count it as running.
+		"restarted since it ran the attempt: waits for the next": {
+			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 2)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionWait},
+		},
+		"the recorded container ended: the kubelet restarts the pod": {
+			pod: inWorkerPod(0, "c0", &exited143, record("c0", 0, 1)), attempt: 2,
+			want: Decision{Action: ActionWait, Restarting: true},
+		},
+		"ended at its barrier: the kubelet restarts the pod": {
+			pod: inWorkerPod(1, "c1", &exited143, record("c0", 0, 1)), attempt: 2,
+			want: Decision{Action: ActionWait, Restarting: true},
+		},
+		"no status yet": {
+			pod: inWorkerPod(0, "", nil, nil), attempt: 1, barrierOpen: true,
+			want: Decision{Action: ActionWait, Restarting: true},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := Decide(tc.pod, tc.attempt, tc.barrierOpen)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(Decision{}, "Reason")); diff != "" {
+				t.Errorf("Decide (-want +got):\n%s\nreason: %s", diff, got.Reason)
+			}
+		})
+	}
+}
+
+// records is a BarrierRecorder that keeps what it was asked to write, and how many execs the
+// runtime had seen by then.
+type records struct {
+	rt      *FakeRuntime
+	written []v1alpha1.BarrierRecord
+	execsAt []int
+	err     error
+}
+
+func (r *records) RecordBarrier(_ context.Context, _ *corev1.Pod, rec v1alpha1.BarrierRecord) error {
+	if r.err != nil {
+		return r.err
+	}
+	r.written = append(r.written, rec)
+	r.execsAt = append(r.execsAt, len(r.rt.Execs))
+	return nil
+}
+
+func workerCtr(id string, restart uint32) *runtimeapi.Container {
+	c := ctr(id, "uid-1", "worker", run)
+	c.Metadata = &runtimeapi.ContainerMetadata{Name: "worker", Attempt: restart}
+	return c
+}
+
+// A barrier in the worker container is opened only once the agent recorded the open, with
+// the container the runtime runs and its restart number; a container recorded already is
+// not recorded again, and one recorded for another attempt is not opened.
+func TestOpenBarrierInWorkerRecordsFirst(t *testing.T) {
+	ctx := context.Background()
+	open := []string{v1alpha1.BarrierBinary, "open", "--attempt", "2"}
+	for name, tc := range map[string]struct {
+		pod        *corev1.Pod
+		recordErr  error
+		execExit   int32
+		opened     bool
+		wantErr    bool
+		wantRecord []v1alpha1.BarrierRecord
+		execs      int
+	}{
+		"a waiting barrier: recorded, then opened": {
+			pod:        inWorkerPod(1, "c1", &running, record("c0", 0, 1)),
+			opened:     true,
+			wantRecord: []v1alpha1.BarrierRecord{*record("c1", 1, 2)},
+			execs:      1,
+		},
+		"the status lags: the runtime's container is recorded": {
+			pod:        inWorkerPod(0, "c0", &exited143, record("c0", 0, 1)),
+			opened:     true,
+			wantRecord: []v1alpha1.BarrierRecord{*record("c1", 1, 2)},
+			execs:      1,
+		},
+		"recorded already, for the attempt: opened again, not recorded again": {
+			pod:    inWorkerPod(1, "c1", &running, record("c1", 1, 2)),
+			opened: true,
+			execs:  1,
+		},
+		"recorded already and opened before: nothing": {
+			pod:      inWorkerPod(1, "c1", &running, record("c1", 1, 2)),
+			execExit: openExitOpenedBefore,
+			execs:    1,
+		},
+		"an earlier container ran the attempt: not recorded, not opened": {
+			pod: inWorkerPod(0, "c0", &exited143, record("c0", 0, 2)),
+		},
+		"recorded for another attempt: not opened": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 1)),
+		},
+		"the record cannot be written: not opened": {
+			pod:       inWorkerPod(1, "c1", &running, record("c0", 0, 1)),
+			recordErr: errors.New("conflict"),
+			wantErr:   true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("c1", 1), ctr("other", "uid-2", "worker", run)}}
+			if tc.execExit != 0 {
+				rt.ExecExit = map[string]int32{"c1": tc.execExit}
+			}
+			recs := &records{rt: rt, err: tc.recordErr}
+			r := New(rt, nil)
+			r.ProcRoot = "" // by exec: the fake has no processes
+			r.Records = recs
+			opened, err := r.OpenBarrier(ctx, tc.pod, 2)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			if opened != tc.opened || len(rt.Execs) != tc.execs {
+				t.Errorf("opened %v after %d execs, want %v after %d", opened, len(rt.Execs), tc.opened, tc.execs)
+			}
+			if diff := cmp.Diff(tc.wantRecord, recs.written); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+			for _, n := range recs.execsAt {
+				if n != 0 {
+					t.Errorf("recorded after %d execs: the record comes before the open", n)
+				}
+			}
+			for _, e := range rt.Execs {
+				if e.ID != "c1" || !cmp.Equal(e.Cmd, open) {
+					t.Errorf("exec %q in %s, want %q in c1", e.Cmd, e.ID, open)
+				}
+			}
+		})
+	}
+}
+
+// A container recorded for the attempt is made sure of once, whether it was opened before
+// (an agent that stopped between its record and its open opens it now): then never again.
+func TestSyncMakesSureOfARecordedOpenOnce(t *testing.T) {
+	ctx := context.Background()
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("c1", 1)}, ExecExit: map[string]int32{"c1": openExitOpenedBefore}}
+	r := New(rt, nil)
+	r.ProcRoot = ""
+	r.Records = &records{rt: rt}
+	pod := inWorkerPod(1, "c1", &running, record("c1", 1, 2))
+	for i := range 3 {
+		if a, err := r.Sync(ctx, pod, 2, true); a != ActionNone || err != nil {
+			t.Fatalf("sync %d: %s, %v", i, a, err)
+		}
+	}
+	if len(rt.Execs) != 1 {
+		t.Errorf("%d opens, want 1: %v", len(rt.Execs), rt.Execs)
+	}
+	if a, err := r.Sync(ctx, pod, 2, false); a != ActionNone || err != nil || len(rt.Execs) != 1 {
+		t.Errorf("gang not released: %s, %v, %d execs", a, err, len(rt.Execs))
+	}
+}

@@ -1,0 +1,158 @@
+package realnode
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/test/cluster"
+)
+
+// TestRealInPlaceBarrierInWorker (issue 41): with the controller's --barrier-in-worker, the
+// barrier is the worker container's own entrypoint (faultline-barrier from an image volume
+// of its image, `exec -- /worker`), and a restart in place keeps every guarantee of the
+// init container's.
+//
+// A 4-worker run across both real nodes, restartMode InPlace. Attempt 1: every pod has one
+// container and no init container; each worker runs only once its node agent recorded the
+// open (faultline.dev/barrier-record names the container the status shows, for attempt 1).
+// The test SIGTERMs index 1's worker through its node's containerd: an Unknown exit 143,
+// which the agent reports for attempt 1 from its record, and the run restarts in place
+// (no index moves). The coordinator (index 0) outlives its stop by 3 s. The test's watch
+// of the pods sees every attempt-1 worker stopped before the first record of attempt 2: no
+// agent opens a barrier of attempt 2 while an old worker runs. Attempt 2: the same pods,
+// each worker restarted once and recorded for attempt 2; its coordinator registers every
+// index once and reads attempt 2 from the attempt file the barrier wrote. Then index 1's
+// worker exits 1 on its own (SIGUSR1 tells it when): the run fails, AppExit, by the agent's
+// report of that exit in attempt 2.
+func TestRealInPlaceBarrierInWorker(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
+	startController(t, c, ns, "--barrier-in-worker")
+
+	run := realRun("inworker", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
+		"--sigterm-delay", "3s", "--sigterm-delay-index", "0",
+		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit", "--fail-on-usr1"},
+		withRestartMode(v1alpha1.RestartModeInPlace), withCommand(cluster.WorkerProgram))
+	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var (
+		mu   sync.Mutex
+		seen []*corev1.Pod
+	)
+	go func() {
+		for e := range w.ResultChan() {
+			if p, ok := e.Object.(*corev1.Pod); ok {
+				mu.Lock()
+				seen = append(seen, p)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	run = createRun(ctx, t, c, ns, run)
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	for i, p := range first {
+		if name, place := attempt.BarrierContainer(&p.Spec); place != attempt.BarrierInWorker || name != "worker" || len(p.Spec.InitContainers) != 0 {
+			t.Fatalf("pod %s: barrier %q %v, init containers %v; want the barrier as the worker's entrypoint and no init container", p.Name, name, place, p.Spec.InitContainers)
+		}
+		requireRecord(t, p, 1, 0)
+		if i == 0 && !slices.Contains(p.Spec.Containers[0].Command, cluster.WorkerProgram) {
+			t.Errorf("pod %s: command %q, want the barrier's exec of %s", p.Name, p.Spec.Containers[0].Command, cluster.WorkerProgram)
+		}
+	}
+	victim := first[1]
+	node := c.Real.Node(victim.Spec.NodeName)
+
+	killed := time.Now()
+	killWorker(ctx, t, c, node, victim, "SIGTERM")
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	t.Logf("SIGTERM to index 1's worker -> attempt 2 Running in %s", time.Since(killed).Round(time.Millisecond))
+	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseUnknown || f.ExitCode == nil || *f.ExitCode != 143 || f.Index == nil || *f.Index != 1 {
+		t.Errorf("attempt 1's verdict: %s; want Unknown, index 1's exit 143", describeRun(got))
+	}
+	if rec := got.Status.Attempts[len(got.Status.Attempts)-1]; rec.RestartMode != v1alpha1.RestartModeInPlace || len(rec.MovedIndexes) != 0 {
+		t.Errorf("attempt 2's record: restartMode %q movedIndexes %v; want InPlace, none", rec.RestartMode, rec.MovedIndexes)
+	}
+	requireExitReport(ctx, t, c, victim, 1, 143)
+
+	second := waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
+	for i, p := range second {
+		old := first[i]
+		w, w0 := workerStatus(p), workerStatus(old)
+		if p.UID != old.UID || w == nil || w0 == nil || w.RestartCount != w0.RestartCount+1 {
+			t.Errorf("index %d: pod %s uid %s worker %+v; before: uid %s worker %+v; want the same pod, its worker restarted once", i, p.Name, p.UID, w, old.UID, w0)
+			continue
+		}
+		requireRecord(t, p, 2, w.RestartCount)
+	}
+	log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
+	if strings.Join(tasks, ",") != eachOnce(4) || strings.Contains(log, "REFUSED") {
+		t.Errorf("attempt 2's coordinator registered tasks %v, want each of 0-3 once:\n%s", tasks, log)
+	}
+	if !strings.Contains(log, "attempt=2") {
+		t.Errorf("attempt 2's coordinator does not say attempt 2 (its attempt file):\n%s", log)
+	}
+
+	// The barrier, in the API server's order: every old worker stopped before any record
+	// of attempt 2 (the agent records before it opens).
+	mu.Lock()
+	events := slices.Clone(seen)
+	mu.Unlock()
+	stopped, lastStop, firstOpen := map[int]bool{}, -1, -1
+	for seq, p := range events {
+		i := attempt.IndexOrNone(p)
+		old := first[i]
+		if old == nil || p.UID != old.UID {
+			continue
+		}
+		if s := workerStatus(p); !stopped[i] && s != nil && (s.State.Running == nil || s.RestartCount > workerStatus(old).RestartCount) {
+			stopped[i], lastStop = true, seq
+		}
+		if rec := attempt.BarrierRecord(p); rec != nil && rec.Attempt >= 2 && firstOpen < 0 {
+			firstOpen = seq
+		}
+	}
+	if len(stopped) != 4 || firstOpen < 0 || firstOpen < lastStop {
+		t.Errorf("the watch saw %d of 4 old workers stop (the last at event %d) and the first record of attempt 2 at event %d: want all stopped before it", len(stopped), lastStop, firstOpen)
+	}
+
+	restarted := second[1]
+	killWorker(ctx, t, c, node, restarted, "SIGUSR1")
+	failed := waitRun(ctx, t, c, ns, run.Name, "Failed", func(r *v1alpha1.TrainingRun) bool {
+		return r.Status.Phase == v1alpha1.PhaseFailed || r.Status.Attempt > 2
+	})
+	if f := failed.Status.LastFailure; failed.Status.Phase != v1alpha1.PhaseFailed || f == nil || f.Cause != v1alpha1.CauseAppExit ||
+		f.ExitCode == nil || *f.ExitCode != 1 || f.Index == nil || *f.Index != 1 {
+		t.Fatalf("run: %s; want Failed, AppExit of index 1's exit 1", describeRun(failed))
+	}
+	requireExitReport(ctx, t, c, victim, 2, 1)
+}
+
+// requireRecord checks that pod's node agent recorded the open of the container its status
+// shows (restart number restarts) for attempt n.
+func requireRecord(t *testing.T, p *corev1.Pod, n, restarts int32) {
+	t.Helper()
+	rec, w := attempt.BarrierRecord(p), workerStatus(p)
+	if rec == nil || w == nil || rec.Attempt != n || rec.Restart != restarts || rec.ContainerID != attempt.RuntimeID(w.ContainerID) {
+		t.Errorf("pod %s: record %+v, worker %+v; want container %s (restart %d) recorded for attempt %d", p.Name, rec, w, w.ContainerID, restarts, n)
+	}
+}
+
+// withCommand sets the worker container's command (the image's entrypoint otherwise): the
+// barrier can be the entrypoint only of a container whose command is set.
+func withCommand(cmd ...string) runOption {
+	return func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = cmd }
+}
