@@ -329,7 +329,9 @@ func (b *bench) scenarios(ctx context.Context) error {
 func gpuWorker() corev1.PodSpec {
 	return corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
-		Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest", Resources: corev1.ResourceRequirements{
+		// A command, as a real worker's (the examples'): the barrier of an in-place run is
+		// then the container's entrypoint, launcher controller's default.
+		Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest", Command: []string{"/train"}, Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")},
 		}}},
 	}

@@ -106,16 +106,19 @@ func slimContainerStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus
 	return out
 }
 
-// slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions) and the
-// features its kubelet declares (whether it restarts pods in place): a Node's status
-// (images, addresses, capacity, system info) is most of it, in every Node of the cluster.
+// slimNode keeps what exitclass.FactsOfNode reads (metadata, spec, conditions), the
+// features its kubelet declares (whether it restarts pods in place) and its container
+// runtime's version (whether it mounts image volumes): a Node's status (images, addresses,
+// capacity, the rest of its system info) is most of it, in every Node of the cluster.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return stripManagedFields(obj)
 	}
 	n.ManagedFields = nil
-	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions, DeclaredFeatures: n.Status.DeclaredFeatures}
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions, DeclaredFeatures: n.Status.DeclaredFeatures,
+		// Whether it mounts image volumes (inplacegate.ImageVolumesCannot).
+		NodeInfo: corev1.NodeSystemInfo{ContainerRuntimeVersion: n.Status.NodeInfo.ContainerRuntimeVersion}}
 	return n, nil
 }
 

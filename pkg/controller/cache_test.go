@@ -13,6 +13,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/inplacegate"
 )
 
 // The cached pod keeps everything exitclass and the teardown read (labels, annotations,
@@ -111,6 +112,7 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 			Images:    []corev1.ContainerImage{{Names: []string{"trainer"}, SizeBytes: 1 << 30}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.3"}},
 			Capacity:  corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("8")},
+			NodeInfo:  corev1.NodeSystemInfo{ContainerRuntimeVersion: "containerd://2.2.9", KernelVersion: "6.1.0"},
 		},
 	}
 	obj, err := slimNode(full.DeepCopy())
@@ -125,7 +127,10 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 		f.GPUUnhealthySince == nil || !f.Unreachable || f.UnreachableSince == nil || !f.OutOfService {
 		t.Fatalf("the test node should have every fact, or the comparison above proves little: %+v", f)
 	}
-	if slim.ManagedFields != nil || slim.Status.Images != nil || slim.Status.Capacity != nil {
+	if why := inplacegate.ImageVolumesCannot(slim); why != "" {
+		t.Errorf("the slim node of a containerd 2.2 node: %s", why)
+	}
+	if slim.ManagedFields != nil || slim.Status.Images != nil || slim.Status.Capacity != nil || slim.Status.NodeInfo.KernelVersion != "" {
 		t.Errorf("slim node kept what nobody reads: %+v", slim)
 	}
 }

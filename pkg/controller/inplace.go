@@ -38,33 +38,36 @@ func (r *Reconciler) heartbeats(ctx context.Context) inplacegate.Heartbeats {
 	return func(node string) *exitclass.Heartbeat { return r.agentHeartbeat(ctx, node) }
 }
 
-// barrierImage is the barrier image the next Job's pods get, "" for pods that do not restart
-// in place (restartMode Recreate, Index scope, or Auto on nodes that cannot). With restartMode
-// InPlace on nodes that cannot, why says which.
-func (r *Reconciler) barrierImage(ctx context.Context, run *v1alpha1.TrainingRun) (image, why string, err error) {
+// barrier is where the next Job's pods get the barrier: its image, "" for pods that do not
+// restart in place (restartMode Recreate, Index scope, or Auto on nodes that cannot), and
+// whether it is the worker container's entrypoint (BarrierInWorker, and every node the run
+// may use mounts image volumes: inplacegate.BarrierInWorker; else the init container). With
+// restartMode InPlace on nodes that cannot, why says which.
+func (r *Reconciler) barrier(ctx context.Context, run *v1alpha1.TrainingRun) (image string, inWorker bool, why string, err error) {
 	if run.Spec.RestartScope == v1alpha1.RestartScopeIndex || run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeRecreate || r.BarrierImage == "" {
-		return "", "", nil
+		return "", false, "", nil
 	}
 	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionInPlaceRestarts); c != nil && c.Status == metav1.ConditionFalse {
 		if run.Spec.FailurePolicy.RestartMode == v1alpha1.RestartModeInPlace {
-			return "", "spec.failurePolicy.restartMode is InPlace, and " + c.Message, nil
+			return "", false, "spec.failurePolicy.restartMode is InPlace, and " + c.Message, nil
 		}
-		return "", "", nil // Auto: recreate, as the condition says
+		return "", false, "", nil // Auto: recreate, as the condition says
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes); err != nil {
-		return "", "", fmt.Errorf("list nodes: %w", err)
+		return "", false, "", fmt.Errorf("list nodes: %w", err)
 	}
 	ok, unsupported := inplacegate.Support(run, nodes.Items, r.heartbeats(ctx), r.now().Time)
 	switch {
 	case ok:
-		return r.BarrierImage, "", nil
+		inWorker, _ := inplacegate.BarrierInWorker(run, nodes.Items)
+		return r.BarrierImage, r.BarrierInWorker && inWorker, "", nil
 	case run.Spec.FailurePolicy.RestartMode != v1alpha1.RestartModeInPlace:
-		return "", "", nil // Auto: recreate
+		return "", false, "", nil // Auto: recreate
 	case len(unsupported) == 0:
-		return "", "spec.failurePolicy.restartMode is InPlace and no schedulable node matches spec.template.spec.nodeSelector", nil
+		return "", false, "spec.failurePolicy.restartMode is InPlace and no schedulable node matches spec.template.spec.nodeSelector", nil
 	}
-	return "", fmt.Sprintf("spec.failurePolicy.restartMode is InPlace, and %s cannot restart a pod in place: "+
+	return "", false, fmt.Sprintf("spec.failurePolicy.restartMode is InPlace, and %s cannot restart a pod in place: "+
 		"enable the kubelet's RestartAllContainersOnContainerExits feature and give the node agent its container runtime socket, or set restartMode Auto or Recreate", named(unsupported)), nil
 }
 

@@ -64,10 +64,9 @@ type Options struct {
 	BarrierImage string
 	// BarrierInWorker makes the barrier the worker container's entrypoint, from an image
 	// volume of BarrierImage, in the pods whose template allows it (one container, its
-	// command set): one container per pod for the kubelet to restart, where the init
-	// container is two (docs/in-place-restart-proof.md). The nodes' kubelets must mount
-	// image volumes (ImageVolume, on by default since Kubernetes 1.35) and their runtime
-	// too (containerd 2.1 or later).
+	// command set) on nodes whose runtime mounts image volumes (inplacegate.BarrierInWorker):
+	// one container per pod for the kubelet to restart, where the init container is two
+	// (docs/in-place-restart-proof.md). launcher controller's default.
 	BarrierInWorker bool
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.

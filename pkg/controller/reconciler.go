@@ -60,7 +60,7 @@ type Reconciler struct {
 	// restart in place; "" restarts none in place (every restart recreates).
 	BarrierImage string
 	// BarrierInWorker makes the barrier the worker container's entrypoint where the
-	// template allows it (attempt.Options.BarrierInWorker).
+	// template and the nodes allow it (attempt.Options.BarrierInWorker, barrier).
 	BarrierInWorker bool
 	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
 	// through its Workload. Off, such a run stalls rather than bypass the queue.

@@ -220,7 +220,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if res, ok, err := r.ensureService(ctx, run); !ok || err != nil {
 		return res, err
 	}
-	image, why, err := r.barrierImage(ctx, run)
+	image, inWorker, why, err := r.barrier(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -230,7 +230,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	job := attempt.Job(run, attempt.Options{
 		Attempt:         run.Status.Attempt,
 		BarrierImage:    image,
-		BarrierInWorker: r.BarrierInWorker,
+		BarrierInWorker: inWorker,
 		ExcludedNodes:   excludedNodes(run),
 		Env:             fw.Env,
 		Ports:           fw.Ports,

@@ -18,12 +18,15 @@
 package inplacegate
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
@@ -41,6 +44,18 @@ type Heartbeats func(node string) *exitclass.Heartbeat
 // (spec.roles); their affinity and tolerations are the scheduler's business: a stricter
 // placement only narrows this set. A node can when NodeCannot says nothing.
 func Support(run *v1alpha1.TrainingRun, nodes []corev1.Node, hb Heartbeats, now time.Time) (ok bool, unsupported []string) {
+	considered := consideredNodes(run, nodes)
+	for _, n := range considered {
+		if why := NodeCannot(n, hb(n.Name), now); why != "" {
+			unsupported = append(unsupported, n.Name+" ("+why+")")
+		}
+	}
+	return len(considered) > 0 && len(unsupported) == 0, unsupported
+}
+
+// consideredNodes are the schedulable nodes of nodes that the run's template, or one of its
+// roles, selects.
+func consideredNodes(run *v1alpha1.TrainingRun, nodes []corev1.Node) []*corev1.Node {
 	sels := []labels.Selector{labels.SelectorFromSet(run.Spec.Template.Spec.NodeSelector)}
 	for _, role := range run.Spec.Roles {
 		if len(role.NodeSelector) > 0 {
@@ -52,18 +67,54 @@ func Support(run *v1alpha1.TrainingRun, nodes []corev1.Node, hb Heartbeats, now 
 			sels = append(sels, labels.SelectorFromSet(set))
 		}
 	}
-	considered := 0
+	var out []*corev1.Node
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Spec.Unschedulable || !slices.ContainsFunc(sels, func(sel labels.Selector) bool { return sel.Matches(labels.Set(n.Labels)) }) {
-			continue
-		}
-		considered++
-		if why := NodeCannot(n, hb(n.Name), now); why != "" {
-			unsupported = append(unsupported, n.Name+" ("+why+")")
+		if !n.Spec.Unschedulable && slices.ContainsFunc(sels, func(sel labels.Selector) bool { return sel.Matches(labels.Set(n.Labels)) }) {
+			out = append(out, n)
 		}
 	}
-	return considered > 0 && len(unsupported) == 0, unsupported
+	return out
+}
+
+// BarrierInWorker says whether the run's pods may have their barrier in the worker container
+// (an image volume of the barrier's image): every node the run may use mounts image volumes
+// (ImageVolumesCannot says nothing), and names those that cannot. Pure.
+func BarrierInWorker(run *v1alpha1.TrainingRun, nodes []corev1.Node) (ok bool, cannot []string) {
+	considered := consideredNodes(run, nodes)
+	for _, n := range considered {
+		if why := ImageVolumesCannot(n); why != "" {
+			cannot = append(cannot, n.Name+" ("+why+")")
+		}
+	}
+	return len(considered) > 0 && len(cannot) == 0, cannot
+}
+
+// imageVolumeRuntimes are the container runtimes that mount image volumes, from the version
+// that first did: containerd 2.1, CRI-O 1.31 (KEP-4639). The kubelet mounts them from v1.35
+// by default (GA and locked on in v1.36), older than any kubelet that declares
+// RestartAllContainersOnContainerExits with its defaults.
+var imageVolumeRuntimes = map[string]*utilversion.Version{
+	"containerd": utilversion.MustParseGeneric("2.1.0"),
+	"cri-o":      utilversion.MustParseGeneric("1.31.0"),
+}
+
+// ImageVolumesCannot says why node n's container runtime cannot mount image volumes, "" when
+// it can, as its kubelet reports the runtime (status.nodeInfo.containerRuntimeVersion,
+// "<runtime>://<version>"): no API declares the capability, so a runtime not known to, or a
+// version that does not parse, counts as unable, and the run keeps the init container.
+func ImageVolumesCannot(n *corev1.Node) string {
+	rv := n.Status.NodeInfo.ContainerRuntimeVersion
+	name, ver, _ := strings.Cut(rv, "://")
+	least, known := imageVolumeRuntimes[name]
+	if !known {
+		return fmt.Sprintf("its container runtime %q is not one known to mount image volumes (containerd 2.1+, CRI-O 1.31+)", rv)
+	}
+	v, err := utilversion.ParseGeneric(ver)
+	if err != nil || v.LessThan(least) {
+		return fmt.Sprintf("its container runtime %s mounts no image volumes (%s %s or later)", rv, name, least)
+	}
+	return ""
 }
 
 // NodeCannot says why node n cannot restart a pod in place now, "" when it can: its kubelet
@@ -138,11 +189,18 @@ var pullFailures = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNev
 // BarrierUnpullable is the first pod of pods whose barrier's image cannot be pulled on its
 // node, and the kubelet's words; nil if none. A barrier in the worker container is an image
 // volume of the barrier's image: the kubelet reports its pull on the container that mounts
-// it. Pure.
+// it (k8s.io/kubernetes v1.36, kuberuntime: the volume's pull result fails the container's
+// start), where the worker's own image fails alike; its message names the image. Pure.
 func BarrierUnpullable(pods []*corev1.Pod) (*corev1.Pod, *corev1.ContainerStateWaiting) {
 	for _, p := range pods {
-		if st := attempt.BarrierOf(p).Status; st != nil && st.State.Waiting != nil && slices.Contains(pullFailures, st.State.Waiting.Reason) {
-			return p, st.State.Waiting
+		b := attempt.BarrierOf(p)
+		if b.Status == nil || b.Status.State.Waiting == nil || !slices.Contains(pullFailures, b.Status.State.Waiting.Reason) {
+			continue
+		}
+		// The worker's own image fails the same way there: the kubelet's message names the
+		// image it could not pull.
+		if w := b.Status.State.Waiting; b.Place != attempt.BarrierInWorker || strings.Contains(w.Message, attempt.BarrierImage(&p.Spec)) {
+			return p, w
 		}
 	}
 	return nil, nil

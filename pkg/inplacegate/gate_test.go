@@ -239,6 +239,19 @@ func TestEarliestLooksAgainWhenAHeartbeatWouldExpire(t *testing.T) {
 // TestBarrierUnpullable: a barrier waiting on an image the kubelet cannot pull is named (its
 // back-off, an invalid name, a pull the pod's policy forbids); a first failed pull, which the
 // kubelet retries at once, and another container's pull are not.
+// inWorkerPod is a pod whose barrier is its worker's entrypoint (an image volume of
+// barrier:v1), its worker waiting on an image pull that failed with msg.
+func inWorkerPod(msg string) *corev1.Pod {
+	p := inPlacePod("0", "1", "n")
+	p.Spec.InitContainers = nil
+	p.Spec.Volumes = []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier:v1"}}}}
+	p.Spec.Containers = []corev1.Container{{Name: "worker", Image: "trainer:v1", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "train"}}}
+	p.Status.InitContainerStatuses = nil
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: msg}}}}
+	return p
+}
+
 func TestBarrierUnpullable(t *testing.T) {
 	waiting := func(name, reason string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
@@ -256,9 +269,50 @@ func TestBarrierUnpullable(t *testing.T) {
 		"a first failure": {inPlacePod("0", "1", "n", waiting(v1alpha1.BarrierContainer, "ErrImagePull")), false},
 		"the user's init": {inPlacePod("0", "1", "n", waiting("setup", "ImagePullBackOff")), false},
 		"initializing":    {inPlacePod("0", "1", "n", waiting(v1alpha1.BarrierContainer, "PodInitializing")), false},
+		// A barrier in the worker container: the barrier's image volume, or the worker's
+		// own image, which the kubelet's message tells apart.
+		"the barrier's image volume": {inWorkerPod(`Back-off pulling image "barrier:v1": not found`), true},
+		"the worker's own image":     {inWorkerPod(`Back-off pulling image "trainer:v1": not found`), false},
 	} {
 		if p, _ := BarrierUnpullable([]*corev1.Pod{tc.pod}); (p != nil) != tc.want {
 			t.Errorf("%s: BarrierUnpullable = %v, want %v", name, p != nil, tc.want)
 		}
+	}
+}
+
+// TestImageVolumesCannot: a node mounts image volumes (a barrier in the worker container)
+// when its kubelet reports containerd 2.1+ or CRI-O 1.31+; anything else keeps the init
+// container.
+func TestImageVolumesCannot(t *testing.T) {
+	for rv, can := range map[string]bool{
+		"containerd://2.2.9+unknown": true,
+		"containerd://2.1.0":         true,
+		"containerd://v2.1.4":        true,
+		"containerd://2.0.5":         false,
+		"containerd://1.7.27":        false,
+		"cri-o://1.31.0":             true,
+		"cri-o://1.30.4":             false,
+		"docker://28.0.1":            false,
+		"containerd://garbled":       false,
+		"":                           false,
+	} {
+		n := &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{ContainerRuntimeVersion: rv}}}
+		if why := ImageVolumesCannot(n); (why == "") != can {
+			t.Errorf("%q: ImageVolumesCannot = %q, want able %v", rv, why, can)
+		}
+	}
+	run := &v1alpha1.TrainingRun{Spec: v1alpha1.TrainingRunSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeSelector: map[string]string{"pool": "a"}}}}}
+	node := func(name, pool, rv string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{ContainerRuntimeVersion: rv}}}
+	}
+	if ok, cannot := BarrierInWorker(run, []corev1.Node{node("a1", "a", "containerd://2.2.9"), node("b1", "b", "containerd://1.7.0")}); !ok || cannot != nil {
+		t.Errorf("pool a on containerd 2.2: %v %v, want able (pool b is not the run's)", ok, cannot)
+	}
+	if ok, cannot := BarrierInWorker(run, []corev1.Node{node("a1", "a", "containerd://2.2.9"), node("a2", "a", "containerd://2.0.0")}); ok || len(cannot) != 1 {
+		t.Errorf("a node of pool a on containerd 2.0: %v %v, want unable, naming it", ok, cannot)
+	}
+	if ok, _ := BarrierInWorker(run, nil); ok {
+		t.Error("no node: able")
 	}
 }

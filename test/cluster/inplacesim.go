@@ -125,6 +125,10 @@ func podChanged(loop *inplace.Loop, obj any) {
 // older reports).
 const simWorkers = 64
 
+// SimulatedRuntimeVersion is the container runtime an in-place capable kwok node reports: the
+// real nodes' containerd (hack/tools).
+const SimulatedRuntimeVersion = "containerd://2.2.9"
+
 // kwokRuntime carries the agent's decisions out as the kubelet would show them: the agent's
 // Restarter would stop the old workers or exec the barrier's open through the CRI, and the
 // kubelet would write the pod's status.
@@ -319,8 +323,8 @@ func restartCount(statuses []corev1.ContainerStatus, name string) int32 {
 // MakeInPlaceCapable makes a kwok node one that restarts pods in place, as a real node does
 // with the kubelet's gate on and the node agent ready: it declares
 // RestartAllContainersOnContainerExits (the scheduler keeps pods with the rule off nodes that
-// do not), reports faultline.dev/InPlaceReady, and has a heartbeat that holds for an hour
-// (AgentHeartbeat). A node agent started on the node later
+// do not), reports faultline.dev/InPlaceReady and a runtime that mounts image volumes
+// (SimulatedRuntimeVersion), and has a heartbeat that holds for an hour (AgentHeartbeat). A node agent started on the node later
 // writes its own readiness (False, with simulated hardware): call it again after.
 func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 	// kwok writes the node's status too (its heartbeat): read, change, write until no write
@@ -333,6 +337,9 @@ func (c *Cluster) MakeInPlaceCapable(ctx context.Context, node string) error {
 		if !slices.Contains(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers) {
 			n.Status.DeclaredFeatures = append(n.Status.DeclaredFeatures, v1alpha1.FeatureRestartAllContainers)
 		}
+		// The runtime kwok plays, as a kubelet reports it: one that mounts image volumes
+		// (a barrier in the worker container).
+		n.Status.NodeInfo.ContainerRuntimeVersion = SimulatedRuntimeVersion
 		ready := corev1.NodeCondition{
 			Type: v1alpha1.NodeConditionInPlaceReady, Status: corev1.ConditionTrue, Reason: v1alpha1.InPlaceReasonRuntimeReady,
 			Message: "simulated: kwok plays the kubelet's restart in place", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),

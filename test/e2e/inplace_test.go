@@ -34,7 +34,8 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 }
 
 // TestE2EInPlaceRestartOnKwokBarrierInWorker is the same restart with the controller's
-// --barrier-in-worker: the barrier is the worker container's entrypoint, a pod waiting at it
+// --barrier-in-worker (its default; the test above turns it off): the barrier is the worker
+// container's entrypoint, a pod waiting at it
 // shows its one container running (and Ready), and the node agent's record of each open
 // (faultline.dev/barrier-record) is what says which attempt a pod's worker runs.
 func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
@@ -43,10 +44,7 @@ func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
 }
 
 func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
-	args := []string{"--barrier-image", kwokBarrierImage}
-	if inWorker {
-		args = append(args, "--barrier-in-worker")
-	}
+	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker)}
 	ctx, c, ns, _ := scenario(t, args...)
 	nodes, onPool := nodePool(ctx, t, c, ns, 2)
 	for _, n := range nodes {

@@ -43,7 +43,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			b.Fatalf("-real-bench-workers %q: want gang sizes of 2 or more", *benchWorkers)
 		}
 		took := map[string]time.Duration{}
-		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), string(v1alpha1.RestartModeRecreate), floor} {
+		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceInWorker, string(v1alpha1.RestartModeRecreate), floor} {
 			name := "mode=" + mode
 			if mode == floor {
 				name = floor
@@ -51,12 +51,19 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			b.Run(fmt.Sprintf("workers=%d/%s", workers, name), func(b *testing.B) {
 				var r restartResult
 				for i := range b.N {
-					gang := fmt.Sprintf("bench-%d-%s-%d", workers, strings.ToLower(mode), i)
+					short := strings.ToLower(mode)
+					if mode == inPlaceInWorker {
+						short = "inworker"
+					}
+					gang := fmt.Sprintf("bench-%d-%s-%d", workers, short, i)
 					var one restartResult
-					if mode == floor {
+					switch mode {
+					case floor:
 						one = replaceLostPods(b, gang, workers)
-					} else {
-						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode))
+					case inPlaceInWorker:
+						one = shutdownRestart(b, gang, workers, v1alpha1.RestartModeInPlace, true)
+					default:
+						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode), false)
 					}
 					r.took += one.took
 					r.created += one.created
@@ -69,8 +76,8 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			})
 		}
 		if re := took[string(v1alpha1.RestartModeRecreate)]; re > 0 {
-			b.Logf("%d workers: in place %.2f× recreate; the floor (only the lost node's pods replaced) %.2f× recreate",
-				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
+			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
+				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[inPlaceInWorker].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
 		}
 	}
 }
@@ -82,22 +89,32 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 // kubelet left, beside the workers restarting in place.
 const floor = "floor"
 
+// inPlaceInWorker is restartMode InPlace under a controller with --barrier-in-worker: the
+// barrier is the worker container's entrypoint (its command set to the test worker's).
+const inPlaceInWorker = "InPlace,barrier=in-worker"
+
 type restartResult struct {
 	took             time.Duration
 	created, inPlace int
 }
 
 // shutdownRestart runs one measurement of BenchmarkRealNodeShutdownRestart.
-func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.RestartMode) restartResult {
+func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.RestartMode, inWorker bool) restartResult {
 	b.StopTimer()
 	defer b.StartTimer()
 	ctx, c, ns := scenario(b, 5*time.Minute)
-	ctrl := startController(b, c, ns)
+	var args []string
+	opts := []runOption{withRestartMode(mode)}
+	if inWorker {
+		args = append(args, "--barrier-in-worker")
+		opts = append(opts, withCommand(cluster.WorkerProgram))
+	}
+	ctrl := startController(b, c, ns, args...)
 	defer ctrl.Stop()
 
 	// As in TestRealNodeShutdownRestartsTheGang: the workers notice a lost task by its
 	// heartbeats, after 10 s, so that the kubelet's SIGTERM and the controller come first.
-	run := createRun(ctx, b, c, ns, realRun(name, int32(workers), []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, withRestartMode(mode)))
+	run := createRun(ctx, b, c, ns, realRun(name, int32(workers), []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, opts...))
 	waitRun(ctx, b, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, b, c, ns, run.Name, 1, workers)
 	up := c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
@@ -134,7 +151,7 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	}
 	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d new pods (attempt 2's record: %s); %s",
 		workers, mode, took.Round(time.Millisecond), r.inPlace, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
-	if mode == v1alpha1.RestartModeInPlace && traces != nil {
+	if mode == v1alpha1.RestartModeInPlace && !inWorker && traces != nil {
 		// A pod's moment the spans lack (a worker that exited on its own before its stop:
 		// the kubelet restarted it first) leaves its hop out of the table, not the run.
 		ep, err := waitBreakdown(got, first, after)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/pkg/version"
@@ -399,12 +400,19 @@ func TestRealInstalledAsAnOperatorWould(t *testing.T) {
 	}
 	t.Logf("controller leader: %s", leader)
 
-	// A logind shutdown of a worker's node restarts the gang, in place where it can.
+	// A logind shutdown of a worker's node restarts the gang, in place where it can: with its
+	// command set, the barrier is the worker container's entrypoint (the installed
+	// controller's default), from an image volume of the registry's barrier image.
 	run := createRun(ctx, t, c, ns, realRun("gang", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
-		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}))
+		"--sigterm-delay", "5s", "--sigterm-delay-index", "0"}, withCommand(cluster.WorkerProgram)))
 	got := waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", attemptRunningOrOver(1))
 	requireRunning(t, got, 1)
 	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
+	for _, p := range workers {
+		if _, place := attempt.BarrierContainer(&p.Spec); place != attempt.BarrierInWorker || !attempt.BarrierOf(p).OpenedFor(1) {
+			t.Errorf("pod %s: barrier at %v, opened for attempt 1 %v; want the worker's entrypoint, recorded open", p.Name, place, attempt.BarrierOf(p).OpenedFor(1))
+		}
+	}
 	var down *cluster.RealNode
 	for _, n := range c.Real.Nodes {
 		if n.Name != workers[0].Spec.NodeName {
