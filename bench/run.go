@@ -329,9 +329,11 @@ func (b *bench) scenarios(ctx context.Context) error {
 func gpuWorker() corev1.PodSpec {
 	return corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
-		// A command, as a real worker's (the examples'): the barrier of an in-place run is
-		// then the container's entrypoint, launcher controller's default.
-		Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest", Command: []string{"/train"}, Resources: corev1.ResourceRequirements{
+		// No command: an in-place run's barrier is the init container here. With one it
+		// would be the worker's entrypoint, whose open the node agent records on the pod,
+		// which the bench's admission policies let only the agent of the pod's node write:
+		// the simulated node side (cluster.SimulateInPlace) writes as the cluster's admin.
+		Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest", Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")},
 		}}},
 	}

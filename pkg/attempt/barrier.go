@@ -313,9 +313,13 @@ func (b Barrier) OpenedBefore() (int32, bool) {
 func (b Barrier) Stopped(n int32) bool {
 	if b.Place == BarrierInWorker {
 		// Only a container the record names was opened, and the kubelet removes every
-		// container of the pod before it starts the next.
-		current, gone := b.record()
-		return gone || b.Record.Attempt >= n || current && b.Status.State.Terminated != nil
+		// container of the pod before it starts the next. A recorded container that has
+		// ended counts only once the status shows the next one, as an init container's
+		// pod counts once its barrier runs again: the controller judges the attempt by
+		// the statuses it sees once the gang's barrier opens, and an old worker's exit
+		// still shown then would count as the new attempt's failure.
+		_, gone := b.record()
+		return gone || b.Record.Attempt >= n
 	}
 	if m, ok := b.Opened(); ok || b.Status != nil && b.Status.State.Terminated != nil {
 		return ok && m >= n // opened for n already, or for an older attempt whose workers run, or are about to

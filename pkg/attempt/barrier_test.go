@@ -123,17 +123,17 @@ func TestBarrierInWorkerState(t *testing.T) {
 		pod  *corev1.Pod
 		want want
 	}{
-		"no status yet":                         {inWorker(0, "", nil, nil), want{stopped: true, running: 1}},
-		"waits at its barrier, no record":       {inWorker(0, "c0", running, nil), want{waiting: true, stopped: true, running: 1}},
-		"opened for 1, runs":                    {inWorker(0, "c0", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
-		"opened for 2, runs":                    {inWorker(0, "c0", running, rec("c0", 0, 2)), want{opened: 2, stopped: true, openFor: true, running: 2}},
-		"opened for 1, ended":                   {inWorker(0, "c0", ended, rec("c0", 0, 1)), want{opened: 1, stopped: true, running: 1}},
-		"opened for 1, shown creating":          {inWorker(0, "c0", creating, rec("c0", 0, 1)), want{opened: 1, running: 1}},
-		"restarted since: the next waits":       {inWorker(1, "c1", running, rec("c0", 0, 1)), want{waiting: true, before: 1, stopped: true, running: 1}},
-		"restarted twice since the record":      {inWorker(2, "c2", running, rec("c0", 0, 1)), want{waiting: true, stopped: true, running: 1}},
-		"the status lags the record (for 1)":    {inWorker(0, "c0", ended, rec("c1", 1, 1)), want{opened: 1, running: 1}},
-		"the status lags the record (for 2)":    {inWorker(0, "c0", running, rec("c1", 1, 2)), want{opened: 2, stopped: true, running: 2}},
-		"another container of the same restart": {inWorker(0, "cX", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"no status yet":                          {inWorker(0, "", nil, nil), want{stopped: true, running: 1}},
+		"waits at its barrier, no record":        {inWorker(0, "c0", running, nil), want{waiting: true, stopped: true, running: 1}},
+		"opened for 1, runs":                     {inWorker(0, "c0", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"opened for 2, runs":                     {inWorker(0, "c0", running, rec("c0", 0, 2)), want{opened: 2, stopped: true, openFor: true, running: 2}},
+		"opened for 1, ended, not restarted yet": {inWorker(0, "c0", ended, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"opened for 1, shown creating":           {inWorker(0, "c0", creating, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		"restarted since: the next waits":        {inWorker(1, "c1", running, rec("c0", 0, 1)), want{waiting: true, before: 1, stopped: true, running: 1}},
+		"restarted twice since the record":       {inWorker(2, "c2", running, rec("c0", 0, 1)), want{waiting: true, stopped: true, running: 1}},
+		"the status lags the record (for 1)":     {inWorker(0, "c0", ended, rec("c1", 1, 1)), want{opened: 1, running: 1}},
+		"the status lags the record (for 2)":     {inWorker(0, "c0", running, rec("c1", 1, 2)), want{opened: 2, stopped: true, running: 2}},
+		"another container of the same restart":  {inWorker(0, "cX", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := BarrierOf(tc.pod)

@@ -44,18 +44,7 @@ func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 	}
 	node := c.Real.Node(victim.Spec.NodeName)
 
-	killed := time.Now()
-	killWorker(ctx, t, c, node, victim, "SIGTERM")
-	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
-	requireRunning(t, got, 2)
-	t.Logf("SIGTERM to index 1's worker -> attempt 2 Running in %s", time.Since(killed).Round(time.Millisecond))
-	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseUnknown || f.ExitCode == nil || *f.ExitCode != 143 || f.Index == nil || *f.Index != 1 {
-		t.Errorf("attempt 1's verdict: %s; want Unknown, index 1's exit 143", describeRun(got))
-	}
-	if rec := got.Status.Attempts[len(got.Status.Attempts)-1]; rec.RestartMode != v1alpha1.RestartModeInPlace || len(rec.MovedIndexes) != 0 {
-		t.Errorf("attempt 2's record: restartMode %q movedIndexes %v; want InPlace, none", rec.RestartMode, rec.MovedIndexes)
-	}
-	requireExitReport(ctx, t, c, victim, 1, 143)
+	sigtermRestartsInPlace(ctx, t, c, node, run.Name, victim)
 
 	restarted, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
 	if err != nil {
@@ -81,6 +70,25 @@ func TestRealInPlaceWorkerExitAfterBarrierIsJudged(t *testing.T) {
 
 // requireExitReport reads the node agent's report of pod's worker exit and fails the test
 // unless it is of that attempt and exit code, from the pod's node.
+// sigtermRestartsInPlace SIGTERMs victim's worker (index 1) in attempt 1 through its node's
+// containerd and checks what follows: attempt 2 Running, restarted in place with no index
+// moved, the verdict an Unknown exit 143 of index 1, which the agent reported for attempt 1.
+func sigtermRestartsInPlace(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.RealNode, run string, victim *corev1.Pod) {
+	t.Helper()
+	killed := time.Now()
+	killWorker(ctx, t, c, node, victim, "SIGTERM")
+	got := waitRun(ctx, t, c, victim.Namespace, run, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	t.Logf("SIGTERM to index 1's worker -> attempt 2 Running in %s", time.Since(killed).Round(time.Millisecond))
+	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseUnknown || f.ExitCode == nil || *f.ExitCode != 143 || f.Index == nil || *f.Index != 1 {
+		t.Errorf("attempt 1's verdict: %s; want Unknown, index 1's exit 143", describeRun(got))
+	}
+	if rec := got.Status.Attempts[len(got.Status.Attempts)-1]; rec.RestartMode != v1alpha1.RestartModeInPlace || len(rec.MovedIndexes) != 0 {
+		t.Errorf("attempt 2's record: restartMode %q movedIndexes %v; want InPlace, none", rec.RestartMode, rec.MovedIndexes)
+	}
+	requireExitReport(ctx, t, c, victim, 1, 143)
+}
+
 func requireExitReport(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod, attempt, code int32) v1alpha1.WorkerExit {
 	t.Helper()
 	p, err := c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})

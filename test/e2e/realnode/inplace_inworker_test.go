@@ -75,18 +75,7 @@ func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	victim := first[1]
 	node := c.Real.Node(victim.Spec.NodeName)
 
-	killed := time.Now()
-	killWorker(ctx, t, c, node, victim, "SIGTERM")
-	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
-	requireRunning(t, got, 2)
-	t.Logf("SIGTERM to index 1's worker -> attempt 2 Running in %s", time.Since(killed).Round(time.Millisecond))
-	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseUnknown || f.ExitCode == nil || *f.ExitCode != 143 || f.Index == nil || *f.Index != 1 {
-		t.Errorf("attempt 1's verdict: %s; want Unknown, index 1's exit 143", describeRun(got))
-	}
-	if rec := got.Status.Attempts[len(got.Status.Attempts)-1]; rec.RestartMode != v1alpha1.RestartModeInPlace || len(rec.MovedIndexes) != 0 {
-		t.Errorf("attempt 2's record: restartMode %q movedIndexes %v; want InPlace, none", rec.RestartMode, rec.MovedIndexes)
-	}
-	requireExitReport(ctx, t, c, victim, 1, 143)
+	sigtermRestartsInPlace(ctx, t, c, node, run.Name, victim)
 
 	second := waitWorkers(ctx, t, c, ns, run.Name, 2, 4)
 	for i, p := range second {
