@@ -81,7 +81,7 @@ func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 	made, _ := attempt.Number(pod)
 	restarting := int(made) <= attemptN
 	if b.Place == attempt.BarrierInWorker {
-		return decideInWorker(b, pod, made, attemptN, barrierOpen)
+		return decideInWorker(b, made, attemptN, barrierOpen)
 	}
 	st := b.Status
 	switch _, waiting := b.Waiting(); {
@@ -130,7 +130,7 @@ func waitingBarrier(made int32, attemptN int, barrierOpen bool) Decision {
 // the container the agent's record names runs the recorded attempt (or ran it, or is about
 // to: the record comes before the open); any other container of the worker waits at its
 // barrier.
-func decideInWorker(b attempt.Barrier, pod *corev1.Pod, made int32, attemptN int, barrierOpen bool) Decision {
+func decideInWorker(b attempt.Barrier, made int32, attemptN int, barrierOpen bool) Decision {
 	st, rec := b.Status, b.Record
 	restarting := int(made) <= attemptN
 	if _, waiting := b.Waiting(); waiting {
