@@ -114,10 +114,8 @@ func (c cli) run(ctx context.Context, args []string) int {
 			fmt.Fprintln(c.stderr, "refused:", err)
 			return exitStale
 		case errors.Is(err, barrier.ErrNotWaiting):
-			if n, rerr := barrier.ReadAttempt(cfg.AttemptFile); rerr == nil && n >= *attempt {
-				// A barrier in the worker container that opened for it: it runs on as
-				// the worker and will not listen again.
-				fmt.Fprintf(c.stderr, "opened for attempt %d before\n", n)
+			if barrier.OpenedBefore(cfg.AttemptFile, *attempt) {
+				fmt.Fprintf(c.stderr, "opened for attempt %d before\n", *attempt)
 				return exitOpenedBefore
 			}
 			fmt.Fprintln(c.stderr, err)

@@ -22,6 +22,10 @@ import (
 func TestExitCodes(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
+	opened := filepath.Join(t.TempDir(), "attempt")
+	if err := barrier.WriteAttempt(opened, 2); err != nil {
+		t.Fatal(err)
+	}
 	for name, tc := range map[string]struct {
 		ctx     context.Context
 		args    []string
@@ -30,18 +34,22 @@ func TestExitCodes(t *testing.T) {
 		env     string // FAULTLINE_ATTEMPT
 		want    int
 	}{
-		"wait opened":             {args: nil, want: exitOK},
-		"wait, explicit":          {args: []string{"wait"}, want: exitOK},
-		"wait ended by SIGTERM":   {ctx: cancelled, args: nil, waitErr: context.Canceled, want: exitSIGTERM},
-		"wait failed":             {args: nil, waitErr: errors.New("bad file"), want: exitError},
-		"open":                    {args: []string{"open", "--attempt", "2"}, want: exitOK},
-		"open refused as stale":   {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrStale), want: exitStale},
-		"open finds no barrier":   {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
-		"open fails otherwise":    {args: []string{"open", "--attempt", "2"}, openErr: errors.New("eof"), want: exitError},
-		"open without an attempt": {args: []string{"open"}, want: exitUsage},
-		"unknown flag":            {args: []string{"--nope"}, want: exitUsage},
-		"stray argument":          {args: []string{"open", "--attempt", "2", "now"}, want: exitUsage},
-		"a garbled pod attempt":   {args: []string{"wait"}, env: "two", want: exitUsage},
+		"wait opened":           {args: nil, want: exitOK},
+		"wait, explicit":        {args: []string{"wait"}, want: exitOK},
+		"wait ended by SIGTERM": {ctx: cancelled, args: nil, waitErr: context.Canceled, want: exitSIGTERM},
+		"wait failed":           {args: nil, waitErr: errors.New("bad file"), want: exitError},
+		"open":                  {args: []string{"open", "--attempt", "2"}, want: exitOK},
+		"open refused as stale": {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrStale), want: exitStale},
+		"open finds no barrier": {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
+		"open fails otherwise":  {args: []string{"open", "--attempt", "2"}, openErr: errors.New("eof"), want: exitError},
+		// A barrier in the worker container opened for 2 runs on as the worker: nobody
+		// listens, and its attempt file says so.
+		"open finds it opened before": {args: []string{"open", "--attempt", "2", "--attempt-file", opened}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitOpenedBefore},
+		"open finds an older attempt": {args: []string{"open", "--attempt", "3", "--attempt-file", opened}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
+		"open without an attempt":     {args: []string{"open"}, want: exitUsage},
+		"unknown flag":                {args: []string{"--nope"}, want: exitUsage},
+		"stray argument":              {args: []string{"open", "--attempt", "2", "now"}, want: exitUsage},
+		"a garbled pod attempt":       {args: []string{"wait"}, env: "two", want: exitUsage},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := tc.ctx

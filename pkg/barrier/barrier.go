@@ -113,11 +113,29 @@ func ReadAttempt(path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read the attempt file: %w", err)
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("attempt file %s holds %q: want a positive attempt", path, b)
+	n, err := ParseAttempt(b)
+	if err != nil {
+		return 0, fmt.Errorf("attempt file %s: %w", path, err)
 	}
 	return n, nil
+}
+
+// ParseAttempt reads an attempt file's content: a positive attempt in decimal.
+func ParseAttempt(b []byte) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%q is not a positive attempt", b)
+	}
+	return n, nil
+}
+
+// OpenedBefore reports whether the attempt file at path holds attempt or a later one: a
+// barrier writes it before it answers its opener, so one that no longer listens and whose
+// file says so has opened for attempt (a barrier in the worker container runs on as the
+// worker and never listens again).
+func OpenedBefore(path string, attempt int) bool {
+	n, err := ReadAttempt(path)
+	return err == nil && n >= attempt
 }
 
 // WriteAttempt replaces the attempt file with attempt through a rename in its directory,

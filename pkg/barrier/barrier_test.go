@@ -21,6 +21,8 @@ func TestSharedNamesMatchTheAPI(t *testing.T) {
 		{AttemptFile, v1alpha1.AttemptFile},
 		{EnvAttempt, v1alpha1.EnvAttempt},
 		{OpenedMessagePrefix, v1alpha1.BarrierOpenedMessagePrefix},
+		// The program, where the barrier's image volume is mounted in a worker container.
+		{v1alpha1.BarrierMount + Binary, v1alpha1.BarrierBinary},
 	} {
 		if c.here != c.api {
 			t.Errorf("barrier has %q where api/v1alpha1 has %q", c.here, c.api)

@@ -60,8 +60,11 @@ func (r *Reconciler) barrier(ctx context.Context, run *v1alpha1.TrainingRun) (im
 	ok, unsupported := inplacegate.Support(run, nodes.Items, r.heartbeats(ctx), r.now().Time)
 	switch {
 	case ok:
-		inWorker, _ := inplacegate.BarrierInWorker(run, nodes.Items)
-		return r.BarrierImage, r.BarrierInWorker && inWorker, "", nil
+		inWorker := r.BarrierInWorker
+		if inWorker {
+			inWorker, _ = inplacegate.BarrierInWorker(run, nodes.Items)
+		}
+		return r.BarrierImage, inWorker, "", nil
 	case run.Spec.FailurePolicy.RestartMode != v1alpha1.RestartModeInPlace:
 		return "", false, "", nil // Auto: recreate
 	case len(unsupported) == 0:

@@ -1,7 +1,6 @@
 package exitclass
 
 import (
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +31,7 @@ func (f *podFailure) withAgentReport(msg string) string {
 	if !ok || ex.Node == "" || ex.Node != f.node || ex.Container != f.term.container || ex.ExitCode != f.term.exitCode {
 		return msg
 	}
-	if id := terminatedID(f.pod, f.term.container); id == "" || runtimeID(id) != runtimeID(ex.ContainerID) {
+	if id := terminatedID(f.pod, f.term.container); id == "" || attempt.RuntimeID(id) != attempt.RuntimeID(ex.ContainerID) {
 		return msg
 	}
 	if t, err := time.Parse(time.RFC3339Nano, ex.FinishedAt); err == nil && !f.term.finishedAt.IsZero() &&
@@ -58,13 +57,4 @@ func terminatedID(pod *corev1.Pod, name string) string {
 		}
 	}
 	return ""
-}
-
-// runtimeID is a container ID without the runtime's scheme: the kubelet writes
-// "containerd://<id>", the CRI says "<id>".
-func runtimeID(id string) string {
-	if _, after, found := strings.Cut(id, "://"); found {
-		return after
-	}
-	return id
 }

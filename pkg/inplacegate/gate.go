@@ -44,13 +44,19 @@ type Heartbeats func(node string) *exitclass.Heartbeat
 // (spec.roles); their affinity and tolerations are the scheduler's business: a stricter
 // placement only narrows this set. A node can when NodeCannot says nothing.
 func Support(run *v1alpha1.TrainingRun, nodes []corev1.Node, hb Heartbeats, now time.Time) (ok bool, unsupported []string) {
+	return everyNode(run, nodes, func(n *corev1.Node) string { return NodeCannot(n, hb(n.Name), now) })
+}
+
+// everyNode says whether cannot says nothing of every node the run may use (there being
+// one), and names those it says something of, with why.
+func everyNode(run *v1alpha1.TrainingRun, nodes []corev1.Node, cannot func(*corev1.Node) string) (ok bool, unable []string) {
 	considered := consideredNodes(run, nodes)
 	for _, n := range considered {
-		if why := NodeCannot(n, hb(n.Name), now); why != "" {
-			unsupported = append(unsupported, n.Name+" ("+why+")")
+		if why := cannot(n); why != "" {
+			unable = append(unable, n.Name+" ("+why+")")
 		}
 	}
-	return len(considered) > 0 && len(unsupported) == 0, unsupported
+	return len(considered) > 0 && len(unable) == 0, unable
 }
 
 // consideredNodes are the schedulable nodes of nodes that the run's template, or one of its
@@ -81,13 +87,7 @@ func consideredNodes(run *v1alpha1.TrainingRun, nodes []corev1.Node) []*corev1.N
 // (an image volume of the barrier's image): every node the run may use mounts image volumes
 // (ImageVolumesCannot says nothing), and names those that cannot. Pure.
 func BarrierInWorker(run *v1alpha1.TrainingRun, nodes []corev1.Node) (ok bool, cannot []string) {
-	considered := consideredNodes(run, nodes)
-	for _, n := range considered {
-		if why := ImageVolumesCannot(n); why != "" {
-			cannot = append(cannot, n.Name+" ("+why+")")
-		}
-	}
-	return len(considered) > 0 && len(cannot) == 0, cannot
+	return everyNode(run, nodes, ImageVolumesCannot)
 }
 
 // imageVolumeRuntimes are the container runtimes that mount image volumes, from the version

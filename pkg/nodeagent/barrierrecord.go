@@ -22,8 +22,8 @@ var _ inplace.BarrierRecorder = &Writer{}
 // The admission policy lets the agent write it on its own node's pods only, and nobody else
 // (deploy/admission).
 func (w *Writer) RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha1.BarrierRecord) error {
-	if pod.Spec.NodeName != w.cfg.Node {
-		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, ErrOtherNode)
+	if err := w.ownRunPod(pod); err != nil {
+		return err
 	}
 	raw, err := json.Marshal(rec)
 	if err != nil {

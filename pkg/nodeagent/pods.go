@@ -94,9 +94,9 @@ func WatchResets(ctx context.Context, client Kube, node string, reset func(time.
 
 // slimPod keeps what the agent reads of a pod: its metadata without managed fields, its node,
 // its containers' names and resources (the simulation's GPU allocation), its init
-// containers' names and termination grace period and where its barrier is (the in-place
-// restarter: whether the pod has a barrier, how long its old workers get to stop), and its phase, conditions and
-// container statuses. The informer holds every pod of the node (110 by
+// containers' names, termination grace period and where its barrier is (the in-place
+// restarter: whether the pod has a barrier, how long its old workers get to stop), and its
+// phase, conditions and container statuses. The informer holds every pod of the node (110 by
 // default), and a worker's spec carries its framework's rendezvous, which lists every
 // worker of the gang: the rest was most of the agent's heap. The agent never writes a pod
 // back whole (its patches name the fields they change), so nothing dropped can be lost.

@@ -206,8 +206,7 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 // done again, the barrier running, the workers waiting, phase Pending. Only the fields and
 // conditions it changes: a strategic merge keeps the others.
 func restartedToBarrier(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
-	removed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
+	removed := removedByRestartAll(now)
 	st := corev1.PodStatus{Phase: corev1.PodPending, Conditions: podConditions(pod, corev1.ConditionFalse, "ContainersNotInitialized", now)}
 	for _, c := range pod.Spec.InitContainers {
 		s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, RestartCount: restartCount(pod.Status.InitContainerStatuses, c.Name) + 1, LastTerminationState: removed}
@@ -228,6 +227,13 @@ func restartedToBarrier(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
 	return &st
 }
 
+// removedByRestartAll is the last state the kubelet shows of a container that a
+// RestartAllContainers rule removed.
+func removedByRestartAll(now metav1.Time) corev1.ContainerState {
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
+}
+
 // inWorkerBarrier says whether pod's barrier is its worker container's entrypoint.
 func inWorkerBarrier(pod *corev1.Pod) bool {
 	_, place := attempt.BarrierContainer(&pod.Spec)
@@ -238,8 +244,7 @@ func inWorkerBarrier(pod *corev1.Pod) bool {
 // the one container removed and started again at once (restartCount up by one, a container
 // of its own), where its barrier waits; with no probe the kubelet shows it Ready.
 func restartedInWorker(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
-	removed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
+	removed := removedByRestartAll(now)
 	st := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: podConditions(pod, corev1.ConditionTrue, "", now)}
 	for _, c := range pod.Spec.Containers {
 		n := restartCount(pod.Status.ContainerStatuses, c.Name) + 1
@@ -255,13 +260,14 @@ func restartedInWorker(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
 // recordOf is the agent's record of opening the barrier of pod's worker container, as its
 // status shows it, for attempt.
 func recordOf(pod *corev1.Pod, n int) v1alpha1.BarrierRecord {
-	name, _ := attempt.BarrierContainer(&pod.Spec)
-	restarts := restartCount(pod.Status.ContainerStatuses, name)
-	id := kwokContainerID(pod, name, restarts)
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == name && cs.ContainerID != "" {
-			id = cs.ContainerID
-		}
+	b := attempt.BarrierOf(pod)
+	var restarts int32
+	id := ""
+	if b.Status != nil {
+		restarts, id = b.Status.RestartCount, b.Status.ContainerID
+	}
+	if id == "" { // kwok's own start of the pod names no container
+		id = kwokContainerID(pod, b.Container, restarts)
 	}
 	return v1alpha1.BarrierRecord{ContainerID: attempt.RuntimeID(id), Restart: restarts, Attempt: int32(n)}
 }

@@ -58,13 +58,12 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 		return fmt.Errorf("%w: the run directory of container %s: %v", errNoSocket, id, err)
 	}
 	defer unix.Close(dir)
-	socket := barrier.SocketAt(dir)
 	// The runtime's start event, on which the agent acts, comes before the barrier's
 	// program listens: while its process lives, a socket not there yet is looked for again,
 	// for up to listenWait.
 	until := time.Now().Add(listenWait)
 	for {
-		err = barrier.Open(ctx, socket, attempt)
+		err = openIn(ctx, dir, attempt)
 		if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
 			// A barrier in the worker container that opened before: it runs on as the
 			// worker, and will not listen again.
@@ -101,14 +100,46 @@ func alive(proc int) bool {
 	return ok && rest != "" && rest[0] != 'Z' && rest[0] != 'X'
 }
 
+// openIn hands attempt to the barrier listening in the run directory dir (barrier.Open). The
+// socket is opened without following a link, and reached through that descriptor: the run
+// volume is writable to a worker whose barrier is its entrypoint, and a link its program
+// planted there (left for the next container's barrier, before it listens) must not lead the
+// agent to another socket of the node. Anything but a socket there is nobody waiting yet.
+func openIn(ctx context.Context, dir, attempt int) error {
+	name := filepath.Base(barrier.DefaultSocket)
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%w: no socket yet", barrier.ErrNotWaiting)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", barrier.ErrUnreachable, name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%w: %s: %v", barrier.ErrUnreachable, name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%w: %s is not a socket (mode %o)", barrier.ErrNotWaiting, name, st.Mode)
+	}
+	return barrier.Open(ctx, fmt.Sprintf("/proc/self/fd/%d", fd), attempt)
+}
+
 // openedFor says whether the attempt file in the run directory dir holds attempt or a later
-// one: the barrier writes it before it answers its opener.
+// one (the barrier writes it before it answers its opener): read without following a link,
+// and at most a line of it, since the worker may write there.
 func openedFor(dir, attempt int) bool {
-	b, err := readAt(dir, filepath.Base(barrier.AttemptFile), 64)
+	fd, err := unix.Openat(dir, filepath.Base(barrier.AttemptFile), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(b))
+	f := os.NewFile(uintptr(fd), barrier.AttemptFile)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64))
+	if err != nil {
+		return false
+	}
+	n, err := barrier.ParseAttempt(b)
 	return err == nil && n >= attempt
 }
 

@@ -205,3 +205,61 @@ func procOfBar(t *testing.T) (dir, runDir string) {
 	}
 	return dir, runDir
 }
+
+// TestOpenBySocketFindsABarrierInTheWorkerOpened: a barrier in the worker container that
+// opened for the attempt runs on as the worker, and nobody listens on its socket any more;
+// its attempt file says it opened. The agent that makes sure of a recorded open (after a
+// restart of its own) finds it so through the socket's directory: nothing to do, no exec,
+// and no "not listening yet" to ask again about forever.
+func TestOpenBySocketFindsABarrierInTheWorkerOpened(t *testing.T) {
+	dir, runDir := procOfBar(t)
+	if err := barrier.WriteAttempt(filepath.Join(runDir, filepath.Base(barrier.AttemptFile)), 2); err != nil {
+		t.Fatal(err)
+	}
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("bar", 1)}, PIDs: map[string]int{"bar": 4242}}
+	r := New(rt, nil)
+	r.ProcRoot = dir
+	r.Records = &records{rt: rt}
+	a, err := r.Sync(context.Background(), inWorkerPod(1, "bar", &running, record("bar", 1, 2)), 2, true)
+	if a != ActionNone || err != nil || len(rt.Execs) != 0 {
+		t.Fatalf("Sync = %s, %v with %d execs; want nothing to do, found opened through the socket", a, err, len(rt.Execs))
+	}
+}
+
+// TestOpenBySocketFollowsNoLink: the run volume is writable to a worker whose barrier is its
+// entrypoint, and its program may leave a link where the next container's barrier will
+// listen. The agent, which looks for that socket from the container's start on, never
+// follows the link to the socket it names (here a decoy of the node's): it finds nobody
+// waiting, and asks again later.
+func TestOpenBySocketFollowsNoLink(t *testing.T) {
+	dir, runDir := procOfBar(t)
+	decoy := filepath.Join(dir, "node.sock")
+	ln, err := net.Listen("unix", decoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	reached := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			reached <- struct{}{}
+			c.Close()
+		}
+	}()
+	if err := os.Symlink(decoy, filepath.Join(runDir, filepath.Base(barrier.DefaultSocket))); err != nil {
+		t.Fatal(err)
+	}
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("bar", 1)}, PIDs: map[string]int{"bar": 4242}}
+	r := New(rt, nil)
+	r.ProcRoot = dir
+	r.Records = &records{rt: rt}
+	_, err = r.OpenBarrier(context.Background(), inWorkerPod(1, "bar", &running, record("old", 0, 1)), 2)
+	if !errors.Is(err, errNotYet) || len(rt.Execs) != 0 {
+		t.Errorf("OpenBarrier: %v with %d execs; want nobody waiting yet, and no exec", err, len(rt.Execs))
+	}
+	select {
+	case <-reached:
+		t.Error("the agent followed the link to another socket of the node")
+	default:
+	}
+}

@@ -297,7 +297,8 @@ func sinceAll(start time.Time, ts []time.Time) []time.Duration {
 }
 
 // openThrough opens the barrier whose socket is in dir, through a descriptor of dir
-// (barrier.SocketAt), as the node agent does.
+// (barrier.SocketAt): the kubelet's path of a pod's volume is longer than a socket address
+// may be.
 func openThrough(ctx context.Context, dir string, attempt int) error {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
