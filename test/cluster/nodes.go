@@ -182,13 +182,27 @@ func (c *Cluster) AddNode(ctx context.Context, name string, spec NodeSpec, taint
 
 // StopNode makes a fake node die hard, as a machine that lost power: kwok stops simulating it
 // (no heartbeat, and no pod of it ever ends) and the node lifecycle controller marks it
-// unreachable once its grace period has passed. kwok's heartbeat stage skips a node labelled
-// LabelStopped (stages/node-heartbeat.yaml), and kwok acts on a node's changes only while it
-// holds the node's Lease, which is taken from it here by a holder that never renews it.
+// unreachable once its grace period has passed.
+//
+// kwok leaves alone a node or pod labelled LabelStopped (stages/kwok-controller.yaml), so the
+// node and each of its pods gets the label. A pod's label is what holds: kwok's watch of the
+// pod delivers it before any later change of that pod (its eviction's deletion), whereas
+// kwok's view of the node's Lease, taken here too from kwok by a holder that never renews
+// it, lagged once by seconds under a full suite's load, and kwok deleted the evicted pods of
+// a node stopped that long before. The Lease keeps kwok off pods bound to the node later.
 func (c *Cluster) StopNode(ctx context.Context, name string) error {
-	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, LabelStopped)
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+	label := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, LabelStopped))
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("stop node %s: %w", name, err)
+	}
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("stop node %s: list its pods: %w", name, err)
+	}
+	for _, p := range pods.Items {
+		if _, err := c.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, label, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("stop node %s: label its pod %s/%s: %w", name, p.Namespace, p.Name, err)
+		}
 	}
 	lease := fmt.Sprintf(`{"spec":{"holderIdentity":"faultline-test-stopped","leaseDurationSeconds":86400,"renewTime":%q}}`,
 		metav1.NowMicro().UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
@@ -198,5 +212,5 @@ func (c *Cluster) StopNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// LabelStopped marks a fake node that StopNode stopped.
+// LabelStopped marks a fake node that StopNode stopped, and its pods.
 const LabelStopped = "stage.faultline.dev/stopped"

@@ -35,7 +35,7 @@ type Pod struct {
 // PodTimes are the moments of one pod's way back, zero when not seen.
 type PodTimes struct {
 	Pod
-	// StopBegan, Stopped: the agent's stop of the old workers (inplace.stop).
+	// StopBegan, Stopped: the agent's stop of the old workers (its first inplace.stop).
 	StopBegan, Stopped time.Time
 	// Removed: the kubelet's last removal of an old container of the pod.
 	Removed time.Time
@@ -102,7 +102,12 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 		for _, s := range steps[p.UID] {
 			switch s.Name {
 			case tracing.SpanInPlaceStop:
-				t.StopBegan, t.Stopped = s.Start(), s.End()
+				// The first: a pod stays in flight while its stop runs, so a later stop
+				// began after it ended, queued again while the pod's status lagged, and
+				// found the old workers gone (the kubelet restarting the pod already).
+				if t.StopBegan.IsZero() || s.Start().Before(t.StopBegan) {
+					t.StopBegan, t.Stopped = s.Start(), s.End()
+				}
 			case tracing.SpanInPlaceOpen:
 				// The open that gave the go signal (it says how), else the first: a pod
 				// queued again while its status lags is opened again, and finds nothing.

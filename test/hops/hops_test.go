@@ -46,7 +46,9 @@ func TestBreakdown(t *testing.T) {
 	sp.add(tracing.ServiceAgent, tr, "a1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "old")
 	sp.add(tracing.ServiceAgent, tr, "a2", "r", tracing.SpanInPlaceOpen, 5300*time.Millisecond, 5400*time.Millisecond, string(tracing.KeyPodUID), "old", string(tracing.KeyBarrierSignal), "socket")
 	sp.add(tracing.ServiceAgent, tr, "a3", "r", tracing.SpanInPlaceOpen, 5200*time.Millisecond, 5300*time.Millisecond, string(tracing.KeyPodUID), "new")
-	// The in-place pod queued again while its status lagged: an open that found nothing.
+	// The in-place pod queued again while its status lagged: a stop that found its old worker
+	// gone (the kubelet restarting the pod already), and an open that found nothing.
+	sp.add(tracing.ServiceAgent, tr, "a5", "r", tracing.SpanInPlaceStop, 3400*time.Millisecond, 3401*time.Millisecond, string(tracing.KeyPodUID), "old")
 	sp.add(tracing.ServiceAgent, tr, "a4", "r", tracing.SpanInPlaceOpen, 5500*time.Millisecond, 5600*time.Millisecond, string(tracing.KeyPodUID), "old")
 	// The kubelet: the in-place pod's containers removed, the barrier started, then the worker.
 	sp.add("kubelet", "bb", "k1", "", kubeletSync, 2*s, 3*s, string(tracing.KeyPodUID), "old")
@@ -86,7 +88,8 @@ func TestBreakdown(t *testing.T) {
 		what      string
 		got, want time.Time
 	}{
-		{"in place: stop began", old.StopBegan, at(1200 * time.Millisecond)},
+		{"in place: stop began (the first stop)", old.StopBegan, at(1200 * time.Millisecond)},
+		{"in place: stopped (the first stop)", old.Stopped, at(1500 * time.Millisecond)},
 		{"in place: removed (the last removal)", old.Removed, at(2400 * time.Millisecond)},
 		{"in place: barrier started", old.BarrierStarted, at(3500 * time.Millisecond)},
 		{"in place: worker started", old.WorkerStarted, at(6200 * time.Millisecond)},
