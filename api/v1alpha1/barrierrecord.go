@@ -21,4 +21,11 @@ type BarrierRecord struct {
 	Restart int32 `json:"restart"`
 	// Attempt is the attempt the barrier was opened for.
 	Attempt int32 `json:"attempt"`
+	// StoppedFor, when set, is the later attempt for which the agent stopped the recorded
+	// container, written once the runtime said the container had ended: no worker of
+	// Attempt runs in the pod any more, whatever its status shows yet (the kubelet's
+	// restart of the pod and its status write come after). The controller may open the
+	// gang's barrier for StoppedFor on it, and reads the container's end, while the status
+	// still shows it, as the end of Attempt, not a failure of StoppedFor.
+	StoppedFor int32 `json:"stoppedFor,omitempty"`
 }

@@ -314,12 +314,14 @@ func (b Barrier) Stopped(n int32) bool {
 	if b.Place == BarrierInWorker {
 		// Only a container the record names was opened, and the kubelet removes every
 		// container of the pod before it starts the next. A recorded container that has
-		// ended counts only once the status shows the next one, as an init container's
-		// pod counts once its barrier runs again: the controller judges the attempt by
-		// the statuses it sees once the gang's barrier opens, and an old worker's exit
-		// still shown then would count as the new attempt's failure.
+		// ended counts once the status shows the next one, as an init container's pod
+		// counts once its barrier runs again; or, sooner, once its agent has recorded
+		// that it stopped it for n (the runtime said it had ended). The controller judges
+		// the attempt by the statuses it sees once the gang's barrier opens: it reads the
+		// end of a container stopped so, still shown then, as the end of the recorded
+		// attempt (StoppedWorker), never as a failure of n.
 		_, gone := b.record()
-		return gone || b.Record.Attempt >= n
+		return gone || b.Record.Attempt >= n || b.Record.StoppedFor >= n
 	}
 	if m, ok := b.Opened(); ok || b.Status != nil && b.Status.State.Terminated != nil {
 		return ok && m >= n // opened for n already, or for an older attempt whose workers run, or are about to
@@ -330,6 +332,17 @@ func (b Barrier) Stopped(n int32) bool {
 		}
 	}
 	return true
+}
+
+// StoppedWorker reports whether the status shows the end of a worker container that its
+// node agent stopped for a later attempt (the record's StoppedFor): the container the record
+// names, terminated. That end is the recorded attempt's, not a failure of the later one.
+func (b Barrier) StoppedWorker() bool {
+	if b.Place != BarrierInWorker || b.Record == nil || b.Record.StoppedFor <= b.Record.Attempt {
+		return false
+	}
+	current, _ := b.record()
+	return current && b.Status.State.Terminated != nil
 }
 
 // OpenedFor reports whether the barrier has opened for attempt n (or later) and its workers

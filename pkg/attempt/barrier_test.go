@@ -111,6 +111,11 @@ func TestBarrierInWorkerState(t *testing.T) {
 	rec := func(id string, restart, attempt int32) *v1alpha1.BarrierRecord {
 		return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt}
 	}
+	stoppedFor := func(id string, restart, attempt, n int32) *v1alpha1.BarrierRecord {
+		r := rec(id, restart, attempt)
+		r.StoppedFor = n
+		return r
+	}
 	type want struct {
 		waiting bool
 		opened  int32 // 0: not opened since the pod last started
@@ -118,6 +123,7 @@ func TestBarrierInWorkerState(t *testing.T) {
 		stopped bool  // Stopped(2)
 		openFor bool  // OpenedFor(2)
 		running int32 // Running
+		shown   bool  // StoppedWorker: the end shown is of a worker its agent stopped
 	}
 	for name, tc := range map[string]struct {
 		pod  *corev1.Pod
@@ -134,6 +140,13 @@ func TestBarrierInWorkerState(t *testing.T) {
 		"the status lags the record (for 1)":     {inWorker(0, "c0", ended, rec("c1", 1, 1)), want{opened: 1, running: 1}},
 		"the status lags the record (for 2)":     {inWorker(0, "c0", running, rec("c1", 1, 2)), want{opened: 2, stopped: true, running: 2}},
 		"another container of the same restart":  {inWorker(0, "cX", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
+		// Its agent stopped it for 2 and recorded so: stopped, whatever the status shows
+		// yet; the end shown is the stop's.
+		"opened for 1, stopped for 2, shown running": {inWorker(0, "c0", running, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1}},
+		"opened for 1, stopped for 2, shown ended":   {inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1, shown: true}},
+		"stopped for 2, restarted since":             {inWorker(1, "c1", running, stoppedFor("c0", 0, 1, 2)), want{waiting: true, before: 1, stopped: true, running: 1}},
+		"stopped for 2, another container shown":     {inWorker(0, "cX", ended, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1}},
+		"opened for 2, ended, no stop recorded":      {inWorker(0, "c0", ended, rec("c0", 0, 2)), want{opened: 2, stopped: true, running: 2}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := BarrierOf(tc.pod)
@@ -141,11 +154,14 @@ func TestBarrierInWorkerState(t *testing.T) {
 			opened, _ := b.Opened()
 			before, _ := b.OpenedBefore()
 			running, _ := Running(tc.pod)
-			got := want{waiting, opened, before, b.Stopped(2), b.OpenedFor(2), running}
+			got := want{waiting, opened, before, b.Stopped(2), b.OpenedFor(2), running, b.StoppedWorker()}
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+	if BarrierOf(inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2))).Stopped(3) {
+		t.Error("stopped for 2, asked for 3: stopped, want not (the stop for 3 is still to come)")
 	}
 	if since, ok := BarrierOf(inWorker(0, "c0", running, nil)).Waiting(); !ok || !since.Equal(started.Time) {
 		t.Errorf("waiting since %v, want %v", since, started)

@@ -53,6 +53,30 @@ func reportCounts(pod *corev1.Pod, ex v1alpha1.WorkerExit) (int, bool) {
 	return i, true
 }
 
+// withoutStoppedWorker is pod as the controller judges it while its status still shows the
+// end of a worker that its node agent stopped for a later attempt (attempt.Barrier's
+// StoppedWorker): the gang's barrier may open on the agent's record of the stop, before the
+// kubelet restarts the pod, and that exit (the agent's SIGTERM) ended the attempt before.
+// The view shows the container waiting, as the kubelet's next status will: exitclass judges
+// no exit of it. Pure; pod is not modified.
+func withoutStoppedWorker(pod *corev1.Pod) *corev1.Pod {
+	b := attempt.BarrierOf(pod)
+	if !b.StoppedWorker() {
+		return pod
+	}
+	out := pod.DeepCopy()
+	for i := range out.Status.ContainerStatuses {
+		if cs := &out.Status.ContainerStatuses[i]; cs.Name == b.Status.Name {
+			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reasonStoppedInPlace,
+				Message: "its node agent stopped it for a restart in place; the kubelet restarts the pod"}}
+		}
+	}
+	return out
+}
+
+// reasonStoppedInPlace is the waiting reason withoutStoppedWorker shows.
+const reasonStoppedInPlace = "StoppedInPlace"
+
 // workerExit is pod as its workers' end in attempt n shows it, for a pod that restarts in
 // place: the node agent's report (withReportedExit), else, when that report was lost (the
 // agent retries a bounded number of times, and cannot rebuild it once the kubelet removed

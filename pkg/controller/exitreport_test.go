@@ -151,3 +151,49 @@ func TestWithRestartedExit(t *testing.T) {
 		})
 	}
 }
+
+// A worker its node agent stopped for a restart in place, whose end the status still shows,
+// is judged by no one: the gang's barrier may open on the agent's record of the stop before
+// the kubelet restarts the pod. Another container's end, or one the agent did not record
+// stopping, is judged as before.
+func TestWithoutStoppedWorker(t *testing.T) {
+	pod := func(id string, exit int32, rec v1alpha1.BarrierRecord) *corev1.Pod {
+		raw, _ := json.Marshal(rec)
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "r-1", Namespace: "ns", Labels: map[string]string{v1alpha1.LabelAttempt: "1"},
+				Annotations: map[string]string{v1alpha1.AnnotationBarrierRecord: string(raw)}},
+			Spec: corev1.PodSpec{
+				NodeName:   "n1",
+				Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "train"}}},
+				Volumes:    []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier"}}}},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error"}}}}},
+		}
+	}
+	opened1 := v1alpha1.BarrierRecord{ContainerID: "c0", Attempt: 1}
+	stopped := opened1
+	stopped.StoppedFor = 2
+	for name, tc := range map[string]struct {
+		pod    *corev1.Pod
+		judged bool
+	}{
+		"stopped for 2 by its agent, its end still shown": {pod("c0", 143, stopped), false},
+		"ended, no stop recorded":                         {pod("c0", 143, opened1), true},
+		"another container's end":                         {pod("cX", 1, stopped), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tc.pod.DeepCopy()
+			view := withoutStoppedWorker(tc.pod)
+			if got := exitclass.Failed(view, nil, time.Now()); got != tc.judged {
+				t.Errorf("failed %v, want %v: %+v", got, tc.judged, view.Status.ContainerStatuses)
+			}
+			if tc.judged && view != tc.pod {
+				t.Error("a pod judged as it is was copied")
+			}
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Errorf("the cached pod was changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 )
 
@@ -25,6 +27,18 @@ func (w *Writer) RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha
 	if err := w.ownRunPod(pod); err != nil {
 		return err
 	}
+	if err := w.patchRecord(ctx, pod, rec); err != nil {
+		w.cfg.Metrics.markFailed(targetPodAnnotation)
+		return err
+	}
+	w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierRecord)
+	return nil
+}
+
+// patchRecord writes rec as pod's barrier record: one pods/status patch whose preconditions
+// are the pod's UID and resourceVersion. Its error wraps the API server's (a conflict
+// stays one).
+func (w *Writer) patchRecord(ctx context.Context, pod *corev1.Pod, rec v1alpha1.BarrierRecord) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -37,12 +51,51 @@ func (w *Writer) RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha
 		return err
 	}
 	if err := w.cfg.Client.PatchPodStatus(ctx, pod.Namespace, pod.Name, types.StrategicMergePatchType, data); err != nil {
-		w.cfg.Metrics.markFailed(targetPodAnnotation)
-		return fmt.Errorf("record the barrier open of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return fmt.Errorf("write the barrier record of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierRecord)
 	return nil
 }
 
 // reasonBarrierRecord is the reason label of the marks metric for a barrier record.
 const reasonBarrierRecord = "BarrierRecord"
+
+// RecordStopped adds to the barrier record on pod that the agent stopped the container it
+// names, containerID, for attempt n (v1alpha1.BarrierRecord.StoppedFor): the controller may
+// open the gang's barrier on it before the pod's status shows the container's end. The
+// record is rewritten only while it names that container for an earlier attempt: one
+// pods/status patch against the resourceVersion the record was read at, and on a conflict
+// (the kubelet writes the pod's status as the container ends) the pod is read again from
+// the API server and the record checked again, a few times. Nothing is written where the
+// record names another container (a later open replaced it), or says so already.
+func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
+	if err := w.ownRunPod(pod); err != nil {
+		return err
+	}
+	ns, name := pod.Namespace, pod.Name
+	for try := 0; ; try++ {
+		rec := attempt.BarrierRecord(pod)
+		if rec == nil || rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
+			return nil
+		}
+		rec.StoppedFor = int32(n)
+		err := w.patchRecord(ctx, pod, *rec)
+		switch {
+		case err == nil:
+			w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierStopped)
+			return nil
+		case !apierrors.IsConflict(err) || try == stoppedConflictRetries:
+			w.cfg.Metrics.markFailed(targetPodAnnotation)
+			return err
+		}
+		if pod, err = w.cfg.Client.GetPod(ctx, ns, name); err != nil {
+			w.cfg.Metrics.markFailed(targetPodAnnotation)
+			return fmt.Errorf("read pod %s/%s again to record a stop: %w", ns, name, err)
+		}
+	}
+}
+
+// stoppedConflictRetries is how often RecordStopped reads a pod again after a conflict.
+const stoppedConflictRetries = 3
+
+// reasonBarrierStopped is the reason label of the marks metric for a record of a stop.
+const reasonBarrierStopped = "BarrierStopped"

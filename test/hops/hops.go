@@ -26,10 +26,11 @@ const (
 )
 
 // Pod is one worker pod of the new attempt: InPlace when it is an old pod restarted in place,
-// else a new pod (a moved index).
+// else a new pod (a moved index); InWorker when its barrier is its worker container's
+// entrypoint (attempt.BarrierInWorker), else an init container.
 type Pod struct {
-	UID, Name string
-	InPlace   bool
+	UID, Name         string
+	InPlace, InWorker bool
 }
 
 // PodTimes are the moments of one pod's way back, zero when not seen.
@@ -51,7 +52,8 @@ type PodTimes struct {
 	OpenBegan, Opened time.Time
 	OpenVia           string
 	// WorkerStarted: the kubelet's start of the worker (its first StartContainer after the
-	// opening).
+	// opening); with the barrier in the worker's container, the open's end: the barrier
+	// answers the open and becomes the worker (exec), in the container already started.
 	WorkerStarted time.Time
 }
 
@@ -132,9 +134,11 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 			_, t.SandboxReady = firstAfter(calls, criSandbox, ep.Decided)
 			t.BarrierStarting, t.BarrierStarted = firstAfter(calls, criStart, ep.Decided)
 		case !t.Stopped.IsZero():
-			// The old containers removed, then the first start: the barrier's.
+			// The old containers removed, then the first start: the barrier's. From the
+			// stop's beginning: the kubelet may see the exit, and remove, before the
+			// runtime's answer to the agent's stop.
 			for _, c := range calls {
-				if !c.End().After(t.Stopped) {
+				if !c.End().After(t.StopBegan) {
 					continue
 				}
 				if strings.HasSuffix(c.Name, criRemove) {
@@ -146,7 +150,10 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 				}
 			}
 		}
-		if !t.OpenBegan.IsZero() && !t.BarrierStarted.IsZero() {
+		switch {
+		case p.InWorker:
+			t.WorkerStarted = t.Opened
+		case !t.OpenBegan.IsZero() && !t.BarrierStarted.IsZero():
 			// After the open began (the barrier exits before the open returns, and the
 			// kubelet may start the worker meanwhile) and after the barrier's own start (the
 			// open may begin before that call returns).
@@ -239,8 +246,17 @@ var Hops = []Hop{
 	{"sandbox → its barrier started", "kubelet (create, start)", only(false, between(sandboxReady, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
 	{"the agent's open (confirmation, go signal)", "API (a read), the barrier's socket (or an exec)", between(openBegan, opened)},
-	{"opened → worker started", "kubelet (relist, create, start)", between(opened, workerStarted)},
+	{"opened → worker started (init container)", "kubelet (relist, create, start)", initContainer(between(opened, workerStarted))},
 	{"worker started → the gang Running", "kubelet status write, controller, API", between(workerStarted, running)},
+}
+
+// initContainer is hop of, for the pods whose barrier is an init container: one in the
+// worker's container becomes the worker as its open ends.
+func initContainer(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
+	return func(ep Episode, t PodTimes) (time.Duration, bool) {
+		d, ok := of(ep, t)
+		return d, ok && !t.InWorker
+	}
 }
 
 // laterOf is the later of two moments (zero when either is).

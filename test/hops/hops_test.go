@@ -78,11 +78,22 @@ func TestBreakdown(t *testing.T) {
 	sp.add("kubelet", "dd", "e4", "", kubeletSync, 6*s, 7*s, string(tracing.KeyPodUID), "early")
 	sp.add("kubelet", "dd", "e4a", "e4", "runtime.v1.RuntimeService/StartContainer", 6000*time.Millisecond, 6300*time.Millisecond)
 
-	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}, {UID: "early", Name: "r-2", InPlace: true}})
+	// A pod restarted in place whose barrier is its worker's entrypoint: one start, the
+	// container's; the open's end is its worker's start. The kubelet's next start of it
+	// (a later restart) is no worker start of this one.
+	sp.add(tracing.ServiceAgent, tr, "w1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "inworker")
+	sp.add(tracing.ServiceAgent, tr, "w2", "r", tracing.SpanInPlaceOpen, 5250*time.Millisecond, 5350*time.Millisecond, string(tracing.KeyPodUID), "inworker", string(tracing.KeyBarrierSignal), "socket")
+	sp.add("kubelet", "ee", "w3", "", kubeletSync, 2*s, 4*s, string(tracing.KeyPodUID), "inworker")
+	sp.add("kubelet", "ee", "w3a", "w3", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
+	sp.add("kubelet", "ee", "w3b", "w3", "runtime.v1.RuntimeService/StartContainer", 3000*time.Millisecond, 3200*time.Millisecond)
+	sp.add("kubelet", "ee", "w4", "", kubeletSync, 8*s, 9*s, string(tracing.KeyPodUID), "inworker")
+	sp.add("kubelet", "ee", "w4a", "w4", "runtime.v1.RuntimeService/StartContainer", 8100*time.Millisecond, 8200*time.Millisecond)
+
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}, {UID: "early", Name: "r-2", InPlace: true}, {UID: "inworker", Name: "r-3", InPlace: true, InWorker: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, fresh, early := ep.Pods[0], ep.Pods[1], ep.Pods[2]
+	old, fresh, early, inWorker := ep.Pods[0], ep.Pods[1], ep.Pods[2], ep.Pods[3]
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, c := range []struct {
 		what      string
@@ -96,6 +107,9 @@ func TestBreakdown(t *testing.T) {
 		{"in place: the open that gave the go signal", old.OpenBegan, at(5300 * time.Millisecond)},
 		{"opened on the runtime's word: the barrier's start began", early.BarrierStarting, at(5300 * time.Millisecond)},
 		{"opened on the runtime's word: the worker's start, not the barrier's", early.WorkerStarted, at(6300 * time.Millisecond)},
+		{"in the worker: removed", inWorker.Removed, at(2400 * time.Millisecond)},
+		{"in the worker: its container started", inWorker.BarrierStarted, at(3200 * time.Millisecond)},
+		{"in the worker: the worker, as the open ended", inWorker.WorkerStarted, at(5350 * time.Millisecond)},
 		{"new pod: at its kubelet (its first sync)", fresh.Synced, at(3 * s)},
 		{"new pod: sandbox ready", fresh.SandboxReady, at(3800 * time.Millisecond)},
 		{"new pod: barrier started", fresh.BarrierStarted, at(4600 * time.Millisecond)},
@@ -122,8 +136,12 @@ func TestBreakdown(t *testing.T) {
 			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
 		}
 	}
-	if stats[0].Pods != 2 || stats[5].Pods != 1 || stats[7].Pods != 1 || stats[9].Pods != 3 {
-		t.Errorf("pods per hop %d, %d, %d, %d; want 2 in place, 1 moved, 1 moved, 3 in all", stats[0].Pods, stats[5].Pods, stats[7].Pods, stats[9].Pods)
+	if stats[0].Pods != 3 || stats[5].Pods != 1 || stats[7].Pods != 1 || stats[9].Pods != 4 || stats[11].Pods != 3 || stats[12].Pods != 4 {
+		t.Errorf("pods per hop %d, %d, %d, %d, %d, %d; want 3 in place, 1 moved, 1 moved, 4 in all, 3 with the init container, 4 in all",
+			stats[0].Pods, stats[5].Pods, stats[7].Pods, stats[9].Pods, stats[11].Pods, stats[12].Pods)
+	}
+	if !ep.Complete() {
+		t.Errorf("every moment of every pod is there, Complete says not: %+v", ep.Pods)
 	}
 	if old.OpenVia != "socket" || fresh.OpenVia != "" {
 		t.Errorf("opened via %q and %q, want socket and none said", old.OpenVia, fresh.OpenVia)

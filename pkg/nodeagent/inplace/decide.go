@@ -158,6 +158,10 @@ func decideInWorker(b attempt.Barrier, made int32, attemptN int, barrierOpen boo
 		return d
 	case st != nil && st.State.Terminated != nil && st.RestartCount == rec.Restart:
 		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran), Restarting: restarting}
+	case int(rec.StoppedFor) >= attemptN:
+		// Its agent stopped it (the runtime said so) and recorded it: a status that still
+		// shows it running lags.
+		return Decision{Action: ActionWait, Reason: fmt.Sprintf("its worker of attempt %d was stopped for attempt %d: the kubelet restarts the pod", ran, rec.StoppedFor), Restarting: restarting}
 	}
 	// The recorded container, as the record names it: a status that lags the record shows
 	// the one before.

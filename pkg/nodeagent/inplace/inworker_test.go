@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -39,6 +40,14 @@ func inWorkerPod(restarts int32, id string, s *corev1.ContainerState, rec *v1alp
 
 func record(id string, restart, attempt int32) *v1alpha1.BarrierRecord {
 	return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt}
+}
+
+// stoppedRecord is record's, with the agent's word that it stopped the container for
+// attempt stoppedFor.
+func stoppedRecord(id string, restart, attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
+	rec := record(id, restart, attempt)
+	rec.StoppedFor = stoppedFor
+	return rec
 }
 
 func TestDecideBarrierInWorker(t *testing.T) {
@@ -96,6 +105,16 @@ func TestDecideBarrierInWorker(t *testing.T) {
 			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 2)), attempt: 2, barrierOpen: true,
 			want: Decision{Action: ActionWait},
 		},
+		// Its agent stopped it and said so: the status that shows it running lags. The
+		// kubelet restarts the pod, and its next container waits to be opened.
+		"stopped for the attempt and recorded so, the status lagging: no second stop": {
+			pod: inWorkerPod(0, "c0", &running, stoppedRecord("c0", 0, 1, 2)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionWait, Restarting: true},
+		},
+		"stopped for an older attempt: this one's stop still to come": {
+			pod: inWorkerPod(0, "c0", &running, stoppedRecord("c0", 0, 1, 2)), attempt: 3,
+			want: Decision{Action: ActionStopWorkers, Containers: []string{"c0"}},
+		},
 		"the recorded container ended: the kubelet restarts the pod": {
 			pod: inWorkerPod(0, "c0", &exited143, record("c0", 0, 1)), attempt: 2,
 			want: Decision{Action: ActionWait, Restarting: true},
@@ -118,13 +137,29 @@ func TestDecideBarrierInWorker(t *testing.T) {
 	}
 }
 
-// records is a BarrierRecorder that keeps what it was asked to write, and how many execs the
-// runtime had seen by then.
+// records is a BarrierRecorder that keeps what it was asked to write, and how many execs
+// (and stops) the runtime had seen by then.
 type records struct {
 	rt      *FakeRuntime
 	written []v1alpha1.BarrierRecord
 	execsAt []int
 	err     error
+	// stopped are the RecordStopped calls: "<container> for <attempt>", and the stops
+	// the runtime had seen by each.
+	stopped []string
+	stopsAt []int
+}
+
+func (r *records) RecordStopped(ctx context.Context, _ *corev1.Pod, id string, n int) error {
+	if r.err != nil {
+		return r.err
+	}
+	if v, ok := ctx.Value(notesKey{}).(*stepNotes); ok && v.stoppedAt.IsZero() {
+		r.stopped = append(r.stopped, "recorded before the step noted its stop")
+	}
+	r.stopped = append(r.stopped, fmt.Sprintf("%s for %d", id, n))
+	r.stopsAt = append(r.stopsAt, len(r.rt.Stops))
+	return nil
 }
 
 func (r *records) RecordBarrier(_ context.Context, _ *corev1.Pod, rec v1alpha1.BarrierRecord) error {
@@ -243,5 +278,59 @@ func TestSyncMakesSureOfARecordedOpenOnce(t *testing.T) {
 	}
 	if a, err := r.Sync(ctx, pod, 2, false); a != ActionNone || err != nil || len(rt.Execs) != 1 {
 		t.Errorf("gang not released: %s, %v, %d execs", a, err, len(rt.Execs))
+	}
+}
+
+// The agent records that it stopped the recorded container once the runtime has stopped it,
+// or lists it running no longer: the controller may open the gang's barrier on that record.
+// A stop that fails records nothing; an init container's pod has no record to write.
+func TestStopOldWorkersRecordsTheStop(t *testing.T) {
+	ctx := context.Background()
+	initPod := makePod().opened("attempt=1").worker("worker", "containerd://c0", running).obj()
+	for name, tc := range map[string]struct {
+		pod         *corev1.Pod
+		containers  []*runtimeapi.Container
+		stopErr     error
+		wantStops   int
+		wantStopped []string
+		wantErr     bool
+	}{
+		"stopped, then recorded": {
+			pod: inWorkerPod(0, "c0", &running, record("c0", 0, 1)), containers: []*runtimeapi.Container{workerCtr("c0", 0)},
+			wantStops: 1, wantStopped: []string{"c0 for 2"},
+		},
+		"ended already (the runtime lists it running no longer): recorded": {
+			pod:         inWorkerPod(0, "c0", &running, record("c0", 0, 1)),
+			wantStopped: []string{"c0 for 2"},
+		},
+		"the stop fails: nothing recorded": {
+			pod: inWorkerPod(0, "c0", &running, record("c0", 0, 1)), containers: []*runtimeapi.Container{workerCtr("c0", 0)},
+			stopErr: errors.New("runtime down"), wantErr: true,
+		},
+		"an init container's pod: the kubelet's status tells": {
+			pod: initPod, containers: []*runtimeapi.Container{ctr("c0", "uid-1", "worker", run)},
+			wantStops: 1,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := &FakeRuntime{Containers: tc.containers, StopErr: tc.stopErr}
+			recs := &records{rt: rt}
+			r := New(rt, nil)
+			r.Records = recs
+			// The step's end is the runtime's stop, not the record's write after it.
+			sctx, _ := withNotes(ctx)
+			_, err := r.StopOldWorkers(sctx, tc.pod, 2)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			if len(rt.Stops) != tc.wantStops || !cmp.Equal(recs.stopped, tc.wantStopped, cmpopts.EquateEmpty()) {
+				t.Errorf("%d stops, recorded %q; want %d, %q", len(rt.Stops), recs.stopped, tc.wantStops, tc.wantStopped)
+			}
+			for _, n := range recs.stopsAt {
+				if n != tc.wantStops {
+					t.Errorf("recorded after %d stops, want after %d: the stop comes first", n, tc.wantStops)
+				}
+			}
+		})
 	}
 }

@@ -69,7 +69,8 @@ type Step struct {
 	Pod     *corev1.Pod
 	Action  Action
 	Attempt int
-	// Start and End: when it began (an open: before its confirmation) and ended.
+	// Start and End: when it began (an open: before its confirmation) and ended (a stop:
+	// when the runtime had stopped the old workers, before the agent's record of it).
 	Start, End time.Time
 	// Via is how an open reached the barrier (ViaSocket, ViaExec); "" for a stop, or an
 	// open that opened nothing. ViaReason says why an open went by exec (the barrier's
@@ -78,23 +79,36 @@ type Step struct {
 	Err            error
 }
 
-// viaKey keys, in a step's context, where the Restarter says how it opened a barrier
-// (noteVia): the loop puts it in the step's Step.
-type viaKey struct{}
+// notesKey keys, in a step's context, where the Restarter notes how it opened a barrier
+// (noteVia) and when it stopped old workers (noteStopped): the loop puts them in the step's
+// Step.
+type notesKey struct{}
 
-// stepVia is how a step opened a barrier, and why so (Step.Via, Step.ViaReason).
-type stepVia struct{ via, reason string }
+// stepNotes is how a step opened a barrier, and why so (Step.Via, Step.ViaReason); and when a
+// stop's runtime calls returned (noteStopped), before the agent's record of it.
+type stepNotes struct {
+	via, reason string
+	stoppedAt   time.Time
+}
 
-// withVia is ctx with room for the step's Via.
-func withVia(ctx context.Context) (context.Context, *stepVia) {
-	v := &stepVia{}
-	return context.WithValue(ctx, viaKey{}, v), v
+// withNotes is ctx with room for the step's notes.
+func withNotes(ctx context.Context) (context.Context, *stepNotes) {
+	v := &stepNotes{}
+	return context.WithValue(ctx, notesKey{}, v), v
+}
+
+// noteStopped records that the step running in ctx has stopped its old workers now: the
+// step's End, which its record of the stop then follows (Restarter.recordStopped).
+func noteStopped(ctx context.Context) {
+	if v, ok := ctx.Value(notesKey{}).(*stepNotes); ok {
+		v.stoppedAt = time.Now()
+	}
 }
 
 // noteVia records how the step running in ctx opened a barrier, and why so, if the loop
 // asked.
 func noteVia(ctx context.Context, via, reason string) {
-	if v, ok := ctx.Value(viaKey{}).(*stepVia); ok {
+	if v, ok := ctx.Value(notesKey{}).(*stepNotes); ok {
 		v.via, v.reason = via, reason
 	}
 }
@@ -188,7 +202,7 @@ func (l *Loop) processNext(ctx context.Context) bool {
 		}
 		defer l.queue.Done(key)
 		// The status shows the barrier waiting, or the runtime runs it already.
-		sctx, via := withVia(ctx)
+		sctx, via := withNotes(ctx)
 		_, err := l.syncer.OpenBarrier(sctx, pod, attempt)
 		l.done(ctx, key, Step{Pod: pod, Action: ActionOpenBarrier, Attempt: attempt, Start: start, Via: via.via, ViaReason: via.reason, Err: err})
 		return true
@@ -235,15 +249,17 @@ func (l *Loop) confirmed(ctx context.Context, key types.NamespacedName, pod *cor
 // sync carries out the decision on one pod.
 func (l *Loop) sync(ctx context.Context, key types.NamespacedName, pod *corev1.Pod, attempt int, open bool) {
 	start := time.Now()
-	sctx, via := withVia(ctx)
+	sctx, via := withNotes(ctx)
 	action, err := l.syncer.Sync(sctx, pod, attempt, open)
-	l.done(ctx, key, Step{Pod: pod, Action: action, Attempt: attempt, Start: start, Via: via.via, ViaReason: via.reason, Err: err})
+	l.done(ctx, key, Step{Pod: pod, Action: action, Attempt: attempt, Start: start, End: via.stoppedAt, Via: via.via, ViaReason: via.reason, Err: err})
 }
 
-// done follows up step s on the pod of key (its End is now): it tells Traced of a stop or an
-// open, and forgets the pod or retries it by the outcome.
+// done follows up step s on the pod of key (its End is now, unless set): it tells Traced of
+// a stop or an open, and forgets the pod or retries it by the outcome.
 func (l *Loop) done(ctx context.Context, key types.NamespacedName, s Step) {
-	s.End = time.Now()
+	if s.End.IsZero() {
+		s.End = time.Now()
+	}
 	attempt, err := s.Attempt, s.Err
 	if errors.Is(err, errNotYet) {
 		// A barrier just started and not listening yet: the same open again in a moment

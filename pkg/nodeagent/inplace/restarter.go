@@ -60,9 +60,13 @@ const (
 
 // BarrierRecorder writes the agent's record of a barrier open onto its pod, against the
 // resourceVersion the pod was read at (the agent's Writer): a barrier in the worker
-// container is opened only once its record is written.
+// container is opened only once its record is written. RecordStopped adds to the record
+// that names containerID that the agent stopped that container for attempt n
+// (BarrierRecord.StoppedFor), and writes nothing where the pod's record names another
+// container, or says so already.
 type BarrierRecorder interface {
 	RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha1.BarrierRecord) error
+	RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error
 }
 
 // Restarter stops old workers and opens barriers through the node's container runtime.
@@ -252,7 +256,26 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 	if len(stopped) > 0 {
 		r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", attempt, "containers", stopped, "reason", d.Reason)
 	}
+	noteStopped(ctx)
+	if err := r.recordStopped(ctx, pod, d, attempt); err != nil {
+		return stopped, err
+	}
 	return stopped, nil
+}
+
+// recordStopped tells the controller, where pod's barrier is its worker's entrypoint, that
+// the worker d named (the recorded container) runs no more: the runtime has stopped it, or
+// lists it no longer running. The controller may open the gang's barrier on it, before the
+// kubelet's relist, restart of the pod and status write show it (Barrier.Stopped). With an
+// init container, the kubelet's status tells.
+func (r *Restarter) recordStopped(ctx context.Context, pod *corev1.Pod, d Decision, n int) error {
+	if _, place := attempt.BarrierContainer(&pod.Spec); place != attempt.BarrierInWorker || len(d.Containers) != 1 || r.Records == nil {
+		return nil
+	}
+	if err := r.Records.RecordStopped(ctx, pod, d.Containers[0], n); err != nil {
+		return fmt.Errorf("record the stop of container %s of pod %s: %w", d.Containers[0], podRef(pod), err)
+	}
+	return nil
 }
 
 // OpenBarrier gives the go signal of attempt to pod's barrier if it runs, and says whether

@@ -110,7 +110,7 @@ func TestOpenBarrierThroughItsSocket(t *testing.T) {
 			r := New(rt, nil)
 			r.ProcRoot = proc
 			r.socketWorks.Store(tc.socketWorked)
-			ctx, via := withVia(context.Background())
+			ctx, via := withNotes(context.Background())
 			opened, err := r.OpenBarrier(ctx, pod, 2)
 			if opened != tc.opened || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("OpenBarrier = %v, %v; want %v, %v", opened, err, tc.opened, tc.wantErr)

@@ -151,7 +151,7 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	}
 	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d new pods (attempt 2's record: %s); %s",
 		workers, mode, took.Round(time.Millisecond), r.inPlace, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
-	if mode == v1alpha1.RestartModeInPlace && !inWorker && traces != nil {
+	if mode == v1alpha1.RestartModeInPlace && traces != nil {
 		// A pod's moment the spans lack (a worker that exited on its own before its stop:
 		// the kubelet restarted it first) leaves its hop out of the table, not the run.
 		ep, err := waitBreakdown(got, first, after)

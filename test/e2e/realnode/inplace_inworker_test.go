@@ -27,7 +27,9 @@ import (
 // which the agent reports for attempt 1 from its record, and the run restarts in place
 // (no index moves). The coordinator (index 0) outlives its stop by 3 s. The test's watch
 // of the pods sees every attempt-1 worker stopped before the first record of attempt 2: no
-// agent opens a barrier of attempt 2 while an old worker runs. Attempt 2: the same pods,
+// agent opens a barrier of attempt 2 while an old worker runs; each agent records that it
+// stopped its old workers (the record's stoppedFor), on which the gang's barrier may open
+// before the kubelet's status shows them stopped. Attempt 2: the same pods,
 // each worker restarted once and recorded for attempt 2; its coordinator registers every
 // index once and reads attempt 2 from the attempt file the barrier wrote. Then index 1's
 // worker exits 1 on its own (SIGUSR1 tells it when): the run fails, AppExit, by the agent's
@@ -96,26 +98,39 @@ func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	}
 
 	// The barrier, in the API server's order: every old worker stopped before any record
-	// of attempt 2 (the agent records before it opens).
+	// of attempt 2 (the agent records before it opens). A worker is stopped once the
+	// kubelet's status shows it, or once its agent's record says it stopped it for attempt
+	// 2, which the agent writes after the runtime's StopContainer returned: the controller
+	// opens the gang's barrier on that record. The workers the agents stopped (all but the
+	// victim's, which ended on its own) were recorded so.
 	mu.Lock()
 	events := slices.Clone(seen)
 	mu.Unlock()
-	stopped, lastStop, firstOpen := map[int]bool{}, -1, -1
+	stopped, recordedStop, lastStop, firstOpen := map[int]bool{}, map[int]bool{}, -1, -1
 	for seq, p := range events {
 		i := attempt.IndexOrNone(p)
 		old := first[i]
 		if old == nil || p.UID != old.UID {
 			continue
 		}
-		if s := workerStatus(p); !stopped[i] && s != nil && (s.State.Running == nil || s.RestartCount > workerStatus(old).RestartCount) {
+		rec := attempt.BarrierRecord(p)
+		if rec != nil && rec.Attempt == 1 && rec.StoppedFor == 2 {
+			recordedStop[i] = true
+		}
+		if s := workerStatus(p); !stopped[i] && s != nil && (s.State.Running == nil || s.RestartCount > workerStatus(old).RestartCount || recordedStop[i]) {
 			stopped[i], lastStop = true, seq
 		}
-		if rec := attempt.BarrierRecord(p); rec != nil && rec.Attempt >= 2 && firstOpen < 0 {
+		if rec != nil && rec.Attempt >= 2 && firstOpen < 0 {
 			firstOpen = seq
 		}
 	}
 	if len(stopped) != 4 || firstOpen < 0 || firstOpen < lastStop {
 		t.Errorf("the watch saw %d of 4 old workers stop (the last at event %d) and the first record of attempt 2 at event %d: want all stopped before it", len(stopped), lastStop, firstOpen)
+	}
+	for i := range 4 {
+		if !recordedStop[i] && i != 1 {
+			t.Errorf("index %d: its agent's record never said it stopped the worker for attempt 2 (records seen: %v)", i, recordedStop)
+		}
 	}
 
 	restarted := second[1]

@@ -155,7 +155,8 @@ func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod)
 	var pods []hops.Pod
 	for i, p := range after {
 		old := before[i]
-		pods = append(pods, hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID})
+		_, place := attempt.BarrierContainer(&p.Spec)
+		pods = append(pods, hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID, InWorker: place == attempt.BarrierInWorker})
 	}
 	// The kubelet exports every 5 s (its batch processor's default).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
