@@ -58,8 +58,12 @@ func reportCounts(pod *corev1.Pod, ex v1alpha1.WorkerExit) (int, bool) {
 // StoppedWorker): the gang's barrier may open on the agent's record of the stop, before the
 // kubelet restarts the pod, and that exit (the agent's SIGTERM) ended the attempt before.
 // The view shows the container waiting, as the kubelet's next status will: exitclass judges
-// no exit of it. Pure; pod is not modified.
+// no exit of it. Pure; pod is not modified. Every reconcile asks it of every worker: a pod
+// that shows no ended container is returned before its record is read.
 func withoutStoppedWorker(pod *corev1.Pod) *corev1.Pod {
+	if !slices.ContainsFunc(pod.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.State.Terminated != nil }) {
+		return pod
+	}
 	b := attempt.BarrierOf(pod)
 	if !b.StoppedWorker() {
 		return pod

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -63,39 +62,44 @@ const reasonBarrierRecord = "BarrierRecord"
 // names, containerID, for attempt n (v1alpha1.BarrierRecord.StoppedFor): the controller may
 // open the gang's barrier on it before the pod's status shows the container's end. The
 // record is rewritten only while it names that container for an earlier attempt: one
-// pods/status patch against the resourceVersion the record was read at, and on a conflict
-// (the kubelet writes the pod's status as the container ends) the pod is read again from
-// the API server and the record checked again, a few times. Nothing is written where the
-// record names another container (a later open replaced it), or says so already.
+// pods/status patch against the resourceVersion the record was read at, retried as the
+// writer's other writes are (withRetry), each retry on the pod read again from the API
+// server and its record checked again (a conflict: the kubelet writes the pod's status as
+// the container ends). Nothing is written where the record names another container (a later
+// open replaced it), or says so already.
 func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
 	if err := w.ownRunPod(pod); err != nil {
 		return err
 	}
 	ns, name := pod.Namespace, pod.Name
-	for try := 0; ; try++ {
+	written := false
+	err := withRetry(ctx, w.cfg.Backoff, func(ctx context.Context) error {
+		if pod == nil {
+			var err error
+			if pod, err = w.cfg.Client.GetPod(ctx, ns, name); err != nil {
+				return fmt.Errorf("read pod %s/%s again to record a stop: %w", ns, name, err)
+			}
+		}
 		rec := attempt.BarrierRecord(pod)
 		if rec == nil || rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
 			return nil
 		}
 		rec.StoppedFor = int32(n)
-		err := w.patchRecord(ctx, pod, *rec)
-		switch {
-		case err == nil:
-			w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierStopped)
-			return nil
-		case !apierrors.IsConflict(err) || try == stoppedConflictRetries:
-			w.cfg.Metrics.markFailed(targetPodAnnotation)
+		if err := w.patchRecord(ctx, pod, *rec); err != nil {
+			pod = nil
 			return err
 		}
-		if pod, err = w.cfg.Client.GetPod(ctx, ns, name); err != nil {
-			w.cfg.Metrics.markFailed(targetPodAnnotation)
-			return fmt.Errorf("read pod %s/%s again to record a stop: %w", ns, name, err)
-		}
+		written = true
+		return nil
+	})
+	switch {
+	case err != nil:
+		w.cfg.Metrics.markFailed(targetPodAnnotation)
+	case written:
+		w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierStopped)
 	}
+	return err
 }
-
-// stoppedConflictRetries is how often RecordStopped reads a pod again after a conflict.
-const stoppedConflictRetries = 3
 
 // reasonBarrierStopped is the reason label of the marks metric for a record of a stop.
 const reasonBarrierStopped = "BarrierStopped"

@@ -207,13 +207,21 @@ func between(a, b func(Episode, PodTimes) time.Time) func(Episode, PodTimes) (ti
 	}
 }
 
-// only is hop of, for the pods restarted in place (inPlace) or for the new ones.
-func only(inPlace bool, of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
+// of is hop, counted only for the pods that keep selects.
+func of(keep func(PodTimes) bool, hop func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
 	return func(ep Episode, t PodTimes) (time.Duration, bool) {
-		d, ok := of(ep, t)
-		return d, ok && t.InPlace == inPlace
+		d, ok := hop(ep, t)
+		return d, ok && keep(t)
 	}
 }
+
+// The pods a hop is of: restarted in place, new (a moved index), and those whose barrier is
+// an init container (one in the worker's container becomes the worker as its open ends).
+var (
+	inPlace     = func(t PodTimes) bool { return t.InPlace }
+	newPod      = func(t PodTimes) bool { return !t.InPlace }
+	initBarrier = func(t PodTimes) bool { return !t.InWorker }
+)
 
 var (
 	decided        = func(ep Episode, _ PodTimes) time.Time { return ep.Decided }
@@ -235,28 +243,19 @@ var (
 // agent opens a pod's barrier once both are so, the barrier's start as the kubelet's status
 // write shows it.
 var Hops = []Hop{
-	{"decision → the agent stops the old workers", "API (run status write, the agent's watch)", only(true, between(decided, stopBegan))},
-	{"the agent's stop (SIGTERM to exit)", "runtime, worker", only(true, between(stopBegan, stopped))},
-	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", only(true, between(stopped, removed))},
-	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", only(true, between(removed, barrierOpen))},
-	{"removed → barrier started", "kubelet (create, start)", only(true, between(removed, barrierStarted))},
-	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", only(false, between(decided, barrierStarted))},
-	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", only(false, between(decided, synced))},
-	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", only(false, between(synced, sandboxReady))},
-	{"sandbox → its barrier started", "kubelet (create, start)", only(false, between(sandboxReady, barrierStarted))},
+	{"decision → the agent stops the old workers", "API (run status write, the agent's watch)", of(inPlace, between(decided, stopBegan))},
+	{"the agent's stop (SIGTERM to exit)", "runtime, worker", of(inPlace, between(stopBegan, stopped))},
+	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", of(inPlace, between(stopped, removed))},
+	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", of(inPlace, between(removed, barrierOpen))},
+	{"removed → barrier started", "kubelet (create, start)", of(inPlace, between(removed, barrierStarted))},
+	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", of(newPod, between(decided, barrierStarted))},
+	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", of(newPod, between(decided, synced))},
+	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", of(newPod, between(synced, sandboxReady))},
+	{"sandbox → its barrier started", "kubelet (create, start)", of(newPod, between(sandboxReady, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
-	{"the agent's open (confirmation, go signal)", "API (a read), the barrier's socket (or an exec)", between(openBegan, opened)},
-	{"opened → worker started (init container)", "kubelet (relist, create, start)", initContainer(between(opened, workerStarted))},
+	{"the agent's open (confirmation, go signal)", "API (a read; in the worker, the record's write), the barrier's socket (or an exec)", between(openBegan, opened)},
+	{"opened → worker started (init container)", "kubelet (relist, create, start)", of(initBarrier, between(opened, workerStarted))},
 	{"worker started → the gang Running", "kubelet status write, controller, API", between(workerStarted, running)},
-}
-
-// initContainer is hop of, for the pods whose barrier is an init container: one in the
-// worker's container becomes the worker as its open ends.
-func initContainer(of func(Episode, PodTimes) (time.Duration, bool)) func(Episode, PodTimes) (time.Duration, bool) {
-	return func(ep Episode, t PodTimes) (time.Duration, bool) {
-		d, ok := of(ep, t)
-		return d, ok && !t.InWorker
-	}
 }
 
 // laterOf is the later of two moments (zero when either is).

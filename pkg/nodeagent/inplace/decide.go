@@ -158,7 +158,7 @@ func decideInWorker(b attempt.Barrier, made int32, attemptN int, barrierOpen boo
 		return d
 	case st != nil && st.State.Terminated != nil && st.RestartCount == rec.Restart:
 		return Decision{Action: ActionWait, Reason: fmt.Sprintf("no worker of attempt %d runs: the kubelet restarts the pod", ran), Restarting: restarting}
-	case int(rec.StoppedFor) >= attemptN:
+	case b.Stopped(int32(attemptN)):
 		// Its agent stopped it (the runtime said so) and recorded it: a status that still
 		// shows it running lags.
 		return Decision{Action: ActionWait, Reason: fmt.Sprintf("its worker of attempt %d was stopped for attempt %d: the kubelet restarts the pod", ran, rec.StoppedFor), Restarting: restarting}
