@@ -285,3 +285,91 @@ func TestInPlaceMovedIndexWaitsForItsOldPod(t *testing.T) {
 		})
 	}
 }
+
+// TestInPlaceLeavesAShuttingDownPodToItsKubelet: a moved index's old pod whose node announced
+// a graceful shutdown is its kubelet's to end: the controller does not delete it (a deletion
+// would add the pod's removal to that kubelet's own status writes, ahead of the terminal
+// statuses of its node's other pods, which the gang's barrier waits for), and wakes at the
+// shutdown's bound. Ended by its kubelet, the index gets its new pod and the barrier opens;
+// still there at the bound, it is deleted.
+func TestInPlaceLeavesAShuttingDownPodToItsKubelet(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ended bool // the kubelet writes the pod Failed before the bound
+	}{{"ended by its kubelet", true}, {"outlives the bound", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			r, cl, run, job, pods := fallbackFixture(t)
+			clock := r.Clock.(*clocktesting.FakeClock)
+			stored := &v1alpha1.TrainingRun{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
+				t.Fatal(err)
+			}
+			// Attempt 2 decided in place off gpu-1, whose shutdown was announced a second ago.
+			rec := attempt.Record(stored)
+			rec.BarrierOpenedAt, rec.StartTime = nil, nil
+			rec.ExcludedNodes = []string{"gpu-1"}
+			stored.Status.Phase = v1alpha1.PhaseRestarting
+			if err := cl.Status().Update(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			announced := clock.Now().Add(-time.Second)
+			pods[1].Status.StartTime = ptr.To(metav1.NewTime(clock.Now().Add(-time.Minute)))
+			pods[0].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			pods[0].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+			pods[1].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: barrier.OpenedMessage(1)}}}}
+			pods[1].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			agentMark(pods[1], v1alpha1.FaultEvidence{Source: v1alpha1.EvidenceSourceLogind, Node: "gpu-1", Cause: v1alpha1.CauseNodeShutdown,
+				DetectedAt: announced.Format(time.RFC3339Nano)}, announced)
+			for _, p := range pods {
+				status := p.Status.DeepCopy() // an update returns the stored pod, status and all
+				if err := cl.Update(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+				p.Status = *status
+				if err := cl.Status().Update(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			newName := attempt.PodName(job, 1, 2)
+			bound := announced.Add(30*time.Second + 5*time.Second) // the default grace period, the kubelet's report
+			_, res := reconcileRun(t, r, cl, run)
+			old := &corev1.Pod{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp != nil {
+				t.Fatalf("index 1's old pod, its node shutting down: %v, deleting %v; want it left to its kubelet", err, old.DeletionTimestamp)
+			}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("index 1's new pod %s: %v; want none while the old one may run", newName, err)
+			}
+			if wake := clock.Now().Add(res.RequeueAfter); res.RequeueAfter <= 0 || wake.After(bound) {
+				t.Errorf("requeued after %v (at %v); want a wake by the shutdown's bound %v", res.RequeueAfter, wake, bound)
+			}
+
+			if c.ended {
+				old.Status.Phase = corev1.PodFailed
+				old.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143}}
+				if err := cl.Status().Update(ctx, old); err != nil {
+					t.Fatal(err)
+				}
+				got, _ := reconcileRun(t, r, cl, run)
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{}); err != nil {
+					t.Fatalf("index 1's new pod %s once its kubelet ended the old one: %v", newName, err)
+				}
+				if rec := attempt.Record(got); rec.BarrierOpenedAt == nil || !slices.Equal(rec.MovedIndexes, []int32{1}) {
+					t.Errorf("attempt 2's record: barrierOpenedAt %v, movedIndexes %v; want the barrier open, index 1 moved", rec.BarrierOpenedAt, rec.MovedIndexes)
+				}
+				return
+			}
+			clock.SetTime(bound)
+			got, _ := reconcileRun(t, r, cl, run)
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp == nil {
+				t.Fatalf("index 1's old pod past the shutdown's bound: %v, deleting %v; want it deleted", err, old.DeletionTimestamp)
+			}
+			if rec := attempt.Record(got); rec.BarrierOpenedAt != nil {
+				t.Errorf("the gang's barrier opened at %v while index 1's old pod is in the API", rec.BarrierOpenedAt)
+			}
+		})
+	}
+}

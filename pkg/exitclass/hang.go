@@ -45,23 +45,9 @@ func hangOf(pod *corev1.Pod) (hang, bool) {
 	if h.container, h.since, running = runningSince(pod); !running {
 		return hang{}, false
 	}
-	var cond *corev1.PodCondition
-	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == v1alpha1.PodConditionInfrastructureFault && c.Status == corev1.ConditionTrue {
-			cond = c
-		}
-	}
-	raw, ok := pod.Annotations[v1alpha1.AnnotationFaultEvidence]
-	if cond == nil || !ok || pod.Spec.NodeName == "" {
+	fe, at, ok := attestedEvidence(pod, h.since)
+	if !ok {
 		return hang{}, false
-	}
-	var fe v1alpha1.FaultEvidence
-	if json.Unmarshal([]byte(raw), &fe) != nil || fe.Node != pod.Spec.NodeName || string(fe.Cause) != cond.Reason {
-		return hang{}, false
-	}
-	at, err := time.Parse(time.RFC3339Nano, fe.DetectedAt)
-	if err != nil || at.IsZero() || at.Before(h.since.Add(-timestampSlack)) {
-		return hang{}, false // unreadable, or an earlier incarnation's (stale)
 	}
 	h.cause, h.evidence, h.failsAt = fe.Cause, at, at
 	switch fe.Cause {
@@ -71,11 +57,58 @@ func hangOf(pod *corev1.Pod) (hang, bool) {
 		}
 	case v1alpha1.CauseNodeShutdown:
 		h.grace = terminationGrace(pod)
-		h.failsAt = at.Add(h.grace + shutdownReportSlack)
+		h.failsAt = shutdownEndsBy(pod, at)
 	default:
 		return hang{}, false // the agent writes no other cause; nothing says it stops a worker
 	}
 	return h, true
+}
+
+// attestedEvidence reads the node agent's evidence on pod, attested as rule 1 attests it:
+// the InfrastructureFault condition in the pod's status, and the evidence annotation of the
+// same cause beside it naming the pod's node, recorded (at) not before since (an earlier
+// incarnation's evidence is stale).
+func attestedEvidence(pod *corev1.Pod, since time.Time) (fe v1alpha1.FaultEvidence, at time.Time, ok bool) {
+	var cond *corev1.PodCondition
+	for i := range pod.Status.Conditions {
+		if c := &pod.Status.Conditions[i]; c.Type == v1alpha1.PodConditionInfrastructureFault && c.Status == corev1.ConditionTrue {
+			cond = c
+		}
+	}
+	raw, found := pod.Annotations[v1alpha1.AnnotationFaultEvidence]
+	if cond == nil || !found || pod.Spec.NodeName == "" {
+		return fe, at, false
+	}
+	if json.Unmarshal([]byte(raw), &fe) != nil || fe.Node != pod.Spec.NodeName || string(fe.Cause) != cond.Reason {
+		return fe, at, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, fe.DetectedAt)
+	if err != nil || at.IsZero() || at.Before(since.Add(-timestampSlack)) {
+		return fe, at, false // unreadable, or an earlier incarnation's (stale)
+	}
+	return fe, at, true
+}
+
+// shutdownEndsBy is when a graceful node shutdown announced at at has ended pod, if its
+// kubelet ends it: its termination grace period, and the kubelet's report of its kill.
+func shutdownEndsBy(pod *corev1.Pod, at time.Time) time.Time {
+	return at.Add(terminationGrace(pod) + shutdownReportSlack)
+}
+
+// ShutdownEndsBy is when the graceful shutdown that pod's node announced while it ran will
+// have ended the pod (attested NodeShutdown evidence, recorded since the pod started): its
+// kubelet stops it at the announcement and reports it ended by then (FailsAt's bound for a
+// worker that outlives it). ok is false when no announced shutdown is ending the pod, or it
+// has ended.
+func ShutdownEndsBy(pod *corev1.Pod) (at time.Time, ok bool) {
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return time.Time{}, false
+	}
+	fe, at, ok := attestedEvidence(pod, podStart(pod))
+	if !ok || fe.Cause != v1alpha1.CauseNodeShutdown {
+		return time.Time{}, false
+	}
+	return shutdownEndsBy(pod, at), true
 }
 
 // fatalGPUEvidence: the evidence says the GPU needs a reset or a drain before it runs

@@ -185,3 +185,50 @@ func TestVerdictOnAWorkerTheShutdownDidNotEnd(t *testing.T) {
 var cmpIgnoreEvidence = cmp.FilterPath(func(p cmp.Path) bool {
 	return p.String() == "Evidence" || p.String() == "Peers"
 }, cmp.Ignore())
+
+// ShutdownEndsBy: a pod whose node announced a graceful shutdown while it ran is its kubelet's
+// to end, by the announcement, its grace period and the kubelet's report; whether its worker
+// still runs or has ended already, as long as the pod has not. Any other evidence, evidence
+// not attested or from before the pod started, and an ended pod: none.
+func TestShutdownEndsBy(t *testing.T) {
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want time.Time // zero: not ok
+	}{
+		"a running worker": {
+			pod: hungWorker(3).infraFault(v1alpha1.CauseNodeShutdown, at(10)).obj(), want: at(45),
+		},
+		"its own grace period": {
+			pod: func() *corev1.Pod {
+				p := hungWorker(3).infraFault(v1alpha1.CauseNodeShutdown, at(10)).obj()
+				p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)
+				return p
+			}(), want: at(20),
+		},
+		"its worker ended, the pod not yet": {
+			pod: hungWorker(3).exit(143).finishedAt(at(11)).phase(corev1.PodRunning).infraFault(v1alpha1.CauseNodeShutdown, at(10)).obj(), want: at(45),
+		},
+		"the pod ended": {
+			pod: hungWorker(3).exit(143).finishedAt(at(11)).phase(corev1.PodFailed).infraFault(v1alpha1.CauseNodeShutdown, at(10)).obj(),
+		},
+		"a GPU fault": {
+			pod: hungWorker(3).gpuXID("gpu-3", 0, 79, at(10)).obj(),
+		},
+		"the condition without the agent's evidence": {
+			pod: hungWorker(3).bareCondition(v1alpha1.CauseNodeShutdown, at(10)).obj(),
+		},
+		"evidence naming another node": {
+			pod: hungWorker(3).node("gpu-4").infraFault(v1alpha1.CauseNodeShutdown, at(10)).node("gpu-3").obj(),
+		},
+		"announced before the pod started": {
+			pod: hungWorker(3).created(at(30)).infraFault(v1alpha1.CauseNodeShutdown, at(10)).obj(),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ShutdownEndsBy(tc.pod)
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Errorf("ShutdownEndsBy = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}

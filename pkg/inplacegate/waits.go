@@ -63,7 +63,8 @@ func (w Wait) Describe() string {
 // every pod of the attempt's Job that still runs a worker of an older attempt (see Stopped),
 // until its grace period and StopMargin have passed since the decision (or at once when its
 // node's agent is silent); and the old pods of the moved indexes that may still run until
-// they are gone, with no end of their own: they are being deleted (the caller confirms with the API server that
+// they are gone, with no end of their own: they are being deleted, or ended by their node's
+// shutdown (the caller deletes those at its bound, and confirms with the API server that
 // they are gone before it opens the barrier). Pure.
 func BeforeOpen(pods []*corev1.Pod, n int32, moved []int32, nodes map[string]exitclass.NodeFacts, decidedAt time.Time, hb Heartbeats, now time.Time) []Wait {
 	var waits []Wait
