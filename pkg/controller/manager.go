@@ -28,6 +28,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
+	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
 	"github.com/faultline-dev/faultline/pkg/runmetrics"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -210,7 +211,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	if opts.NodeMaintenances != nil {
-		m := &MaintenanceReconciler{
+		m := &nodemaintenance.Reconciler{
 			Client:    mgr.GetClient(),
 			APIReader: mgr.GetAPIReader(),
 			Recorder:  mgr.GetEventRecorder("faultline-controller"),

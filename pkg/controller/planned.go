@@ -21,6 +21,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
+	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -261,20 +262,9 @@ func (r *Reconciler) liftMaintenance(ctx context.Context, run *v1alpha1.Training
 	return true, nil
 }
 
-// Indexes of the cache that wake runs on their nodes' maintenance.
-const (
-	// podsByNode indexes the cached workers by their node.
-	podsByNode = "faultline-pods-by-node"
-	// runsByMaintenanceExclusion indexes runs by the nodes they keep off for a maintenance.
-	runsByMaintenanceExclusion = "faultline-runs-by-maintenance-exclusion"
-)
-
-func nodeOfPod(o client.Object) []string {
-	if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}
-	}
-	return nil
-}
+// runsByMaintenanceExclusion indexes runs by the nodes they keep off for a maintenance
+// (nodemaintenance.PodsByNode finds those with a worker on a node).
+const runsByMaintenanceExclusion = "faultline-runs-by-maintenance-exclusion"
 
 func maintenanceExclusionsOf(o client.Object) []string {
 	if run, ok := o.(*v1alpha1.TrainingRun); ok {
@@ -296,7 +286,7 @@ func (r *Reconciler) runsOnNodes(ctx context.Context, nodes []string) []reconcil
 	}
 	for _, n := range nodes {
 		pods := &corev1.PodList{}
-		if err := r.List(ctx, pods, client.MatchingFields{podsByNode: n}); err == nil {
+		if err := r.List(ctx, pods, client.MatchingFields{nodemaintenance.PodsByNode: n}); err == nil {
 			for i := range pods.Items {
 				addKey(client.ObjectKey{Namespace: pods.Items[i].Namespace, Name: pods.Items[i].Labels[v1alpha1.LabelRun]})
 			}
@@ -313,7 +303,7 @@ func (r *Reconciler) runsOnNodes(ctx context.Context, nodes []string) []reconcil
 
 // indexMaintenance registers the indexes that find the runs of a node.
 func indexMaintenance(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &corev1.Pod{}, podsByNode, nodeOfPod); err != nil {
+	if err := nodemaintenance.IndexPodsByNode(ctx, indexer); err != nil {
 		return err
 	}
 	return indexer.IndexField(ctx, &v1alpha1.TrainingRun{}, runsByMaintenanceExclusion, maintenanceExclusionsOf)

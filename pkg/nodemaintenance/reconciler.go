@@ -1,4 +1,8 @@
-package controller
+// Package nodemaintenance is the controller of NodeMaintenances, the drains an SRE asks for
+// (`launcher drain`): it plans which runs and indexes a drain hits, cordons the nodes, and
+// follows each run until it runs off them. The runs move themselves (pkg/controller reads
+// the plan from the NodeMaintenance's status); what a plan is lives in pkg/maintenance.
+package nodemaintenance
 
 import (
 	"context"
@@ -26,12 +30,12 @@ import (
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 )
 
-// MaintenanceReconciler acts on NodeMaintenances: it plans (which runs and indexes the
+// Reconciler acts on NodeMaintenances: it plans (which runs and indexes the
 // drain hits, and whether each gang still fits elsewhere), cordons the nodes, and follows
 // each run until it runs off them. The runs move themselves (Reconciler.plan), reading the
 // plan from the NodeMaintenance's status: it is written before the cordon, so that no run
 // moves unplanned. A dry run stops after the plan.
-type MaintenanceReconciler struct {
+type Reconciler struct {
 	client.Client
 	// APIReader lists every Node and pod of the cluster for the plan (the cache holds only
 	// the runs' workers, and Nodes without their capacity).
@@ -47,7 +51,7 @@ type MaintenanceReconciler struct {
 const maintenanceRecheck = 5 * time.Second
 
 // Reconcile moves one NodeMaintenance a step further.
-func (m *MaintenanceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (m *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	nm := &v1alpha1.NodeMaintenance{}
 	if err := m.Get(ctx, req.NamespacedName, nm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -97,12 +101,12 @@ func (m *MaintenanceReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
-func (m *MaintenanceReconciler) selects(nm *v1alpha1.NodeMaintenance) bool {
+func (m *Reconciler) selects(nm *v1alpha1.NodeMaintenance) bool {
 	return m.Selector == nil || m.Selector.Matches(labels.Set(nm.Labels))
 }
 
 // planRuns records which runs the drain hits and whether each can move.
-func (m *MaintenanceReconciler) planRuns(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) error {
+func (m *Reconciler) planRuns(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) error {
 	nm.Status.StartTime = &now
 	nodes := &corev1.NodeList{}
 	if err := m.APIReader.List(ctx, nodes); err != nil {
@@ -121,7 +125,7 @@ func (m *MaintenanceReconciler) planRuns(ctx context.Context, nm *v1alpha1.NodeM
 	runs := map[string]*v1alpha1.TrainingRun{}
 	for _, name := range nm.Spec.Nodes {
 		pods := &corev1.PodList{}
-		if err := m.List(ctx, pods, client.MatchingFields{podsByNode: name}); err != nil {
+		if err := m.List(ctx, pods, client.MatchingFields{PodsByNode: name}); err != nil {
 			return fmt.Errorf("list workers on node %s: %w", name, err)
 		}
 		for i := range pods.Items {
@@ -170,7 +174,7 @@ func (m *MaintenanceReconciler) planRuns(ctx context.Context, nm *v1alpha1.NodeM
 }
 
 // cordon cordons every node of nm not cordoned yet, and notes an uncordon after it.
-func (m *MaintenanceReconciler) cordon(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) error {
+func (m *Reconciler) cordon(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) error {
 	for i := range nm.Status.Nodes {
 		st := &nm.Status.Nodes[i]
 		if st.Missing || st.UncordonedAt != nil {
@@ -196,15 +200,59 @@ func (m *MaintenanceReconciler) cordon(ctx context.Context, nm *v1alpha1.NodeMai
 			}
 			st.CordonedAt = &now
 		case !node.Spec.Unschedulable:
-			st.UncordonedAt = &now // the SRE is done with it
+			// The cache may not have seen our own cordon yet: the write of the plan wakes
+			// this reconcile again, and its event can arrive before the Node's. Only the API
+			// server's copy says that the SRE is done with the node.
+			uncordoned, err := m.uncordoned(ctx, st.Name)
+			if err != nil {
+				return err
+			}
+			if uncordoned {
+				st.UncordonedAt = &now
+			}
 		}
 	}
 	return nil
 }
 
+// uncordoned reads node from the API server and reports whether it is schedulable (a node
+// that is gone is not: the next reconcile finds it missing).
+func (m *Reconciler) uncordoned(ctx context.Context, name string) (bool, error) {
+	node := &corev1.Node{}
+	if err := m.APIReader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get node %s: %w", name, err)
+	}
+	return !node.Spec.Unschedulable, nil
+}
+
+// PodsByNode indexes the cached workers by their node. The drain reads the workers of its
+// nodes through it, and the run reconciler the runs on a node: IndexPodsByNode registers it
+// whether or not this controller runs.
+const PodsByNode = "faultline-pods-by-node"
+
+// IndexPodsByNode registers PodsByNode on the cache's pods.
+func IndexPodsByNode(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &corev1.Pod{}, PodsByNode, nodeOfPod)
+}
+
+func nodeOfPod(o client.Object) []string {
+	if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}
+	}
+	return nil
+}
+
+// live says whether a worker has not ended: it still holds its node.
+func live(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
 // follow records what became of each run hit, and returns how many live workers of runs
 // are still on the nodes.
-func (m *MaintenanceReconciler) follow(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) (int, error) {
+func (m *Reconciler) follow(ctx context.Context, nm *v1alpha1.NodeMaintenance, now metav1.Time) (int, error) {
 	for i := range nm.Status.Runs {
 		e := &nm.Status.Runs[i]
 		if e.Gone || e.RunningAt != nil {
@@ -237,11 +285,11 @@ func (m *MaintenanceReconciler) follow(ctx context.Context, nm *v1alpha1.NodeMai
 	left := 0
 	for _, name := range nm.Spec.Nodes {
 		pods := &corev1.PodList{}
-		if err := m.List(ctx, pods, client.MatchingFields{podsByNode: name}); err != nil {
+		if err := m.List(ctx, pods, client.MatchingFields{PodsByNode: name}); err != nil {
 			return 0, err
 		}
 		for i := range pods.Items {
-			if podLive(&pods.Items[i]) {
+			if live(&pods.Items[i]) {
 				left++
 			}
 		}
@@ -250,7 +298,7 @@ func (m *MaintenanceReconciler) follow(ctx context.Context, nm *v1alpha1.NodeMai
 }
 
 // phase sums the maintenance up.
-func (m *MaintenanceReconciler) phase(nm *v1alpha1.NodeMaintenance, left int, now metav1.Time) {
+func (m *Reconciler) phase(nm *v1alpha1.NodeMaintenance, left int, now metav1.Time) {
 	st := &nm.Status
 	over := len(st.Nodes) > 0
 	for _, n := range st.Nodes {
@@ -306,7 +354,7 @@ func summary(nm *v1alpha1.NodeMaintenance) string {
 
 // SetupWithManager registers the reconciler: it wakes on its NodeMaintenances, on the
 // workers on their nodes, on their nodes, and on the runs they hit.
-func (m *MaintenanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (m *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// maintenances are the NodeMaintenances for which keep holds.
 	maintenances := func(ctx context.Context, keep func(*v1alpha1.NodeMaintenance) bool) []reconcile.Request {
 		list := &v1alpha1.NodeMaintenanceList{}
