@@ -209,6 +209,13 @@ type FaultEvidence struct {
 	GPU *GPUEvidence `json:"gpu,omitempty"`
 	// Detail is for humans.
 	Detail string `json:"detail,omitempty"`
+	// PodStoppedAt is set on NodeShutdown evidence once the container runtime stopped the
+	// pod's sandbox, with no container of the pod running, after the announcement (the
+	// kubelet's shutdown kill), RFC 3339 with nanoseconds: no process of the pod runs on
+	// the node from then on, whatever the pod's status shows yet. The controller removes
+	// such a pod of an index that moves at once, without waiting for that kubelet's status
+	// write (docs/in-place-restart-proof.md, invariant 3).
+	PodStoppedAt string `json:"podStoppedAt,omitempty"`
 }
 
 // GPUEvidence identifies the GPU and the XID of a GPU fault.

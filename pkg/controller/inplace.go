@@ -109,8 +109,11 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		}
 		present = append(present, p)
 	}
-	remove, endsBy := notEndingByShutdown(old, now.Time)
+	remove, stopped, endsBy := notEndingByShutdown(old, now.Time)
 	if err := r.removePods(ctx, remove, true); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.forceRemovePods(ctx, stopped); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.createPods(ctx, run, obs.job, present, attempt.PodOptions{Attempt: n, ExcludedNodes: rec.ExcludedNodes}); err != nil {
@@ -344,25 +347,30 @@ func (r *Reconciler) barrierUnpullable(ctx context.Context, run *v1alpha1.Traini
 	return res, true, err
 }
 
-// notEndingByShutdown are the pods of old (moved indexes' old pods) to delete now: all but
-// those that their own kubelet is ending, their node having announced a graceful shutdown
-// under them (exitclass.ShutdownEndsBy) whose bound has not passed; endsBy is the earliest
-// such bound, when to look again. Deleting a pod its kubelet is killing ends it no sooner,
-// and costs that kubelet's status manager, which writes one pod after another, a status
-// write and a removal more per pod, ahead of the terminal statuses of its node's other pods,
-// each of which the gang's barrier waits for (a 32-worker gang: the last at +11 s after the
-// decision with the deletions, +6 to +9 s without). A pod that has ended is deleted at once:
-// the API server removes an ended pod without its kubelet.
-func notEndingByShutdown(old []*corev1.Pod, now time.Time) (remove []*corev1.Pod, endsBy time.Time) {
+// notEndingByShutdown sorts the old pods of moved indexes for removal. Those that their own
+// kubelet is ending, their node having announced a graceful shutdown under them
+// (exitclass.ShutdownEndsBy) whose bound has not passed, are left to it; endsBy is the
+// earliest such bound, when to look again. Deleting a pod its kubelet is killing ends it no
+// sooner, and costs that kubelet's status manager, which writes one pod after another, a
+// status write and a removal more per pod, ahead of the terminal statuses of its node's
+// other pods (a 32-worker gang: the last at +11 s after the decision with the deletions, +6
+// to +9 s without). Of those, the pods whose node agent attests that the shutdown stopped
+// them at the runtime (exitclass.StoppedByShutdown: sandbox down, no container running) are
+// removed at once, without a grace period (stopped): no process of theirs runs, and the
+// index need not wait for that kubelet's status write, one pod after another, to show it.
+// Every other pod is removed (remove), an ended one at once: the API server removes it
+// without its kubelet.
+func notEndingByShutdown(old []*corev1.Pod, now time.Time) (remove, stopped []*corev1.Pod, endsBy time.Time) {
 	for _, p := range old {
 		at, ending := exitclass.ShutdownEndsBy(p)
-		if !ending || !now.Before(at) {
+		switch {
+		case !ending || !now.Before(at):
 			remove = append(remove, p)
-			continue
-		}
-		if endsBy.IsZero() || at.Before(endsBy) {
+		case exitclass.StoppedByShutdown(p):
+			stopped = append(stopped, p)
+		case endsBy.IsZero() || at.Before(endsBy):
 			endsBy = at
 		}
 	}
-	return remove, endsBy
+	return remove, stopped, endsBy
 }

@@ -294,12 +294,15 @@ func TestInPlaceMovedIndexWaitsForItsOldPod(t *testing.T) {
 // still there at the bound, it is deleted.
 func TestInPlaceLeavesAShuttingDownPodToItsKubelet(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		ended bool // the kubelet writes the pod Failed before the bound
-	}{{"ended by its kubelet", true}, {"outlives the bound", false}} {
+		name    string
+		ended   bool // the kubelet writes the pod Failed before the bound
+		stopped bool // its agent attests that the shutdown stopped it at the runtime
+	}{{"ended by its kubelet", true, false}, {"outlives the bound", false, false}, {"stopped, its agent says", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			r, cl, run, job, pods := fallbackFixture(t)
+			deletes := &deleteRecorder{Client: r.Client}
+			r.Client = deletes
 			clock := r.Clock.(*clocktesting.FakeClock)
 			stored := &v1alpha1.TrainingRun{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
@@ -335,6 +338,45 @@ func TestInPlaceLeavesAShuttingDownPodToItsKubelet(t *testing.T) {
 
 			newName := attempt.PodName(job, 1, 2)
 			bound := announced.Add(30*time.Second + 5*time.Second) // the default grace period, the kubelet's report
+			// wantMoved: index 1 has its new pod, and the gang's barrier is open.
+			wantMoved := func(when string) {
+				t.Helper()
+				got, _ := reconcileRun(t, r, cl, run)
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{}); err != nil {
+					t.Fatalf("index 1's new pod %s %s: %v", newName, when, err)
+				}
+				if rec := attempt.Record(got); rec.BarrierOpenedAt == nil || !slices.Equal(rec.MovedIndexes, []int32{1}) {
+					t.Errorf("attempt 2's record: barrierOpenedAt %v, movedIndexes %v; want the barrier open, index 1 moved", rec.BarrierOpenedAt, rec.MovedIndexes)
+				}
+			}
+			if c.stopped {
+				// The sandbox and every container down at the runtime: no process of the
+				// pod runs, though its status still shows the worker running.
+				agentMark(pods[1], v1alpha1.FaultEvidence{Source: v1alpha1.EvidenceSourceLogind, Node: "gpu-1", Cause: v1alpha1.CauseNodeShutdown,
+					DetectedAt: announced.Format(time.RFC3339Nano), PodStoppedAt: announced.Add(800 * time.Millisecond).Format(time.RFC3339Nano)}, announced)
+				if err := cl.Update(ctx, pods[1]); err != nil {
+					t.Fatal(err)
+				}
+				reconcileRun(t, r, cl, run)
+				if g, ok := deletes.grace[pods[1].Name]; !ok || g == nil || *g != 0 {
+					t.Fatalf("index 1's old pod deleted with grace period %v (deleted: %v); want 0: nothing of it runs", g, ok)
+				}
+				// The API server removes a pod deleted without a grace period at once; the
+				// fixture's finalizer stands for a kubelet that would end it gracefully.
+				gone := &corev1.Pod{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), gone); err != nil {
+					t.Fatal(err)
+				}
+				gone.Finalizers = slices.DeleteFunc(gone.Finalizers, func(f string) bool { return f == kubeletStopping })
+				if err := cl.Update(ctx, gone); err != nil {
+					t.Fatal(err)
+				}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("index 1's old pod, stopped by its node's shutdown: %v; want it removed", err)
+				}
+				wantMoved("once the old one is gone")
+				return
+			}
 			_, res := reconcileRun(t, r, cl, run)
 			old := &corev1.Pod{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(pods[1]), old); err != nil || old.DeletionTimestamp != nil {
@@ -353,13 +395,7 @@ func TestInPlaceLeavesAShuttingDownPodToItsKubelet(t *testing.T) {
 				if err := cl.Status().Update(ctx, old); err != nil {
 					t.Fatal(err)
 				}
-				got, _ := reconcileRun(t, r, cl, run)
-				if err := cl.Get(ctx, client.ObjectKey{Namespace: "ml", Name: newName}, &corev1.Pod{}); err != nil {
-					t.Fatalf("index 1's new pod %s once its kubelet ended the old one: %v", newName, err)
-				}
-				if rec := attempt.Record(got); rec.BarrierOpenedAt == nil || !slices.Equal(rec.MovedIndexes, []int32{1}) {
-					t.Errorf("attempt 2's record: barrierOpenedAt %v, movedIndexes %v; want the barrier open, index 1 moved", rec.BarrierOpenedAt, rec.MovedIndexes)
-				}
+				wantMoved("once its kubelet ended the old one")
 				return
 			}
 			clock.SetTime(bound)
@@ -372,4 +408,20 @@ func TestInPlaceLeavesAShuttingDownPodToItsKubelet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deleteRecorder records the grace period of each pod deletion it passes on.
+type deleteRecorder struct {
+	client.Client
+	grace map[string]*int64
+}
+
+func (d *deleteRecorder) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	o := &client.DeleteOptions{}
+	o.ApplyOptions(opts)
+	if d.grace == nil {
+		d.grace = map[string]*int64{}
+	}
+	d.grace[obj.GetName()] = o.GracePeriodSeconds
+	return d.Client.Delete(ctx, obj, opts...)
 }

@@ -70,6 +70,7 @@ type Reconciler struct {
 	failures  failureClock
 	versions  knownVersions
 	removed   removals
+	forced    removals // removed at once (forceRemovePods)
 	deletions jobDeletions
 	creations podCreations
 }

@@ -236,6 +236,26 @@ func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip b
 	})
 }
 
+// forceRemovePods removes pods whose node agent attests that no process of theirs runs
+// (exitclass.StoppedByShutdown): their finalizer dropped and a deletion without a grace
+// period, so that the API server removes them at once, as it does an ended pod, and their
+// kubelet only cleans up after them. A pod deleted gracefully before is deleted again so.
+func (r *Reconciler) forceRemovePods(ctx context.Context, pods []*corev1.Pod) error {
+	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return r.forced.has(p.UID) })
+	return forEachPod(work, "remove", func(p *corev1.Pod) error {
+		if hasTrackingFinalizer(p) {
+			if err := r.dropTrackingFinalizer(ctx, p); err != nil {
+				return err
+			}
+		}
+		if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete pod %s at once: %w", p.Name, err)
+		}
+		r.forced.add(p.UID, r.Clock.Now())
+		return nil
+	})
+}
+
 // removals remembers the pods (and Jobs) whose removal this process requested and the API
 // server took.
 // The cache shows such a pod unchanged until its update arrives, most of a second under

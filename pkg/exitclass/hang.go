@@ -111,6 +111,19 @@ func ShutdownEndsBy(pod *corev1.Pod) (at time.Time, ok bool) {
 	return shutdownEndsBy(pod, at), true
 }
 
+// StoppedByShutdown reports whether the pod's node agent attests that the graceful shutdown
+// its node announced while the pod ran has stopped it at the container runtime (the
+// NodeShutdown evidence's PodStoppedAt, not before the announcement): its sandbox is down
+// and none of its containers runs, though its status may not say so yet.
+func StoppedByShutdown(pod *corev1.Pod) bool {
+	fe, at, ok := attestedEvidence(pod, podStart(pod))
+	if !ok || fe.Cause != v1alpha1.CauseNodeShutdown || fe.PodStoppedAt == "" {
+		return false
+	}
+	stopped, err := time.Parse(time.RFC3339Nano, fe.PodStoppedAt)
+	return err == nil && !stopped.Before(at)
+}
+
 // fatalGPUEvidence: the evidence says the GPU needs a reset or a drain before it runs
 // anything again. An XID decides through the shared table (a program's XID, a Secondary one,
 // a non-fatal one never does); GPU evidence without an XID is the agent's for a fatal state

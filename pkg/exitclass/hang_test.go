@@ -232,3 +232,32 @@ func TestShutdownEndsBy(t *testing.T) {
 		})
 	}
 }
+
+func TestStoppedByShutdown(t *testing.T) {
+	shutdown := func(announced time.Time, stopped string) *podBuilder {
+		b := hungWorker(3).bareCondition(v1alpha1.CauseNodeShutdown, announced)
+		return b.faultEvidence(v1alpha1.FaultEvidence{Source: v1alpha1.EvidenceSourceLogind, Node: "gpu-3", Cause: v1alpha1.CauseNodeShutdown,
+			DetectedAt: announced.Format(time.RFC3339Nano), PodStoppedAt: stopped})
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"stopped after the announcement":  {shutdown(at(10), at(12).Format(time.RFC3339Nano)).obj(), true},
+		"announced, not stopped yet":      {shutdown(at(10), "").obj(), false},
+		"stopped before the announcement": {shutdown(at(10), at(9).Format(time.RFC3339Nano)).obj(), false},
+		"a garbled stop":                  {shutdown(at(10), "soon").obj(), false},
+		"the stop without the condition": {func() *corev1.Pod {
+			p := shutdown(at(10), at(12).Format(time.RFC3339Nano)).obj()
+			p.Status.Conditions = nil
+			return p
+		}(), false},
+		"announced before the pod started": {shutdown(at(10), at(12).Format(time.RFC3339Nano)).created(at(30)).obj(), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := StoppedByShutdown(tc.pod); got != tc.want {
+				t.Errorf("StoppedByShutdown = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

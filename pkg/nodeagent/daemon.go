@@ -176,7 +176,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		runs, ok := cfg.Client.(Runs)
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
-		} else if err := runInPlace(ctx, runs, restarter, podInformer, writer, noExits, cfg.Node, cfg.Tracing, log); err != nil {
+		} else if err := runInPlace(ctx, runs, restarter, podInformer, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log); err != nil {
 			// Soft, as a missing runtime: this node's pods are then recreated, never
 			// held at a barrier nobody opens.
 			log.Warn("no in-place restarts on this node", "error", err)

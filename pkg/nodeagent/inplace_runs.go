@@ -40,10 +40,11 @@ const inPlaceWorkers = 4
 // read-only watches of the runs with pods on the node (runwatch), the loop of package
 // inplace over the node's pod informer, and the pod and run events that queue pods into it;
 // and it reports, through reporter, the exits of workers that end on their own
-// (inplace.ExitWatcher), calling noExits if the runtime cannot tell them. It returns once
+// (inplace.ExitWatcher), calling noExits if the runtime cannot tell them, and tells stopped
+// of each pod the runtime stopped (inplace.PodStopped). It returns once
 // the runs of the node's pods have been read (so that no decision is read from an empty
 // cache), with the loop and the exit watcher running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), node string, tp *tracing.Provider, log *slog.Logger) error {
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), stopped func(context.Context, inplace.SandboxStop), node string, tp *tracing.Provider, log *slog.Logger) error {
 	if restarter.Exits() == nil {
 		return errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
@@ -64,6 +65,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	loop.Traced = traceInPlace(tp, watched, node)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits
+	exits.PodStopped = stopped
 	// A barrier opens as soon as the runtime starts it (the gang's barrier open), not once
 	// the kubelet's relist and status write show it.
 	exits.BarrierStarted = loop.PodChanged

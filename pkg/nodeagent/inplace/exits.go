@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubelettypes "k8s.io/kubelet/pkg/types"
@@ -180,6 +181,10 @@ type ExitWatcher struct {
 	// the runtime started: the in-place loop (Loop.PodChanged) opens it without waiting for
 	// the kubelet's relist and status write to show it.
 	BarrierStarted func(pod *corev1.Pod)
+	// PodStopped, when set, is told of each pod whose sandbox the runtime stopped with
+	// none of its containers running (PodStopped, the function); it must not block the
+	// event stream.
+	PodStopped func(ctx context.Context, stop SandboxStop)
 }
 
 // NewExitWatcher is an ExitWatcher over the node's runtime and pods (the agent's informer's
@@ -236,6 +241,13 @@ func (w *ExitWatcher) follow(ctx context.Context) error {
 		}
 		switch ev.GetContainerEventType() {
 		case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
+			if ev.GetPodSandboxStatus().GetId() == ev.GetContainerId() {
+				// The sandbox's own stop (containerd sends it with the sandbox's ID).
+				if stop, ok := PodStopped(ev); ok && w.PodStopped != nil {
+					w.PodStopped(ctx, stop)
+				}
+				continue
+			}
 			w.Exited(ctx, ev)
 		case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
 			w.Started(ctx, ev)
@@ -257,6 +269,42 @@ func (w *ExitWatcher) sweep(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// SandboxStop is a pod whose sandbox the runtime stopped with none of its containers
+// running: no process of the pod runs on the node any more.
+type SandboxStop struct {
+	Namespace, Name string
+	UID             types.UID
+	// At is when the runtime sent the stop.
+	At time.Time
+}
+
+// PodStopped reads the stop event of a pod's sandbox: ok when the sandbox is not ready and
+// the event lists the pod's containers, none of them running or in a state the runtime
+// cannot tell. The kubelet stops a pod's sandbox after its containers (killPod), so on a
+// node whose kubelet is ending every pod for a shutdown, this is the pod's end at the
+// runtime, before the kubelet's status write says it. Pure.
+func PodStopped(ev *runtimeapi.ContainerEventResponse) (SandboxStop, bool) {
+	sb := ev.GetPodSandboxStatus()
+	if ev.GetContainerEventType() != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || sb.GetId() == "" ||
+		sb.GetId() != ev.GetContainerId() || sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		return SandboxStop{}, false
+	}
+	// A pod has a container: an empty list is a runtime that could not list them.
+	if len(ev.GetContainersStatuses()) == 0 {
+		return SandboxStop{}, false
+	}
+	for _, c := range ev.GetContainersStatuses() {
+		if st := c.GetState(); st == runtimeapi.ContainerState_CONTAINER_RUNNING || st == runtimeapi.ContainerState_CONTAINER_UNKNOWN {
+			return SandboxStop{}, false
+		}
+	}
+	md := sb.GetMetadata()
+	if md.GetNamespace() == "" || md.GetName() == "" || md.GetUid() == "" || ev.GetCreatedAt() <= 0 {
+		return SandboxStop{}, false
+	}
+	return SandboxStop{Namespace: md.GetNamespace(), Name: md.GetName(), UID: types.UID(md.GetUid()), At: time.Unix(0, ev.GetCreatedAt())}, true
 }
 
 // Started handles the event of one container's start: a barrier's is told to

@@ -347,3 +347,75 @@ func TestExitWatcherToldOfBarrierStarts(t *testing.T) {
 		t.Errorf("told of barrier starts in %v, want llm-0's alone", told)
 	}
 }
+
+// sandboxStop is the event containerd sends when a pod's sandbox exits: the sandbox's own
+// ID as the container's, its status, and the statuses of the pod's containers.
+func sandboxStop(id string, state runtimeapi.PodSandboxState, containers ...*runtimeapi.ContainerStatus) *runtimeapi.ContainerEventResponse {
+	return &runtimeapi.ContainerEventResponse{
+		ContainerId: id, ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, CreatedAt: 1_700_000_000_000_000_000,
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: id, State: state,
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "llm-1", Namespace: "ml", Uid: "uid-1"}},
+		ContainersStatuses: containers,
+	}
+}
+
+func TestPodStopped(t *testing.T) {
+	running := exitOf("w1", "worker", 0)
+	running.State = run
+	unknown := exitOf("w1", "worker", 0)
+	unknown.State = runtimeapi.ContainerState_CONTAINER_UNKNOWN
+	notReady, ready := runtimeapi.PodSandboxState_SANDBOX_NOTREADY, runtimeapi.PodSandboxState_SANDBOX_READY
+	for name, tc := range map[string]struct {
+		ev   *runtimeapi.ContainerEventResponse
+		want bool
+	}{
+		"the sandbox down, every container exited": {sandboxStop("s1", notReady, exitOf("w1", "worker", 143), exitOf("h1", "helper", 0)), true},
+		"a container still running":                {sandboxStop("s1", notReady, exitOf("h1", "helper", 0), running), false},
+		"a container the runtime cannot tell":      {sandboxStop("s1", notReady, unknown), false},
+		"no container listed":                      {sandboxStop("s1", notReady), false},
+		"the sandbox ready":                        {sandboxStop("s1", ready, exitOf("w1", "worker", 143)), false},
+		"a container's stop": {func() *runtimeapi.ContainerEventResponse {
+			ev := sandboxStop("s1", notReady, exitOf("w1", "worker", 143))
+			ev.ContainerId = "w1"
+			return ev
+		}(), false},
+		"a sandbox's start": {func() *runtimeapi.ContainerEventResponse {
+			ev := sandboxStop("s1", notReady, exitOf("w1", "worker", 143))
+			ev.ContainerEventType = runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT
+			return ev
+		}(), false},
+		"no pod named": {func() *runtimeapi.ContainerEventResponse {
+			ev := sandboxStop("s1", notReady, exitOf("w1", "worker", 143))
+			ev.PodSandboxStatus.Metadata = nil
+			return ev
+		}(), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stop, ok := PodStopped(tc.ev)
+			if ok != tc.want {
+				t.Fatalf("PodStopped = %+v, %v; want %v", stop, ok, tc.want)
+			}
+			if want := (SandboxStop{Namespace: "ml", Name: "llm-1", UID: "uid-1", At: time.Unix(0, 1_700_000_000_000_000_000)}); ok && stop != want {
+				t.Errorf("PodStopped = %+v, want %+v", stop, want)
+			}
+		})
+	}
+}
+
+// The watcher tells of a pod's stop from its sandbox's event, and reads no exit from it.
+func TestExitWatcherToldOfPodStops(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	src := &fakeEvents{FakeRuntime: &FakeRuntime{}, events: []*runtimeapi.ContainerEventResponse{
+		sandboxStop("s1", runtimeapi.PodSandboxState_SANDBOX_NOTREADY, exitOf("w1", "worker", 143)),
+	}}
+	got := &reports{}
+	w := NewExitWatcher(src, corelisters.NewPodLister(idx), decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), got, "n1", nil)
+	var told []SandboxStop
+	w.PodStopped = func(_ context.Context, s SandboxStop) { told = append(told, s) }
+	if err := w.follow(context.Background()); err == nil {
+		t.Fatal("follow returned no error at the stream's end")
+	}
+	if len(told) != 1 || told[0].Name != "llm-1" || len(got.got) != 0 {
+		t.Errorf("told of stops %+v, reported exits %+v; want llm-1's stop and no exit", told, got.got)
+	}
+}

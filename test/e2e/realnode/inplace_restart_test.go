@@ -15,6 +15,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -344,7 +345,11 @@ func stoppedWorkers(sc *inPlaceScenario) map[int]bool {
 }
 
 // oldWorkerStopped says whether e shows the attempt-1 worker of its pod's index not running
-// (any more): its pod gone, the worker not running, or restarted since.
+// (any more): the worker not running, or restarted since; or its pod gone, as its last
+// version shows it: its worker not running, or its node agent's word that the shutdown
+// stopped the pod at the runtime (exitclass.StoppedByShutdown: the controller removes such a
+// pod at once, before its kubelet's status says it ended). A pod removed while its last
+// status and its agent say that its worker may run is no stop.
 func (sc *inPlaceScenario) oldWorkerStopped(e podEvent) (int, bool) {
 	i := attempt.IndexOrNone(e.pod)
 	old := sc.before[i]
@@ -352,7 +357,8 @@ func (sc *inPlaceScenario) oldWorkerStopped(e podEvent) (int, bool) {
 		return i, false
 	}
 	w := workerStatus(e.pod)
-	return i, e.deleted || w == nil || w.State.Running == nil || w.RestartCount > workerStatus(old).RestartCount
+	notRunning := w == nil || w.State.Running == nil || w.RestartCount > workerStatus(old).RestartCount
+	return i, notRunning || e.deleted && exitclass.StoppedByShutdown(e.pod)
 }
 
 // newWorkerRunning says whether e shows a worker of attempt 2 running: in a new pod, or in a
