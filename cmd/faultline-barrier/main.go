@@ -3,7 +3,10 @@
 // back until `faultline-barrier open --attempt N`, which the node agent runs in the same
 // container through the CRI, gives it an attempt newer than the pod's last.
 // `faultline-barrier exec -- COMMAND [ARG...]` waits the same way in the worker's own
-// container, then becomes COMMAND. It only wires flags to pkg/barrier; it is built static
+// container, then becomes COMMAND. `faultline-barrier supervise -- COMMAND [ARG...]` waits
+// the same way and runs COMMAND as its child, which `faultline-barrier stop --attempt N`
+// ends (with every process it left) for a restart in place in the same container
+// (barrier.Supervise). It only wires flags to pkg/barrier; it is built static
 // (CGO_ENABLED=0): its image holds nothing else.
 package main
 
@@ -16,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -43,17 +47,19 @@ const (
 
 // The process's side effects, as fields: the tests run main's logic in process.
 type cli struct {
-	stderr io.Writer
-	wait   func(context.Context, barrier.Config) (int, error)
-	open   func(context.Context, string, int) error
-	exec   func(argv []string) error
-	getenv func(string) string
+	stderr    io.Writer
+	wait      func(context.Context, barrier.Config) (int, error)
+	open      func(context.Context, string, int) error
+	exec      func(argv []string) error
+	supervise func(context.Context, barrier.Config, []string) (int, error)
+	stop      func(context.Context, string, int, time.Duration) error
+	getenv    func(string) string
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, exec: barrier.Exec, getenv: os.Getenv}
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, exec: barrier.Exec, supervise: barrier.Supervise, stop: barrier.Stop, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
@@ -76,29 +82,58 @@ func (c cli) run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.AttemptFile, "attempt-file", barrier.AttemptFile, "the file the workers read their attempt from")
 	fs.StringVar(&cfg.Socket, "socket", barrier.DefaultSocket, "where the waiting barrier listens for open")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", barrier.DefaultTerminationLog, "the container's termination message file")
-	attempt := fs.Int("attempt", 0, "open: the attempt the gang is to run")
-	timeout := fs.Duration("timeout", 10*time.Second, "open: how long to wait for the barrier's answer")
+	attempt := fs.Int("attempt", 0, "open, stop: the attempt the gang is to run")
+	timeout := fs.Duration("timeout", 10*time.Second, "open, stop: how long to wait for the barrier's answer (stop: beyond the grace period)")
+	grace := fs.Duration("grace", 30*time.Second, "stop: how long the worker has after SIGTERM before SIGKILL")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier exec [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]")
+		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier exec [flags] -- COMMAND [ARG...]\n"+
+			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]")
 		fs.PrintDefaults()
 	}
 	cmd := "wait"
-	if len(args) > 0 && (args[0] == "wait" || args[0] == "open" || args[0] == "exec") {
+	if len(args) > 0 && slices.Contains([]string{"wait", "open", "exec", "supervise", "stop"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
-	cfg.BecomesWorker = cmd == "exec"
+	runsWorker := cmd == "exec" || cmd == "supervise"
+	cfg.BecomesWorker = runsWorker
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	switch {
-	case cmd == "exec" && fs.NArg() == 0:
-		fmt.Fprintln(c.stderr, "exec needs the worker's command: faultline-barrier exec [flags] -- COMMAND [ARG...]")
+	case runsWorker && fs.NArg() == 0:
+		fmt.Fprintf(c.stderr, "%s needs the worker's command: faultline-barrier %s [flags] -- COMMAND [ARG...]\n", cmd, cmd)
 		return exitUsage
-	case cmd != "exec" && fs.NArg() > 0:
+	case !runsWorker && fs.NArg() > 0:
 		fmt.Fprintf(c.stderr, "unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
 	switch cmd {
+	case "supervise":
+		status, err := c.supervise(ctx, cfg, fs.Args())
+		if err != nil {
+			fmt.Fprintln(c.stderr, "supervise:", err)
+		}
+		return status
+	case "stop":
+		if *attempt < 1 || *grace < 0 {
+			fmt.Fprintln(c.stderr, "stop needs --attempt N (N >= 1) and a --grace of 0 or more")
+			return exitUsage
+		}
+		ctx, cancel := context.WithTimeout(ctx, *grace+*timeout)
+		defer cancel()
+		err := c.stop(ctx, cfg.Socket, *attempt, *grace)
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, barrier.ErrStale):
+			fmt.Fprintln(c.stderr, "refused:", err)
+			return exitStale
+		case errors.Is(err, barrier.ErrNotWaiting):
+			fmt.Fprintln(c.stderr, err)
+			return exitNotWaiting
+		}
+		fmt.Fprintln(c.stderr, "stop:", err)
+		return exitError
 	case "open":
 		if *attempt < 1 {
 			fmt.Fprintln(c.stderr, "open needs --attempt N (N >= 1)")

@@ -193,3 +193,56 @@ func TestExecBecomesTheWorker(t *testing.T) {
 		t.Errorf("the socket is left behind for the worker: %v", err)
 	}
 }
+
+// TestSuperviseAndStop: supervise runs the worker's command as given and exits with the
+// worker's status; stop's outcome is its exit code, as open's, and it gives the barrier
+// its grace period and the time to answer beyond it.
+func TestSuperviseAndStop(t *testing.T) {
+	var argv []string
+	var cfg barrier.Config
+	c := cli{stderr: io.Discard, getenv: func(string) string { return "" },
+		supervise: func(_ context.Context, got barrier.Config, a []string) (int, error) {
+			cfg, argv = got, a
+			return 7, nil
+		}}
+	if code := c.run(context.Background(), []string{"supervise", "--socket", "/s", "--", "prog", "--attempt", "9"}); code != 7 ||
+		!slices.Equal(argv, []string{"prog", "--attempt", "9"}) || cfg.Socket != "/s" || !cfg.BecomesWorker {
+		t.Errorf("supervise: exit %d, argv %q, socket %q, becomes worker %v; want 7, the command as given, /s, true", code, argv, cfg.Socket, cfg.BecomesWorker)
+	}
+	if code := c.run(context.Background(), []string{"supervise"}); code != exitUsage {
+		t.Errorf("supervise without a command: exit %d, want %d", code, exitUsage)
+	}
+	for name, tc := range map[string]struct {
+		args    []string
+		stopErr error
+		want    int
+	}{
+		"stopped":         {args: []string{"stop", "--attempt", "2", "--grace", "5s"}, want: exitOK},
+		"stale":           {args: []string{"stop", "--attempt", "2"}, stopErr: fmt.Errorf("x: %w", barrier.ErrStale), want: exitStale},
+		"no barrier":      {args: []string{"stop", "--attempt", "2"}, stopErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
+		"other error":     {args: []string{"stop", "--attempt", "2"}, stopErr: errors.New("eof"), want: exitError},
+		"no attempt":      {args: []string{"stop"}, want: exitUsage},
+		"negative grace":  {args: []string{"stop", "--attempt", "2", "--grace", "-1s"}, want: exitUsage},
+		"stray arguments": {args: []string{"stop", "--attempt", "2", "now"}, want: exitUsage},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var grace time.Duration
+			var deadline time.Time
+			c := cli{stderr: io.Discard, getenv: func(string) string { return "" },
+				stop: func(ctx context.Context, _ string, _ int, g time.Duration) error {
+					grace, deadline = g, time.Time{}
+					if dl, ok := ctx.Deadline(); ok {
+						deadline = dl
+					}
+					return tc.stopErr
+				}}
+			start := time.Now()
+			if got := c.run(context.Background(), tc.args); got != tc.want {
+				t.Errorf("exit %d, want %d", got, tc.want)
+			}
+			if name == "stopped" && (grace != 5*time.Second || deadline.Sub(start) < 15*time.Second) {
+				t.Errorf("stop got grace %s and %s to answer; want 5s, and the grace period and the timeout", grace, deadline.Sub(start))
+			}
+		})
+	}
+}

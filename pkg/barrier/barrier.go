@@ -21,6 +21,12 @@
 // same way, then Exec replaces it with the worker's command in the same process. A restart
 // in place is then one container per pod for the kubelet, with nothing between the open
 // and the worker (docs/benchmarks.md, "The floor under a restart that moves pods").
+//
+// Supervise (`faultline-barrier supervise -- COMMAND...`) waits the same way, then runs the
+// worker's command as its child and stays: Stop ends that child and every process it left,
+// and the barrier waits for the next open in the same container, without the kubelet. No
+// pod uses it yet: it is the first step of a restart in place that needs no container
+// restart (issue 41).
 package barrier
 
 import (
@@ -185,11 +191,18 @@ func Judge(start, attempt int) Verdict {
 }
 
 // The protocol on the socket: one line each way. Open sends "open <attempt>"; the barrier
-// answers "opened <attempt>" or "stale <attempt> <start>".
+// answers "opened <attempt>" or "stale <attempt> <start>". A supervising barrier
+// (Supervise) takes "stop <attempt> <grace in ms>" too: it answers "stopped <attempt>" once
+// no process of its worker is left, or "stale <attempt> <opened>" for an attempt not newer
+// than the one its worker runs; to an open while its worker runs it answers
+// "running <attempt>".
 const (
-	verbOpen   = "open"
-	verbOpened = "opened"
-	verbStale  = "stale"
+	verbOpen    = "open"
+	verbOpened  = "opened"
+	verbStale   = "stale"
+	verbStop    = "stop"
+	verbStopped = "stopped"
+	verbRunning = "running"
 )
 
 // ErrStale is Open's error when the waiting barrier refused the attempt as not newer than
@@ -282,18 +295,63 @@ const peerExitTimeout = 2 * time.Second
 
 // serve answers one Open; done says the barrier opened.
 func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, err error) {
-	// An Open that connects and says nothing must not hold the barrier.
+	req, err := readRequest(conn)
+	if err != nil {
+		return 0, false, err
+	}
+	if req.verb != verbOpen {
+		fmt.Fprintf(conn, "error bad request %q\n", req.line)
+		return 0, false, fmt.Errorf("bad request %q", req.line)
+	}
+	return answerOpen(conn, cfg, start, req.attempt)
+}
+
+// request is one line a barrier's client sent: a verb and an attempt, and for a stop the
+// grace period the worker gets.
+type request struct {
+	line    string
+	verb    string
+	attempt int
+	grace   time.Duration
+}
+
+// readRequest reads one request from conn, within a deadline: a client that connects and
+// says nothing must not hold the barrier. A malformed one is answered, and an error.
+func readRequest(conn *net.UnixConn) (request, error) {
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(io.LimitReader(conn, 64)).ReadString('\n')
 	if err != nil {
-		return 0, false, fmt.Errorf("read the request: %w", err)
+		return request{}, fmt.Errorf("read the request: %w", err)
 	}
-	verb, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
-	attempt, aerr := strconv.Atoi(arg)
-	if verb != verbOpen || aerr != nil || attempt < 1 {
+	req := request{line: line}
+	fields := strings.Fields(line)
+	ok := len(fields) >= 2
+	if ok {
+		req.verb = fields[0]
+		req.attempt, err = strconv.Atoi(fields[1])
+		ok = err == nil && req.attempt >= 1
+	}
+	switch {
+	case ok && req.verb == verbOpen:
+		ok = len(fields) == 2
+	case ok && req.verb == verbStop:
+		var ms int
+		ms, err = strconv.Atoi(fields[len(fields)-1])
+		ok = len(fields) == 3 && err == nil && ms >= 0
+		req.grace = time.Duration(ms) * time.Millisecond
+	default:
+		ok = false
+	}
+	if !ok {
 		fmt.Fprintf(conn, "error bad request %q\n", line)
-		return 0, false, fmt.Errorf("bad request %q", line)
+		return request{}, fmt.Errorf("bad request %q", line)
 	}
+	return req, nil
+}
+
+// answerOpen judges an open of attempt for a barrier that started after start, and answers
+// it; done says it opened.
+func answerOpen(conn *net.UnixConn, cfg Config, start, attempt int) (int, bool, error) {
 	if Judge(start, attempt) == Stale {
 		fmt.Fprintf(conn, "%s %d %d\n", verbStale, attempt, start)
 		return 0, false, fmt.Errorf("attempt %d: %w (%d)", attempt, ErrStale, start)
@@ -359,6 +417,42 @@ func Open(ctx context.Context, socket string, attempt int) error {
 	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
 	switch verb {
 	case verbOpened:
+		return nil
+	case verbStale:
+		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)
+	case verbRunning:
+		return fmt.Errorf("%w: its worker runs attempt %s", ErrNotWaiting, rest)
+	}
+	return fmt.Errorf("the barrier answered %q", strings.TrimSpace(line))
+}
+
+// Stop asks the supervising barrier on socket (Supervise) to end its worker for attempt,
+// giving it grace before SIGKILL, and returns once it answered that none of the worker's
+// processes is left: nil then, ErrStale when its worker runs attempt or a later one,
+// ErrNotWaiting when no supervising barrier listens. ctx must outlast grace.
+func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w on %s", ErrNotWaiting, socket)
+		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "%s %d %d\n", verbStop, attempt, grace.Milliseconds()); err != nil {
+		return fmt.Errorf("send the stop: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("no answer from the barrier: %w", err)
+	}
+	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	switch verb {
+	case verbStopped:
 		return nil
 	case verbStale:
 		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)

@@ -257,6 +257,9 @@ func TestOpenWithNoBarrier(t *testing.T) {
 const helperOpenEnv = "BARRIER_TEST_HELPER_OPEN"
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperSuperviseEnv); dir != "" {
+		os.Exit(superviseHelper(dir))
+	}
 	if socket := os.Getenv(helperOpenEnv); socket != "" {
 		err := Open(context.Background(), socket, 2)
 		// Slow to exit after its answer, as a process may be: the barrier must wait.

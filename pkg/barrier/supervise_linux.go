@@ -1,0 +1,341 @@
+//go:build linux
+
+package barrier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Supervise is the barrier as the worker container's first process, for good: it waits as
+// Wait does, then runs the worker's command as its child, in a process group of its own;
+// while the child runs, it listens on the same socket for the node agent's stop of a later
+// attempt. A stop ends the child and every process it left (SIGTERM to its process group,
+// SIGKILL to whatever of its descendants is left after the grace period: the barrier is
+// their subreaper, so none escapes it), answers once none is left, and waits again for the
+// next open. A restart in place is then a message on a socket: no container ends, and the
+// kubelet has nothing to do.
+//
+// It returns the child's exit status (its exit code, or 128 + the signal that ended it)
+// when the child ends on its own: the container ends with it, and the worker's exit is
+// judged as before. SIGTERM (ctx) goes on to the child, whose exit it then returns; while
+// no child runs it returns 143 and ctx's error. A command that cannot run returns its
+// *ExecError (ExitStatus), after the go signal.
+func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
+	if len(argv) == 0 {
+		return exitUsage, errors.New("supervise needs the worker's command")
+	}
+	cfg.BecomesWorker = true // the worker writes the termination message
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := setChildSubreaper(); err != nil {
+		return 1, fmt.Errorf("become the subreaper of the worker's processes: %w", err)
+	}
+	start, err := ReadAttempt(cfg.AttemptFile)
+	if err != nil {
+		return 1, err
+	}
+	start = max(start, cfg.MadeFor-1)
+	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 1, fmt.Errorf("remove a stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	if err != nil {
+		return 1, fmt.Errorf("listen for the go signal: %w", err)
+	}
+	defer ln.Close()
+	s := &supervisor{cfg: cfg, log: log, conns: make(chan *net.UnixConn), exits: make(chan reaped, 16), done: make(chan struct{})}
+	defer close(s.done)
+	go s.accept(ln)
+	go s.reap()
+	if cfg.Listening != nil {
+		cfg.Listening()
+	}
+	for {
+		log.Info("waiting for the go signal", "after-attempt", start, "socket", cfg.Socket)
+		attempt, err := s.waitOpen(ctx, start)
+		if err != nil {
+			return exitSIGTERM, err
+		}
+		log.Info("opened", "attempt", attempt)
+		pid, err := startWorker(argv)
+		if err != nil {
+			var ee *ExecError
+			if errors.As(err, &ee) {
+				return ee.ExitStatus(), err
+			}
+			return 1, err
+		}
+		status, stopped := s.run(ctx, pid, attempt)
+		if !stopped {
+			return status, nil
+		}
+		start = attempt
+	}
+}
+
+// Exit statuses of Supervise itself, as faultline-barrier's.
+const (
+	exitUsage   = 2
+	exitSIGTERM = 143
+)
+
+// reaped is a child the supervisor reaped, with its wait status.
+type reaped struct {
+	pid    int
+	status syscall.WaitStatus
+}
+
+type supervisor struct {
+	cfg   Config
+	log   *slog.Logger
+	conns chan *net.UnixConn
+	exits chan reaped
+	done  chan struct{}
+}
+
+// accept hands every connection to the loop until the listener closes.
+func (s *supervisor) accept(ln *net.UnixListener) {
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		select {
+		case s.conns <- conn:
+		case <-s.done:
+			conn.Close()
+			return
+		}
+	}
+}
+
+// reap waits for every child that ends (the worker, and the orphans of its descendants that
+// the kernel hands the subreaper) and reports each.
+func (s *supervisor) reap() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(time.Second) // SIGCHLDs coalesce: look now and then anyway
+	defer tick.Stop()
+	for {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			select {
+			case s.exits <- reaped{pid: pid, status: ws}:
+			case <-s.done:
+				return
+			}
+		}
+		select {
+		case <-sigs:
+		case <-tick.C:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// waitOpen serves the socket until an open of an attempt after start: it returns that
+// attempt, written to the attempt file. A stop finds nothing running and is answered so.
+func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-s.exits: // an orphan of a stopped worker, reaped late
+		case conn := <-s.conns:
+			req, err := readRequest(conn)
+			if err != nil {
+				s.log.Warn("request not taken", "error", err)
+				conn.Close()
+				continue
+			}
+			if req.verb == verbStop {
+				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
+				conn.Close()
+				continue
+			}
+			attempt, done, err := answerOpen(conn, s.cfg, start, req.attempt)
+			conn.Close()
+			if err != nil {
+				s.log.Warn("go signal not taken", "error", err)
+			}
+			if done {
+				return attempt, nil
+			}
+		}
+	}
+}
+
+// run follows the worker pid, which runs attempt, until it ends on its own (its status) or a
+// stop of a later attempt ends it and what it left (stopped). SIGTERM goes on to its
+// process group.
+func (s *supervisor) run(ctx context.Context, pid, attempt int) (status int, stopped bool) {
+	term := ctx.Done()
+	for {
+		select {
+		case r := <-s.exits:
+			if r.pid == pid {
+				// What the worker left goes with it: the container ends now.
+				s.killAll(pid)
+				return exitStatus(r.status), false
+			}
+		case <-term:
+			term = nil // once: then wait for the worker's exit (the kubelet kills it after its grace period)
+			s.log.Info("SIGTERM: passed on to the worker", "pid", pid)
+			syscall.Kill(-pid, syscall.SIGTERM)
+		case conn := <-s.conns:
+			req, err := readRequest(conn)
+			switch {
+			case err != nil:
+				s.log.Warn("request not taken", "error", err)
+			case req.verb == verbOpen:
+				fmt.Fprintf(conn, "%s %d\n", verbRunning, attempt)
+			case req.attempt <= attempt:
+				fmt.Fprintf(conn, "%s %d %d\n", verbStale, req.attempt, attempt)
+			default:
+				s.log.Info("stopping the worker for a later attempt", "attempt", attempt, "for", req.attempt, "grace", req.grace)
+				conn.SetDeadline(time.Time{})
+				s.stop(pid, req.grace)
+				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
+				conn.Close()
+				return 0, true
+			}
+			conn.Close()
+		}
+	}
+}
+
+// stop ends the worker pid: SIGTERM to its process group, and after grace (or its exit)
+// SIGKILL to every descendant left.
+func (s *supervisor) stop(pid int, grace time.Duration) {
+	syscall.Kill(-pid, syscall.SIGTERM)
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+wait:
+	for {
+		select {
+		case r := <-s.exits:
+			if r.pid == pid {
+				break wait
+			}
+		case <-timer.C:
+			break wait
+		}
+	}
+	s.killAll(pid)
+}
+
+// killAll kills the process group pgid and every child of the supervisor until none is
+// left: each child's own children come to the supervisor (their subreaper) as it dies, and
+// are killed in the next round. It gives up only on processes that do not die (a process in
+// uninterruptible sleep), after killTimeout, and says so.
+func (s *supervisor) killAll(pgid int) {
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	deadline := time.Now().Add(killTimeout)
+	for {
+		left := children()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.log.Error("processes of the worker did not die", "pids", left)
+			return
+		}
+		for _, p := range left {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		select {
+		case <-s.exits:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// killTimeout bounds killAll.
+const killTimeout = 10 * time.Second
+
+// children are the processes whose parent is this one, zombies included (not reaped yet).
+func children() []int {
+	self := os.Getpid()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // gone since
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d))); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// startWorker starts argv as a child in its own process group, with the barrier's
+// environment and standard streams; it is reaped by reap, never waited for here.
+func startWorker(argv []string) (int, error) {
+	path, err := exec.LookPath(argv[0])
+	if err != nil && !errors.Is(err, exec.ErrDot) {
+		return 0, &ExecError{Command: argv[0], Err: err}
+	}
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		return 0, &ExecError{Command: argv[0], Err: err}
+	}
+	pid := p.Pid
+	p.Release()
+	return pid, nil
+}
+
+// exitStatus is a wait status as a shell reports it.
+func exitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// setChildSubreaper makes this process the reaper of its descendants' orphans
+// (prctl PR_SET_CHILD_SUBREAPER): a process the worker detached comes to it when its
+// parent dies, not to the container's init.
+func setChildSubreaper() error {
+	const prSetChildSubreaper = 36
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}

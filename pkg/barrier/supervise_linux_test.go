@@ -1,0 +1,198 @@
+//go:build linux
+
+package barrier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperSuperviseEnv makes the test binary a supervising barrier over the worker script in
+// its directory (superviseHelper): a process of its own, since a subreaper reaps every child
+// of its process.
+const helperSuperviseEnv = "BARRIER_TEST_HELPER_SUPERVISE"
+
+func superviseHelper(dir string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	cfg := Config{AttemptFile: filepath.Join(dir, "attempt"), Socket: filepath.Join(dir, "b.sock"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	status, err := Supervise(ctx, cfg, []string{"/bin/sh", filepath.Join(dir, "worker.sh")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "supervise:", err)
+	}
+	return status
+}
+
+// supervised starts a supervising barrier over script, a worker written to a directory of
+// its own that it returns; the barrier's process is waited for by the test's end.
+func supervised(t *testing.T, script string) (dir string, proc *exec.Cmd) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "worker.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperSuperviseEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// A container's end kills every process in it; a test's must kill what the
+		// worker started itself (it wrote their pids beside its script).
+		names, _ := filepath.Glob(filepath.Join(dir, "[dlw]*"))
+		for _, name := range names {
+			if b, err := os.ReadFile(name); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+					syscall.Kill(-pid, syscall.SIGKILL) // its process group (a shell's children)
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	waitFor(t, "the barrier's socket", func() bool { _, err := os.Stat(filepath.Join(dir, "b.sock")); return err == nil })
+	return dir, cmd
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
+}
+
+// pidIn reads a pid the worker wrote to name in dir, once it is there.
+func pidIn(t *testing.T, dir, name string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, name, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+// alive: the process runs (a zombie, dead but not reaped yet, counts as ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
+}
+
+// The worker ignores SIGTERM and leaves a process in a session of its own: a stop ends both
+// (SIGKILL after the grace period, the detached one as an orphan the barrier reaps), answers
+// only then, and the barrier waits again; the next open runs the worker again in the same
+// process, with the new attempt in the attempt file.
+func TestSuperviseRestartsItsWorkerInPlace(t *testing.T) {
+	dir, proc := supervised(t, `
+n=$(cat "$(dirname "$0")/attempt")
+setsid sh -c 'echo $$ > "$1/detached.$2"; exec sleep 300' sh "$(dirname "$0")" "$n" &
+trap '' TERM
+echo $$ > "$(dirname "$0")/worker.$n"
+while :; do sleep 1; done
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	socket := filepath.Join(dir, "b.sock")
+	if err := Stop(ctx, socket, 1, time.Second); err != nil {
+		t.Fatalf("a stop before any open: %v, want nothing to stop", err)
+	}
+	if err := Open(ctx, socket, 1); err != nil {
+		t.Fatal(err)
+	}
+	worker, detached := pidIn(t, dir, "worker.1"), pidIn(t, dir, "detached.1")
+	if err := Open(ctx, socket, 2); !errors.Is(err, ErrNotWaiting) {
+		t.Errorf("an open while the worker runs: %v, want ErrNotWaiting", err)
+	}
+	if err := Stop(ctx, socket, 1, time.Second); !errors.Is(err, ErrStale) {
+		t.Errorf("a stop for the attempt the worker runs: %v, want ErrStale", err)
+	}
+	begin := time.Now()
+	if err := Stop(ctx, socket, 2, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took < 300*time.Millisecond {
+		t.Errorf("the stop answered after %s, before the grace period the worker ignoring SIGTERM had", took)
+	}
+	if alive(worker) || alive(detached) {
+		t.Fatalf("after the stop: worker %d alive %v, its detached process %d alive %v; want neither", worker, alive(worker), detached, alive(detached))
+	}
+	if err := Open(ctx, socket, 2); err != nil {
+		t.Fatal(err)
+	}
+	again := pidIn(t, dir, "worker.2")
+	pidIn(t, dir, "detached.2") // for the cleanup to kill
+	if !alive(again) || proc.ProcessState != nil {
+		t.Errorf("after the second open: worker %d alive %v; want it running under the same barrier", again, alive(again))
+	}
+	if n, _ := ReadAttempt(filepath.Join(dir, "attempt")); n != 2 {
+		t.Errorf("attempt file %d, want 2", n)
+	}
+	if err := Open(ctx, socket, 1); !errors.Is(err, ErrNotWaiting) {
+		t.Errorf("a late open of attempt 1: %v, want refused", err)
+	}
+}
+
+// The barrier's exit is its worker's: an exit code as it is, a signal as a shell says it.
+// What the worker left goes with it.
+func TestSuperviseEndsWithItsWorker(t *testing.T) {
+	for script, want := range map[string]int{
+		"sleep 300 & echo $! > \"$(dirname \"$0\")/left\"; exit 7": 7,
+		"kill -9 $$": 137,
+	} {
+		t.Run(fmt.Sprint(want), func(t *testing.T) {
+			dir, proc := supervised(t, script)
+			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
+				t.Fatal(err)
+			}
+			err := proc.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != want {
+				t.Fatalf("the barrier ended with %v, want exit %d", err, want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "left")); err == nil {
+				if left := pidIn(t, dir, "left"); alive(left) {
+					t.Errorf("process %d the worker left runs on after the barrier ended", left)
+				}
+			}
+		})
+	}
+}
+
+// SIGTERM (the kubelet ending the pod) goes on to the worker, whose exit is the barrier's.
+func TestSupervisePassesSIGTERMOn(t *testing.T) {
+	dir, proc := supervised(t, `trap 'exit 42' TERM; echo $$ > "$(dirname "$0")/worker"; while :; do sleep 0.1; done`)
+	if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker")
+	proc.Process.Signal(syscall.SIGTERM)
+	err := proc.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 42 {
+		t.Fatalf("the barrier ended with %v, want the worker's 42", err)
+	}
+}
