@@ -121,19 +121,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 		}
 		ctx, cancel := context.WithTimeout(ctx, *grace+*timeout)
 		defer cancel()
-		err := c.stop(ctx, cfg.Socket, *attempt, *grace)
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, barrier.ErrStale):
-			fmt.Fprintln(c.stderr, "refused:", err)
-			return exitStale
-		case errors.Is(err, barrier.ErrNotWaiting):
-			fmt.Fprintln(c.stderr, err)
-			return exitNotWaiting
-		}
-		fmt.Fprintln(c.stderr, "stop:", err)
-		return exitError
+		return c.exitOf("stop", c.stop(ctx, cfg.Socket, *attempt, *grace))
 	case "open":
 		if *attempt < 1 {
 			fmt.Fprintln(c.stderr, "open needs --attempt N (N >= 1)")
@@ -142,22 +130,11 @@ func (c cli) run(ctx context.Context, args []string) int {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
 		err := c.open(ctx, cfg.Socket, *attempt)
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, barrier.ErrStale):
-			fmt.Fprintln(c.stderr, "refused:", err)
-			return exitStale
-		case errors.Is(err, barrier.ErrNotWaiting):
-			if barrier.OpenedBefore(cfg.AttemptFile, *attempt) {
-				fmt.Fprintf(c.stderr, "opened for attempt %d before\n", *attempt)
-				return exitOpenedBefore
-			}
-			fmt.Fprintln(c.stderr, err)
-			return exitNotWaiting
+		if errors.Is(err, barrier.ErrNotWaiting) && barrier.OpenedBefore(cfg.AttemptFile, *attempt) {
+			fmt.Fprintf(c.stderr, "opened for attempt %d before\n", *attempt)
+			return exitOpenedBefore
 		}
-		fmt.Fprintln(c.stderr, "open:", err)
-		return exitError
+		return c.exitOf("open", err)
 	default:
 		if _, err := c.wait(ctx, cfg); err != nil {
 			if ctx.Err() != nil {
@@ -180,4 +157,20 @@ func (c cli) run(ctx context.Context, args []string) int {
 		}
 		return exitError
 	}
+}
+
+// exitOf is the exit code of an open's or a stop's outcome, which the node agent reads.
+func (c cli) exitOf(verb string, err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, barrier.ErrStale):
+		fmt.Fprintln(c.stderr, "refused:", err)
+		return exitStale
+	case errors.Is(err, barrier.ErrNotWaiting):
+		fmt.Fprintln(c.stderr, err)
+		return exitNotWaiting
+	}
+	fmt.Fprintln(c.stderr, verb+":", err)
+	return exitError
 }

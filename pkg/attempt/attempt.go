@@ -54,6 +54,10 @@ type Options struct {
 	// (`faultline-barrier exec -- COMMAND`, from an image volume of BarrierImage), where
 	// the template allows it (BarrierCanBeWorker); else it is an init container.
 	BarrierInWorker bool
+	// BarrierSupervises makes such a barrier stay, with the worker as its child
+	// (`faultline-barrier supervise -- COMMAND`): the node agent's stop ends the worker and
+	// the barrier waits again in the same container, which the kubelet never restarts.
+	BarrierSupervises bool
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -185,7 +189,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
 	if opts.BarrierImage != "" {
-		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker)
+		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker, opts.BarrierSupervises)
 	}
 
 	job := &batchv1.Job{

@@ -32,7 +32,7 @@ import (
 //   - the barrier knows the attempt its pod was made for (FAULTLINE_ATTEMPT, which Pod sets
 //     for a pod made for a later attempt than its Job's): it never opens for an older one,
 //     whatever an agent with a stale view of the run asks.
-func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker bool) {
+func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker, supervise bool) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
 	}})
@@ -54,7 +54,7 @@ func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker bool) {
 		}}, c.RestartPolicyRules...)
 	}
 	if inWorker {
-		barrierInWorker(spec, image)
+		barrierInWorker(spec, image, supervise)
 		return
 	}
 	spec.InitContainers = append(spec.InitContainers, corev1.Container{
@@ -77,17 +77,28 @@ func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker bool) {
 }
 
 // barrierInWorker makes the barrier the entrypoint of spec's one container: its command
-// becomes `faultline-barrier exec -- <command>` from an image volume of the barrier's image
-// (its args stay as they are: the kubelet expands $(VAR) in both, as before). The barrier
-// reads the attempt the pod was made for from the worker's own FAULTLINE_ATTEMPT.
-func barrierInWorker(spec *corev1.PodSpec, image string) {
+// becomes `faultline-barrier exec -- <command>` (or `supervise`, which stays with the worker
+// as its child) from an image volume of the barrier's image (its args stay as they are: the
+// kubelet expands $(VAR) in both, as before). The barrier reads the attempt the pod was made
+// for from the worker's own FAULTLINE_ATTEMPT.
+func barrierInWorker(spec *corev1.PodSpec, image string, supervise bool) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{
 		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent},
 	}})
 	c := &spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.BarrierVolume, MountPath: v1alpha1.BarrierMount, ReadOnly: true})
-	c.Command = append([]string{v1alpha1.BarrierBinary, "exec", "--"}, c.Command...)
+	mode := barrierExec
+	if supervise {
+		mode = barrierSupervise
+	}
+	c.Command = append([]string{v1alpha1.BarrierBinary, mode, "--"}, c.Command...)
 }
+
+// The barrier's commands where it is the worker's entrypoint (cmd/faultline-barrier).
+const (
+	barrierExec      = "exec"
+	barrierSupervise = "supervise"
+)
 
 // BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:
 // one container, whose command is set. Taking an image's own entrypoint would need a
@@ -142,7 +153,7 @@ func BarrierContainer(spec *corev1.PodSpec) (string, BarrierPlace) {
 }
 
 // KeepBarrier copies into slim what BarrierContainer reads of spec, for the caches that keep
-// of a pod's spec only what they read: the barrier's image volume, and the first word of
+// of a pod's spec only what they read: the barrier's image volume, and the first two words of
 // the command of the container whose entrypoint it is. slim's containers are spec's, in
 // the same order.
 func KeepBarrier(spec, slim *corev1.PodSpec) {
@@ -153,7 +164,7 @@ func KeepBarrier(spec, slim *corev1.PodSpec) {
 	}
 	for i, c := range spec.Containers {
 		if len(c.Command) > 0 && c.Command[0] == v1alpha1.BarrierBinary && i < len(slim.Containers) {
-			slim.Containers[i].Command = c.Command[:1:1]
+			slim.Containers[i].Command = c.Command[:min(2, len(c.Command)):min(2, len(c.Command))] // and whether it supervises
 		}
 	}
 }
@@ -206,7 +217,11 @@ type Barrier struct {
 	Status *corev1.ContainerStatus
 	// Record is the node agent's record (BarrierInWorker only), nil if none.
 	Record *v1alpha1.BarrierRecord
-	pod    *corev1.Pod
+	// Supervises: a barrier in the worker container that stays, the worker its child
+	// (Options.BarrierSupervises). The agent's stop leaves it waiting again in the same
+	// container, as the record says: stopped for a later attempt than it opened for.
+	Supervises bool
+	pod        *corev1.Pod
 }
 
 // BarrierOf is pod's barrier. An init container's status that names the barrier says where
@@ -225,6 +240,10 @@ func BarrierOf(pod *corev1.Pod) Barrier {
 		statuses = pod.Status.InitContainerStatuses
 	case BarrierInWorker:
 		b.Record = BarrierRecord(pod)
+		if i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
+			cmd := pod.Spec.Containers[i].Command
+			b.Supervises = len(cmd) > 1 && cmd[1] == barrierSupervise
+		}
 	}
 	if i := slices.IndexFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name }); i >= 0 {
 		b.Status = &statuses[i]
@@ -250,17 +269,28 @@ func (b Barrier) record() (current, gone bool) {
 	return st.RestartCount == rec.Restart && (st.ContainerID == "" || RuntimeID(st.ContainerID) == rec.ContainerID), false
 }
 
-// Waiting reports whether the barrier runs and holds the pod's workers back, and since when.
+// Waiting reports whether the barrier runs and holds the pod's workers back, and since when
+// (the container's start: a supervising barrier waiting again says no later time).
 func (b Barrier) Waiting() (time.Time, bool) {
 	if b.Status == nil || b.Status.State.Running == nil {
 		return time.Time{}, false
 	}
 	if b.Place == BarrierInWorker {
-		if _, gone := b.record(); !gone {
+		if _, gone := b.record(); !gone && !b.waitsAgain() {
 			return time.Time{}, false
 		}
 	}
 	return b.Status.State.Running.StartedAt.Time, true
+}
+
+// waitsAgain: a supervising barrier whose recorded worker its agent stopped for a later
+// attempt waits, in the same container, for that attempt's open.
+func (b Barrier) waitsAgain() bool {
+	if !b.Supervises || b.Record == nil || b.Record.StoppedFor <= b.Record.Attempt {
+		return false
+	}
+	_, gone := b.record()
+	return !gone
 }
 
 // Opened is the attempt the barrier opened for since the pod last (re)started: the attempt
@@ -274,7 +304,7 @@ func (b Barrier) Opened() (int32, bool) {
 			}
 		}
 	case BarrierInWorker:
-		if _, gone := b.record(); !gone {
+		if _, gone := b.record(); !gone && !b.waitsAgain() {
 			return b.Record.Attempt, true
 		}
 	}
@@ -320,8 +350,10 @@ func (b Barrier) Stopped(n int32) bool {
 		// the attempt by the statuses it sees once the gang's barrier opens: it reads the
 		// end of a container stopped so, still shown then, as the end of the recorded
 		// attempt (StoppedWorker), never as a failure of n.
+		// A supervising barrier that waits again runs no worker, whatever attempt its
+		// stop was for.
 		_, gone := b.record()
-		return gone || b.Record.Attempt >= n || b.Record.StoppedFor >= n
+		return gone || b.Record.Attempt >= n || b.Record.StoppedFor >= n || b.waitsAgain()
 	}
 	if m, ok := b.Opened(); ok || b.Status != nil && b.Status.State.Terminated != nil {
 		return ok && m >= n // opened for n already, or for an older attempt whose workers run, or are about to

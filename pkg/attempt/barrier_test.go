@@ -71,15 +71,19 @@ func TestBarrierInWorkerShape(t *testing.T) {
 
 // TestKeepBarrier: the caches that slim pods down still see where the barrier is.
 func TestKeepBarrier(t *testing.T) {
-	spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
-		Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true}).Spec.Template.Spec
-	slim := corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}
-	if _, place := BarrierContainer(&slim); place != NoBarrier {
-		t.Fatal("a slim spec with nothing kept has a barrier")
-	}
-	KeepBarrier(&spec, &slim)
-	if name, place := BarrierContainer(&slim); place != BarrierInWorker || name != "worker" || len(slim.Containers[0].Command) != 1 {
-		t.Errorf("kept %+v: BarrierContainer = %q, %v", slim, name, place)
+	for _, supervise := range []bool{false, true} {
+		spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
+			Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true, BarrierSupervises: supervise}).Spec.Template.Spec
+		slim := corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}
+		if _, place := BarrierContainer(&slim); place != NoBarrier {
+			t.Fatal("a slim spec with nothing kept has a barrier")
+		}
+		KeepBarrier(&spec, &slim)
+		name, place := BarrierContainer(&slim)
+		kept := &corev1.Pod{Spec: slim}
+		if place != BarrierInWorker || name != "worker" || len(slim.Containers[0].Command) != 2 || BarrierOf(kept).Supervises != supervise {
+			t.Errorf("supervise %v: kept command %q: BarrierContainer = %q, %v, supervises %v", supervise, slim.Containers[0].Command, name, place, BarrierOf(kept).Supervises)
+		}
 	}
 }
 
@@ -165,5 +169,54 @@ func TestBarrierInWorkerState(t *testing.T) {
 	}
 	if since, ok := BarrierOf(inWorker(0, "c0", running, nil)).Waiting(); !ok || !since.Equal(started.Time) {
 		t.Errorf("waiting since %v, want %v", since, started)
+	}
+}
+
+// TestSupervisedBarrierState: a barrier that supervises its worker stays in the same
+// container across a restart in place: its agent's record of the stop for a later attempt
+// is all that says it waits again, and a record of the next open that it runs again.
+func TestSupervisedBarrierState(t *testing.T) {
+	supervised := func(restarts int32, id string, st *corev1.ContainerState, rec *v1alpha1.BarrierRecord) *corev1.Pod {
+		p := inWorker(restarts, id, st, rec)
+		p.Spec.Containers[0].Command[1] = barrierSupervise
+		return p
+	}
+	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	record := func(attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
+		return &v1alpha1.BarrierRecord{ContainerID: "c0", Restart: 0, Attempt: attempt, StoppedFor: stoppedFor}
+	}
+	type want struct {
+		waiting bool
+		opened  int32
+		stopped bool // Stopped(2)
+		openFor bool // OpenedFor(2)
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want want
+	}{
+		"waits at its first open":      {supervised(0, "c0", running, nil), want{waiting: true, stopped: true}},
+		"runs attempt 1":               {supervised(0, "c0", running, record(1, 0)), want{opened: 1}},
+		"stopped for 2: waits again":   {supervised(0, "c0", running, record(1, 2)), want{waiting: true, stopped: true}},
+		"opened for 2 in the same one": {supervised(0, "c0", running, record(2, 2)), want{opened: 2, stopped: true, openFor: true}},
+		// Its worker ended on its own: the kubelet restarted the container.
+		"restarted since the stop": {supervised(1, "c1", running, record(1, 2)), want{waiting: true, stopped: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := BarrierOf(tc.pod)
+			if !b.Supervises {
+				t.Fatal("not seen as supervising")
+			}
+			_, waiting := b.Waiting()
+			opened, _ := b.Opened()
+			if got := (want{waiting, opened, b.Stopped(2), b.OpenedFor(2)}); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// The same record on a barrier that became its worker: stopped, not waiting (the
+	// kubelet restarts the container).
+	if _, waiting := BarrierOf(inWorker(0, "c0", running, record(1, 2))).Waiting(); waiting {
+		t.Error("an exec barrier's stopped worker counted as waiting")
 	}
 }

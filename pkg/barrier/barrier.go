@@ -391,28 +391,9 @@ var ErrUnreachable = errors.New("cannot reach the barrier's socket")
 // when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens,
 // ErrUnreachable when the socket cannot be connected to.
 func Open(ctx context.Context, socket string, attempt int) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	line, err := ask(ctx, socket, fmt.Sprintf("%s %d", verbOpen, attempt))
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w on %s", ErrNotWaiting, socket)
-		}
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "%s %d\n", verbOpen, attempt); err != nil {
-		return fmt.Errorf("send the go signal: %w", err)
-	}
-	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("no answer from the barrier: %w", err) // it may still open: ask again
-	}
-	if err != nil {
-		// It closed without an answer: another Open got there first and it exits.
-		return fmt.Errorf("%w: no answer: %v", ErrNotWaiting, err)
+		return err
 	}
 	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
 	switch verb {
@@ -431,24 +412,9 @@ func Open(ctx context.Context, socket string, attempt int) error {
 // processes is left: nil then, ErrStale when its worker runs attempt or a later one,
 // ErrNotWaiting when no supervising barrier listens. ctx must outlast grace.
 func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	line, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()))
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w on %s", ErrNotWaiting, socket)
-		}
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "%s %d %d\n", verbStop, attempt, grace.Milliseconds()); err != nil {
-		return fmt.Errorf("send the stop: %w", err)
-	}
-	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("no answer from the barrier: %w", err)
+		return err
 	}
 	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
 	switch verb {
@@ -458,4 +424,55 @@ func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) 
 		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)
 	}
 	return fmt.Errorf("the barrier answered %q", strings.TrimSpace(line))
+}
+
+// attemptMarkerPrefix starts the line a supervising barrier writes to its container's log
+// as it starts a worker (AttemptMarker).
+const attemptMarkerPrefix = "faultline-barrier: attempt "
+
+// AttemptMarker is the line a supervising barrier writes to its container's log (stderr)
+// as it starts the worker of attempt: that container's log holds every attempt it ran.
+func AttemptMarker(attempt int) string {
+	return fmt.Sprintf("%s%d starts", attemptMarkerPrefix, attempt)
+}
+
+// ParseAttemptMarker reads the attempt out of a log line that is an AttemptMarker.
+func ParseAttemptMarker(line string) (int, bool) {
+	rest, ok := strings.CutPrefix(line, attemptMarkerPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(rest, " starts"))
+	return n, err == nil && n >= 1 && strings.HasSuffix(rest, " starts")
+}
+
+// ask sends one request to the barrier on socket and returns its answer's line: ErrNotWaiting
+// when none listens (or it closed without an answer: another request got there first and it
+// moved on), ErrUnreachable when the socket cannot be connected to, and an error wrapping
+// os.ErrDeadlineExceeded when ctx ended before the answer (the request may still be acted
+// on: ask again).
+func ask(ctx context.Context, socket, request string) (string, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return "", fmt.Errorf("%w on %s", ErrNotWaiting, socket)
+		}
+		return "", fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "%s\n", request); err != nil {
+		return "", fmt.Errorf("send %q: %w", request, err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "", fmt.Errorf("no answer from the barrier: %w", err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: no answer: %v", ErrNotWaiting, err)
+	}
+	return line, nil
 }

@@ -29,8 +29,10 @@ import (
 //
 // It returns the child's exit status (its exit code, or 128 + the signal that ended it)
 // when the child ends on its own: the container ends with it, and the worker's exit is
-// judged as before. SIGTERM (ctx) goes on to the child, whose exit it then returns; while
-// no child runs it returns 143 and ctx's error. A command that cannot run returns its
+// judged as before. The signals a container's first process gets (forwarded: SIGTERM from
+// the kubelet, and SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH) go on to the
+// child's process group, as an init would pass them; while no child runs, ctx's end (the
+// caller's SIGTERM) returns 143 and ctx's error. A command that cannot run returns its
 // *ExecError (ExitStatus), after the go signal.
 func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 	if len(argv) == 0 {
@@ -57,8 +59,11 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		return 1, fmt.Errorf("listen for the go signal: %w", err)
 	}
 	defer ln.Close()
-	s := &supervisor{cfg: cfg, log: log, conns: make(chan *net.UnixConn), exits: make(chan reaped, 16), done: make(chan struct{})}
+	s := &supervisor{cfg: cfg, log: log, conns: make(chan *net.UnixConn), exits: make(chan reaped, 16), done: make(chan struct{}),
+		signals: make(chan os.Signal, 8)}
 	defer close(s.done)
+	signal.Notify(s.signals, forwarded...)
+	defer signal.Stop(s.signals)
 	go s.accept(ln)
 	go s.reap()
 	if cfg.Listening != nil {
@@ -71,6 +76,9 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 			return exitSIGTERM, err
 		}
 		log.Info("opened", "attempt", attempt)
+		// The container's log holds every attempt's output: the marker says where each
+		// starts (`launcher logs --attempt`).
+		fmt.Fprintln(os.Stderr, AttemptMarker(attempt))
 		pid, err := startWorker(argv)
 		if err != nil {
 			var ee *ExecError
@@ -79,7 +87,7 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 			}
 			return 1, err
 		}
-		status, stopped := s.run(ctx, pid, attempt)
+		status, stopped := s.run(pid, attempt)
 		if !stopped {
 			return status, nil
 		}
@@ -93,6 +101,9 @@ const (
 	exitSIGTERM = 143
 )
 
+// forwarded are the signals the barrier passes on to its worker.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
 // reaped is a child the supervisor reaped, with its wait status.
 type reaped struct {
 	pid    int
@@ -105,6 +116,8 @@ type supervisor struct {
 	conns chan *net.UnixConn
 	exits chan reaped
 	done  chan struct{}
+	// signals are the forwarded signals the barrier got.
+	signals chan os.Signal
 }
 
 // accept hands every connection to the loop until the listener closes.
@@ -160,6 +173,7 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		case <-s.signals: // no worker to pass it on to; SIGTERM ends ctx
 		case <-s.exits: // an orphan of a stopped worker, reaped late
 		case conn := <-s.conns:
 			req, err := readRequest(conn)
@@ -186,10 +200,10 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 }
 
 // run follows the worker pid, which runs attempt, until it ends on its own (its status) or a
-// stop of a later attempt ends it and what it left (stopped). SIGTERM goes on to its
-// process group.
-func (s *supervisor) run(ctx context.Context, pid, attempt int) (status int, stopped bool) {
-	term := ctx.Done()
+// stop of a later attempt ends it and what it left (stopped). The signals the barrier gets
+// go on to its process group; after SIGTERM the barrier waits for the worker's exit (the
+// kubelet kills the container after its grace period).
+func (s *supervisor) run(pid, attempt int) (status int, stopped bool) {
 	for {
 		select {
 		case r := <-s.exits:
@@ -198,10 +212,9 @@ func (s *supervisor) run(ctx context.Context, pid, attempt int) (status int, sto
 				s.killAll(pid)
 				return exitStatus(r.status), false
 			}
-		case <-term:
-			term = nil // once: then wait for the worker's exit (the kubelet kills it after its grace period)
-			s.log.Info("SIGTERM: passed on to the worker", "pid", pid)
-			syscall.Kill(-pid, syscall.SIGTERM)
+		case sig := <-s.signals:
+			s.log.Info("passing a signal on to the worker", "signal", sig, "pid", pid)
+			syscall.Kill(-pid, sig.(syscall.Signal))
 		case conn := <-s.conns:
 			req, err := readRequest(conn)
 			switch {

@@ -182,17 +182,22 @@ func TestSuperviseEndsWithItsWorker(t *testing.T) {
 	}
 }
 
-// SIGTERM (the kubelet ending the pod) goes on to the worker, whose exit is the barrier's.
-func TestSupervisePassesSIGTERMOn(t *testing.T) {
-	dir, proc := supervised(t, `trap 'exit 42' TERM; echo $$ > "$(dirname "$0")/worker"; while :; do sleep 0.1; done`)
-	if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
-		t.Fatal(err)
-	}
-	pidIn(t, dir, "worker")
-	proc.Process.Signal(syscall.SIGTERM)
-	err := proc.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 42 {
-		t.Fatalf("the barrier ended with %v, want the worker's 42", err)
+// The signals a container's first process gets go on to the worker (SIGTERM: the kubelet
+// ending the pod; SIGUSR1: a user's), whose exit is the barrier's.
+func TestSupervisePassesSignalsOn(t *testing.T) {
+	for sig, want := range map[syscall.Signal]int{syscall.SIGTERM: 42, syscall.SIGUSR1: 43} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir, proc := supervised(t, `trap 'exit 42' TERM; trap 'exit 43' USR1; echo $$ > "$(dirname "$0")/worker"; while :; do sleep 0.1; done`)
+			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
+				t.Fatal(err)
+			}
+			pidIn(t, dir, "worker")
+			proc.Process.Signal(sig)
+			err := proc.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != want {
+				t.Fatalf("the barrier ended with %v, want the worker's %d", err, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	attemptpkg "github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // AnnotationKwokNode marks a node simulated by kwok: it has no kubelet to serve logs.
@@ -108,6 +111,11 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 	)
 	prefix := len(pods) > 1
 	for i := range pods {
+		if o.Follow && o.Tail >= 0 && attemptpkg.BarrierOf(&pods[i]).Supervises {
+			return UsageError("--tail with --follow: the workers of %s share their container's log with the run's other attempts (their barrier supervises them), so the last lines of one attempt are known only at the end: drop --tail or --follow", name)
+		}
+	}
+	for i := range pods {
 		pod := &pods[i]
 		if why := logsUnavailable(ctx, kube, pod, simulated); why != "" {
 			fmt.Fprintf(errOut, "%s: %s\n", podLabel(pod), why)
@@ -118,7 +126,7 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 		go func() {
 			defer wg.Done()
 			defer func() { <-slot }()
-			err := streamPod(ctx, kube, pod, o, out, &mu, prefix)
+			err := streamPod(ctx, kube, pod, o, attempt, out, &mu, prefix)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -181,12 +189,20 @@ func logsUnavailable(ctx context.Context, kube kubernetes.Interface, pod *corev1
 	return ""
 }
 
-func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, o LogsOptions, out io.Writer, mu *sync.Mutex, prefix bool) error {
+func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, o LogsOptions, n int32, out io.Writer, mu *sync.Mutex, prefix bool) error {
 	container := o.Container
 	if container == "" && len(pod.Spec.Containers) > 0 {
 		container = pod.Spec.Containers[0].Name
 	}
-	rc, err := kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, podLogOptions(o, container)).Stream(ctx)
+	var keep *attemptLines
+	opts := podLogOptions(o, container)
+	if b := attemptpkg.BarrierOf(pod); b.Supervises && container == b.Container && !o.Previous {
+		// Every attempt the pod ran is in this container's log: the kubelet is asked for
+		// all of it, with timestamps, and the lines of attempt n are picked here.
+		keep = &attemptLines{attempt: int(n), o: o, now: time.Now()}
+		opts.Timestamps, opts.TailLines, opts.SinceSeconds = true, nil, nil
+	}
+	rc, err := kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, opts).Stream(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,18 +211,84 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 	if prefix {
 		tag = fmt.Sprintf("[index %d] ", podIndex(pod))
 	}
+	write := func(line string) {
+		mu.Lock()
+		fmt.Fprintf(out, "%s%s\n", tag, line)
+		mu.Unlock()
+	}
 	sc := bufio.NewScanner(rc)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		mu.Lock()
-		fmt.Fprintf(out, "%s%s\n", tag, sc.Text())
-		mu.Unlock()
+		if keep == nil {
+			write(sc.Text())
+			continue
+		}
+		line, ok, over := keep.take(sc.Text())
+		if over {
+			break
+		}
+		if ok && !keep.tailing() {
+			write(line)
+		}
 	}
 	if err := sc.Err(); err != nil && ctx.Err() == nil {
 		return err
 	}
+	if keep != nil {
+		for _, line := range keep.tail {
+			write(line)
+		}
+	}
 	return nil
 }
+
+// attemptLines picks one attempt's lines out of the log of a container whose barrier
+// supervises its worker (attempt.Barrier.Supervises): the barrier writes a marker as it
+// starts each attempt's worker (barrier.AttemptMarker), and an attempt's lines run from its
+// marker to the next. The log is read with the kubelet's timestamps; --since and --tail
+// apply to the attempt's lines here, and the timestamps are shown only if asked for.
+type attemptLines struct {
+	attempt int
+	o       LogsOptions
+	now     time.Time
+	current int      // the attempt of the lines read, by the last marker (0: before any)
+	tail    []string // with --tail, the last lines kept
+}
+
+// take reads one line of the log: the line to show and whether to show it, or over once
+// a later attempt's lines begin.
+func (a *attemptLines) take(raw string) (line string, ok, over bool) {
+	ts, text, _ := strings.Cut(raw, " ")
+	if n, marker := barrier.ParseAttemptMarker(text); marker {
+		a.current = n
+	}
+	if a.current > a.attempt {
+		return "", false, true
+	}
+	if a.current != a.attempt {
+		return "", false, false
+	}
+	if a.o.Since > 0 {
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil && t.Before(a.now.Add(-a.o.Since)) {
+			return "", false, false
+		}
+	}
+	line = text
+	if a.o.Timestamps {
+		line = raw
+	}
+	if a.tailing() {
+		a.tail = append(a.tail, line)
+		if int64(len(a.tail)) > a.o.Tail {
+			a.tail = a.tail[1:]
+		}
+	}
+	return line, true, false
+}
+
+// tailing: only the last --tail lines are shown, at the end (never with --follow: Logs
+// refuses the two together for such a log).
+func (a *attemptLines) tailing() bool { return a.o.Tail >= 0 && !a.o.Follow }
 
 // podLogOptions is what the kubelet is asked for one worker's container.
 func podLogOptions(o LogsOptions, container string) *corev1.PodLogOptions {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // TestMadeFor: the pods that ran an attempt are labelled with it, or, for an attempt that
@@ -98,5 +100,54 @@ func fakeRunsREST(t *testing.T, run *v1alpha1.TrainingRun) *restfake.RESTClient 
 			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": []string{"application/json"}},
 				Body: io.NopCloser(bytes.NewReader(body))}, nil
 		}),
+	}
+}
+
+// TestAttemptLines: a worker whose barrier supervises it runs every attempt in one
+// container: its log is cut at the barrier's markers, --since and --tail apply to the
+// attempt's own lines, and the kubelet's timestamps are shown only if asked for.
+func TestAttemptLines(t *testing.T) {
+	now := time.Date(2026, 12, 3, 16, 0, 0, 0, time.UTC)
+	at := func(s int, text string) string {
+		return now.Add(time.Duration(s)*time.Second).Format(time.RFC3339Nano) + " " + text
+	}
+	log := []string{
+		at(-30, "waiting for the go signal"),
+		at(-29, barrier.AttemptMarker(1)),
+		at(-28, "attempt 1: step 1"),
+		at(-20, "attempt 1: step 2"),
+		at(-10, barrier.AttemptMarker(2)),
+		at(-9, "attempt 2: step 1"),
+		at(-1, "attempt 2: step 2"),
+	}
+	for name, tc := range map[string]struct {
+		attempt int
+		o       LogsOptions
+		want    []string
+	}{
+		"attempt 1":             {1, LogsOptions{Tail: -1}, []string{barrier.AttemptMarker(1), "attempt 1: step 1", "attempt 1: step 2"}},
+		"attempt 2":             {2, LogsOptions{Tail: -1}, []string{barrier.AttemptMarker(2), "attempt 2: step 1", "attempt 2: step 2"}},
+		"attempt 2, tail 1":     {2, LogsOptions{Tail: 1}, []string{"attempt 2: step 2"}},
+		"attempt 1, since 25 s": {1, LogsOptions{Tail: -1, Since: 25 * time.Second}, []string{"attempt 1: step 2"}},
+		"attempt 2, timestamps": {2, LogsOptions{Tail: 1, Timestamps: true}, []string{at(-1, "attempt 2: step 2")}},
+		"attempt 3, not yet":    {3, LogsOptions{Tail: -1}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := &attemptLines{attempt: tc.attempt, o: tc.o, now: now}
+			var got []string
+			for _, raw := range log {
+				line, ok, over := a.take(raw)
+				if over {
+					break
+				}
+				if ok && !a.tailing() {
+					got = append(got, line)
+				}
+			}
+			got = append(got, a.tail...)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

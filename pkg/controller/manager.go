@@ -69,6 +69,11 @@ type Options struct {
 	// one container per pod for the kubelet to restart, where the init container is two
 	// (docs/in-place-restart-proof.md). launcher controller's default.
 	BarrierInWorker bool
+	// BarrierSupervises makes that barrier stay, the worker its child
+	// (`faultline-barrier supervise`): the node agent's stop ends the worker and every
+	// process it left, and the barrier waits again in the same container, which the kubelet
+	// never restarts.
+	BarrierSupervises bool
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
 	Kueue bool
@@ -178,8 +183,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Maintenance: opts.Maintenance,
 		Kueue:       opts.Kueue,
 
-		BarrierImage:    opts.BarrierImage,
-		BarrierInWorker: opts.BarrierInWorker,
+		BarrierImage:      opts.BarrierImage,
+		BarrierInWorker:   opts.BarrierInWorker,
+		BarrierSupervises: opts.BarrierSupervises,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -182,7 +182,7 @@ func (r *Restarter) Sync(ctx context.Context, pod *corev1.Pod, attempt int, barr
 		_, err := r.OpenBarrier(ctx, pod, attempt)
 		return d.Action, err
 	case ActionNone:
-		if d.Recorded != "" && !r.opened.has(d.Recorded) {
+		if d.Recorded != "" && !r.opened.has(openedKey(d.Recorded, attempt)) {
 			// Recorded for the attempt, and opened unless an agent stopped between its
 			// record and its open: the open again opens it, or finds it opened.
 			_, err := r.OpenBarrier(ctx, pod, attempt)
@@ -212,13 +212,15 @@ func (r *Restarter) BarrierRunning(ctx context.Context, pod *corev1.Pod) bool {
 }
 
 // StopOldWorkers stops, with the pod's termination grace period, the running workers of
-// pod that belong to an attempt older than attempt (Decide), and returns the runtime IDs it
-// stopped. A worker already stopped, or gone, is left alone: none is stopped twice by a
+// pod that belong to an attempt older than n (Decide), and returns the runtime IDs it
+// stopped: through the runtime (the kubelet then restarts the pod in place), or, where the
+// barrier supervises its worker, through the barrier, which ends the worker and waits
+// again in the same container. A worker already stopped, or gone, is left alone: none is stopped twice by a
 // second call, and a status read before the pod restarted never stops the new workers.
-func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt int) ([]string, error) {
-	d := Decide(pod, attempt, false)
+func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) ([]string, error) {
+	d := Decide(pod, n, false)
 	if d.Action != ActionStopWorkers {
-		r.log.Debug("no old worker to stop", "pod", podRef(pod), "attempt", attempt, "reason", d.Reason)
+		r.log.Debug("no old worker to stop", "pod", podRef(pod), "attempt", n, "reason", d.Reason)
 		return nil, nil
 	}
 	want := map[string]bool{}
@@ -242,6 +244,20 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 		if !want[c.Id] || !workers[c.Labels[kubelettypes.KubernetesContainerNameLabel]] {
 			continue
 		}
+		if attempt.BarrierOf(pod).Supervises {
+			// Its barrier ends the worker and waits again in the same container: no
+			// restart for the kubelet to make. Where its socket cannot be reached, the
+			// container is stopped as any other, and the kubelet restarts it.
+			err := r.stopBySocket(ctx, c.Id, n, time.Duration(grace)*time.Second)
+			if err == nil {
+				stopped = append(stopped, c.Id)
+				continue
+			}
+			if !errors.Is(err, errNoSocket) && !errors.Is(err, barrier.ErrNotWaiting) {
+				return stopped, fmt.Errorf("stop the worker of container %s of pod %s through its barrier: %w", c.Id, podRef(pod), err)
+			}
+			r.log.Info("stopping a supervised worker's container: its barrier is not reachable", "pod", podRef(pod), "container", c.Id, "reason", err)
+		}
 		// SIGTERM, then SIGKILL after the grace period: the worker's exit (143 or 137) is
 		// non-zero, so its rule restarts every container of the pod in place. The call
 		// returns once the container stopped.
@@ -254,10 +270,10 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, attempt
 		stopped = append(stopped, c.Id)
 	}
 	if len(stopped) > 0 {
-		r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", attempt, "containers", stopped, "reason", d.Reason)
+		r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", n, "containers", stopped, "reason", d.Reason)
 	}
 	noteStopped(ctx)
-	if err := r.recordStopped(ctx, pod, d, attempt); err != nil {
+	if err := r.recordStopped(ctx, pod, d, n); err != nil {
 		return stopped, err
 	}
 	return stopped, nil
@@ -310,7 +326,7 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bo
 			return opened, err
 		}
 		if place == attempt.BarrierInWorker {
-			r.opened.add(c.Id)
+			r.opened.add(openedKey(c.Id, n))
 		}
 		if ok {
 			opened = true
@@ -326,8 +342,21 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bo
 // has none for c (v1alpha1.BarrierRecord): once a container is recorded, it is opened for
 // its recorded attempt only, and the record is never written again for it.
 func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtimeapi.Container, n int) (bool, error) {
-	rec := attempt.BarrierRecord(pod)
+	b := attempt.BarrierOf(pod)
+	rec := b.Record
 	switch {
+	case rec != nil && rec.ContainerID == c.Id && b.Supervises && rec.StoppedFor > rec.Attempt && n >= int(rec.StoppedFor):
+		// A supervising barrier whose worker the agent stopped waits again in the same
+		// container: the record of this open replaces the stop's, before the open.
+		if r.Records == nil {
+			return false, fmt.Errorf("barrier %s of pod %s supervises its worker, and this agent cannot record its open", c.Id, podRef(pod))
+		}
+		next := *rec
+		next.Attempt = int32(n)
+		if err := r.Records.RecordBarrier(ctx, pod, next); err != nil {
+			return false, err
+		}
+		return true, nil
 	case rec != nil && rec.ContainerID == c.Id:
 		if int(rec.Attempt) != n {
 			r.log.Info("not opening a barrier recorded for another attempt", "pod", podRef(pod), "container", c.Id, "recorded", rec.Attempt, "attempt", n)
@@ -474,7 +503,11 @@ func (r *Restarter) running(ctx context.Context, pod *corev1.Pod, name string) (
 
 func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
-// openedSet is a set of container IDs, bounded: past openedMax it starts again empty (a
+// openedKey names the open of container id for attempt n in an openedSet: a supervising
+// barrier opens in the same container for each attempt.
+func openedKey(id string, n int) string { return id + "/" + strconv.Itoa(n) }
+
+// openedSet is a set of opens (openedKey), bounded: past openedMax it starts again empty (a
 // container forgotten costs one more look at its barrier, no more).
 type openedSet struct {
 	mu  sync.Mutex

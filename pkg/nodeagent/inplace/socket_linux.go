@@ -31,32 +31,11 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 	// never answered must not hold the agent's loop.
 	ctx, cancel := context.WithTimeout(ctx, r.ExecTimeout)
 	defer cancel()
-	pid, err := r.containerPID(ctx, id)
+	proc, dir, err := r.runDirOf(ctx, id)
 	if err != nil {
 		return err
-	}
-	// A descriptor of /proc/<pid> stays the process it was opened for: were the PID reused
-	// after the container's end, what is read through it fails rather than name another.
-	proc, err := unix.Open(filepath.Join(r.ProcRoot, strconv.Itoa(pid)), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("%w: %w: process %d of container %s", errNoSocket, errProcessGone, pid, id)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: process %d of container %s: %v", errNoSocket, pid, id, err)
 	}
 	defer unix.Close(proc)
-	if err := inCgroupOf(proc, id); err != nil {
-		return err
-	}
-	root, err := unix.Openat(proc, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("%w: the root of container %s: %v", errNoSocket, id, err)
-	}
-	defer unix.Close(root)
-	dir, err := runDir(root)
-	if err != nil {
-		return fmt.Errorf("%w: the run directory of container %s: %v", errNoSocket, id, err)
-	}
 	defer unix.Close(dir)
 	// The runtime's start event, on which the agent acts, comes before the barrier's
 	// program listens: while its process lives, a socket not there yet is looked for again,
@@ -78,6 +57,61 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	if errors.Is(err, barrier.ErrUnreachable) {
+		return fmt.Errorf("%w: %v", errNoSocket, err)
+	}
+	return err
+}
+
+// runDirOf opens container id's first process's /proc directory and the barrier's run
+// directory in its root, as the node's /proc shows them (the caller closes both), or says,
+// wrapping errNoSocket, why it cannot.
+func (r *Restarter) runDirOf(ctx context.Context, id string) (proc, dir int, err error) {
+	pid, err := r.containerPID(ctx, id)
+	if err != nil {
+		return -1, -1, err
+	}
+	// A descriptor of /proc/<pid> stays the process it was opened for: were the PID reused
+	// after the container's end, what is read through it fails rather than name another.
+	proc, err = unix.Open(filepath.Join(r.ProcRoot, strconv.Itoa(pid)), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, -1, fmt.Errorf("%w: %w: process %d of container %s", errNoSocket, errProcessGone, pid, id)
+	}
+	if err != nil {
+		return -1, -1, fmt.Errorf("%w: process %d of container %s: %v", errNoSocket, pid, id, err)
+	}
+	if err := inCgroupOf(proc, id); err != nil {
+		unix.Close(proc)
+		return -1, -1, err
+	}
+	root, err := unix.Openat(proc, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(proc)
+		return -1, -1, fmt.Errorf("%w: the root of container %s: %v", errNoSocket, id, err)
+	}
+	defer unix.Close(root)
+	dir, err = runDir(root)
+	if err != nil {
+		unix.Close(proc)
+		return -1, -1, fmt.Errorf("%w: the run directory of container %s: %v", errNoSocket, id, err)
+	}
+	return proc, dir, nil
+}
+
+// stopBySocket asks the supervising barrier of container id (barrier.Supervise) to end its
+// worker for attempt, with grace before SIGKILL, through its socket as openBySocket reaches
+// it; it returns barrier.Stop's outcome once the barrier answered that none of the worker's
+// processes is left, or an error wrapping errNoSocket when the socket cannot be reached so.
+func (r *Restarter) stopBySocket(ctx context.Context, id string, attempt int, grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, grace+r.ExecTimeout)
+	defer cancel()
+	proc, dir, err := r.runDirOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(proc)
+	defer unix.Close(dir)
+	err = viaSocketIn(dir, func(socket string) error { return barrier.Stop(ctx, socket, attempt, grace) })
 	if errors.Is(err, barrier.ErrUnreachable) {
 		return fmt.Errorf("%w: %v", errNoSocket, err)
 	}
@@ -106,6 +140,13 @@ func alive(proc int) bool {
 // planted there (left for the next container's barrier, before it listens) must not lead the
 // agent to another socket of the node. Anything but a socket there is nobody waiting yet.
 func openIn(ctx context.Context, dir, attempt int) error {
+	return viaSocketIn(dir, func(socket string) error { return barrier.Open(ctx, socket, attempt) })
+}
+
+// viaSocketIn calls talk with the path of the barrier's socket in the run directory dir,
+// opened without following a link (openIn says why); anything but a socket there is
+// nobody waiting (barrier.ErrNotWaiting).
+func viaSocketIn(dir int, talk func(socket string) error) error {
 	name := filepath.Base(barrier.DefaultSocket)
 	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -122,7 +163,7 @@ func openIn(ctx context.Context, dir, attempt int) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("%w: %s is not a socket (mode %o)", barrier.ErrNotWaiting, name, st.Mode)
 	}
-	return barrier.Open(ctx, fmt.Sprintf("/proc/self/fd/%d", fd), attempt)
+	return talk(fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // openedFor says whether the attempt file in the run directory dir holds attempt or a later

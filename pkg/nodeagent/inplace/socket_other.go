@@ -5,10 +5,16 @@ package inplace
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // openBySocket reaches a container's root through Linux's /proc only: elsewhere the agent
 // execs.
 func (r *Restarter) openBySocket(context.Context, string, int) error {
+	return fmt.Errorf("%w: not on Linux", errNoSocket)
+}
+
+// stopBySocket, as openBySocket, is Linux's only.
+func (r *Restarter) stopBySocket(context.Context, string, int, time.Duration) error {
 	return fmt.Errorf("%w: not on Linux", errNoSocket)
 }

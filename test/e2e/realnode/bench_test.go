@@ -43,7 +43,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			b.Fatalf("-real-bench-workers %q: want gang sizes of 2 or more", *benchWorkers)
 		}
 		took := map[string]time.Duration{}
-		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceInWorker, string(v1alpha1.RestartModeRecreate), floor} {
+		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceInWorker, inPlaceSupervised, string(v1alpha1.RestartModeRecreate), floor} {
 			name := "mode=" + mode
 			if mode == floor {
 				name = floor
@@ -52,18 +52,21 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 				var r restartResult
 				for i := range b.N {
 					short := strings.ToLower(mode)
-					if mode == inPlaceInWorker {
+					switch mode {
+					case inPlaceInWorker:
 						short = "inworker"
+					case inPlaceSupervised:
+						short = "supervised"
 					}
 					gang := fmt.Sprintf("bench-%d-%s-%d", workers, short, i)
 					var one restartResult
 					switch mode {
 					case floor:
 						one = replaceLostPods(b, gang, workers)
-					case inPlaceInWorker:
-						one = shutdownRestart(b, gang, workers, v1alpha1.RestartModeInPlace, true)
+					case inPlaceInWorker, inPlaceSupervised:
+						one = shutdownRestart(b, gang, workers, v1alpha1.RestartModeInPlace, mode)
 					default:
-						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode), false)
+						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode), "")
 					}
 					r.took += one.took
 					r.created += one.created
@@ -76,8 +79,9 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			})
 		}
 		if re := took[string(v1alpha1.RestartModeRecreate)]; re > 0 {
-			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
-				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[inPlaceInWorker].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
+			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker %.2f×, supervising it %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
+				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[inPlaceInWorker].Seconds()/re.Seconds(),
+				took[inPlaceSupervised].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
 		}
 	}
 }
@@ -93,21 +97,28 @@ const floor = "floor"
 // barrier is the worker container's entrypoint (its command set to the test worker's).
 const inPlaceInWorker = "InPlace,barrier=in-worker"
 
+// inPlaceSupervised is inPlaceInWorker with --barrier-supervises: the barrier stays, the
+// worker its child, and a restart in place restarts no container.
+const inPlaceSupervised = "InPlace,barrier=supervise"
+
 type restartResult struct {
 	took             time.Duration
 	created, inPlace int
 }
 
 // shutdownRestart runs one measurement of BenchmarkRealNodeShutdownRestart.
-func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.RestartMode, inWorker bool) restartResult {
+func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.RestartMode, barrier string) restartResult {
 	b.StopTimer()
 	defer b.StartTimer()
 	ctx, c, ns := scenario(b, 5*time.Minute)
 	var args []string
 	opts := []runOption{withRestartMode(mode)}
-	if inWorker {
+	if barrier == inPlaceInWorker || barrier == inPlaceSupervised {
 		args = append(args, "--barrier-in-worker")
 		opts = append(opts, withCommand(cluster.WorkerProgram))
+	}
+	if barrier == inPlaceSupervised {
+		args = append(args, "--barrier-supervises")
 	}
 	ctrl := startController(b, c, ns, args...)
 	defer ctrl.Stop()

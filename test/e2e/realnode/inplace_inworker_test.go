@@ -36,10 +36,35 @@ import (
 // report of that exit in attempt 2.
 func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	t.Parallel()
-	ctx, c, ns := scenario(t, 4*time.Minute)
-	startController(t, c, ns, "--barrier-in-worker")
+	barrierInWorkerRestart(t, false)
+}
 
-	run := realRun("inworker", 4, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
+// TestRealInPlaceBarrierSupervised (issue 41): the same with --barrier-supervises: the
+// barrier stays in the worker's container with the worker as its child (`supervise --
+// /worker`). The agents stop the other three workers through their barriers, which end them
+// and wait again in the same containers: attempt 2 runs in the very containers of attempt 1
+// (restart count unchanged, recorded for attempt 2 after a record of the stop for it),
+// except the victim's, whose worker ended on its own and whose container the kubelet
+// restarted. The barrier passes the SIGTERM to the coordinator, and the end of index 1's
+// worker in attempt 2 is the barrier's, judged as before.
+func TestRealInPlaceBarrierSupervised(t *testing.T) {
+	t.Parallel()
+	barrierInWorkerRestart(t, true)
+}
+
+// barrierInWorkerRestart is TestRealInPlaceBarrierInWorker, with a barrier that supervises
+// its worker or becomes it.
+func barrierInWorkerRestart(t *testing.T, supervise bool) {
+	ctx, c, ns := scenario(t, 4*time.Minute)
+	name, mode := "inworker", "exec"
+	args := []string{"--barrier-in-worker"}
+	if supervise {
+		name, mode = "supervised", "supervise"
+		args = append(args, "--barrier-supervises")
+	}
+	startController(t, c, ns, args...)
+
+	run := realRun(name, 4, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
 		"--sigterm-delay", "3s", "--sigterm-delay-index", "0",
 		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit", "--fail-on-usr1"},
 		withRestartMode(v1alpha1.RestartModeInPlace), withCommand(cluster.WorkerProgram))
@@ -65,13 +90,13 @@ func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	run = createRun(ctx, t, c, ns, run)
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 4)
-	for i, p := range first {
+	for _, p := range first {
 		if name, place := attempt.BarrierContainer(&p.Spec); place != attempt.BarrierInWorker || name != "worker" || len(p.Spec.InitContainers) != 0 {
 			t.Fatalf("pod %s: barrier %q %v, init containers %v; want the barrier as the worker's entrypoint and no init container", p.Name, name, place, p.Spec.InitContainers)
 		}
 		requireRecord(t, p, 1, 0)
-		if i == 0 && !slices.Contains(p.Spec.Containers[0].Command, cluster.WorkerProgram) {
-			t.Errorf("pod %s: command %q, want the barrier's exec of %s", p.Name, p.Spec.Containers[0].Command, cluster.WorkerProgram)
+		if cmd := p.Spec.Containers[0].Command; !slices.Contains(cmd, cluster.WorkerProgram) || len(cmd) < 2 || cmd[1] != mode {
+			t.Errorf("pod %s: command %q, want the barrier's %s of %s", p.Name, cmd, mode, cluster.WorkerProgram)
 		}
 	}
 	victim := first[1]
@@ -83,11 +108,20 @@ func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	for i, p := range second {
 		old := first[i]
 		w, w0 := workerStatus(p), workerStatus(old)
-		if p.UID != old.UID || w == nil || w0 == nil || w.RestartCount != w0.RestartCount+1 {
-			t.Errorf("index %d: pod %s uid %s worker %+v; before: uid %s worker %+v; want the same pod, its worker restarted once", i, p.Name, p.UID, w, old.UID, w0)
+		// A supervising barrier restarts its worker in the same container: only the
+		// victim's, which ended on its own, is a new one.
+		restarts := int32(1)
+		if supervise && i != 1 {
+			restarts = 0
+		}
+		if p.UID != old.UID || w == nil || w0 == nil || w.RestartCount != w0.RestartCount+restarts {
+			t.Errorf("index %d: pod %s uid %s worker %+v; before: uid %s worker %+v; want the same pod, its worker's container restarted %d times", i, p.Name, p.UID, w, old.UID, w0, restarts)
 			continue
 		}
 		requireRecord(t, p, 2, w.RestartCount)
+		if supervise && i != 1 && w.ContainerID != w0.ContainerID {
+			t.Errorf("index %d: attempt 2 runs in container %s, attempt 1 ran in %s; want the same", i, w.ContainerID, w0.ContainerID)
+		}
 	}
 	log, tasks := registeredTasks(ctx, t, c, ns, run.Name, 2, 4)
 	if strings.Join(tasks, ",") != eachOnce(4) || strings.Contains(log, "REFUSED") {
