@@ -91,10 +91,10 @@ func (c cli) run(ctx context.Context, args []string) int {
 		fs.PrintDefaults()
 	}
 	cmd := "wait"
-	if len(args) > 0 && slices.Contains([]string{"wait", "open", "exec", "supervise", "stop"}, args[0]) {
+	if len(args) > 0 && slices.Contains([]string{"wait", "open", barrier.CommandExec, barrier.CommandSupervise, "stop"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
-	runsWorker := cmd == "exec" || cmd == "supervise"
+	runsWorker := cmd == barrier.CommandExec || cmd == barrier.CommandSupervise
 	cfg.BecomesWorker = runsWorker
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -108,7 +108,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	switch cmd {
-	case "supervise":
+	case barrier.CommandSupervise:
 		status, err := c.supervise(ctx, cfg, fs.Args())
 		if err != nil {
 			fmt.Fprintln(c.stderr, "supervise:", err)
@@ -143,7 +143,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 			fmt.Fprintln(c.stderr, "wait:", err)
 			return exitError
 		}
-		if cmd != "exec" {
+		if cmd != barrier.CommandExec {
 			return exitOK
 		}
 		// Only past the go signal, even for a command that cannot run: its exit then

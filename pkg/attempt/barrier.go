@@ -87,18 +87,12 @@ func barrierInWorker(spec *corev1.PodSpec, image string, supervise bool) {
 	}})
 	c := &spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.BarrierVolume, MountPath: v1alpha1.BarrierMount, ReadOnly: true})
-	mode := barrierExec
+	mode := barrier.CommandExec
 	if supervise {
-		mode = barrierSupervise
+		mode = barrier.CommandSupervise
 	}
 	c.Command = append([]string{v1alpha1.BarrierBinary, mode, "--"}, c.Command...)
 }
-
-// The barrier's commands where it is the worker's entrypoint (cmd/faultline-barrier).
-const (
-	barrierExec      = "exec"
-	barrierSupervise = "supervise"
-)
 
 // BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:
 // one container, whose command is set. Taking an image's own entrypoint would need a
@@ -164,7 +158,7 @@ func KeepBarrier(spec, slim *corev1.PodSpec) {
 	}
 	for i, c := range spec.Containers {
 		if len(c.Command) > 0 && c.Command[0] == v1alpha1.BarrierBinary && i < len(slim.Containers) {
-			slim.Containers[i].Command = c.Command[:min(2, len(c.Command)):min(2, len(c.Command))] // and whether it supervises
+			slim.Containers[i].Command = slices.Clone(c.Command[:min(2, len(c.Command))]) // and whether it supervises
 		}
 	}
 }
@@ -242,7 +236,7 @@ func BarrierOf(pod *corev1.Pod) Barrier {
 		b.Record = BarrierRecord(pod)
 		if i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
 			cmd := pod.Spec.Containers[i].Command
-			b.Supervises = len(cmd) > 1 && cmd[1] == barrierSupervise
+			b.Supervises = len(cmd) > 1 && cmd[1] == barrier.CommandSupervise
 		}
 	}
 	if i := slices.IndexFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name }); i >= 0 {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 const barrierImage = "ghcr.io/faultline-dev/faultline-barrier:v1.0.0"
@@ -178,7 +179,7 @@ func TestBarrierInWorkerState(t *testing.T) {
 func TestSupervisedBarrierState(t *testing.T) {
 	supervised := func(restarts int32, id string, st *corev1.ContainerState, rec *v1alpha1.BarrierRecord) *corev1.Pod {
 		p := inWorker(restarts, id, st, rec)
-		p.Spec.Containers[0].Command[1] = barrierSupervise
+		p.Spec.Containers[0].Command[1] = barrier.CommandSupervise
 		return p
 	}
 	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}

@@ -22,11 +22,10 @@
 // in place is then one container per pod for the kubelet, with nothing between the open
 // and the worker (docs/benchmarks.md, "The floor under a restart that moves pods").
 //
-// Supervise (`faultline-barrier supervise -- COMMAND...`) waits the same way, then runs the
-// worker's command as its child and stays: Stop ends that child and every process it left,
-// and the barrier waits for the next open in the same container, without the kubelet. No
-// pod uses it yet: it is the first step of a restart in place that needs no container
-// restart (issue 41).
+// Supervise (`faultline-barrier supervise -- COMMAND...`, launcher controller's
+// --barrier-supervises) waits the same way, then runs the worker's command as its child and
+// stays: Stop ends that child and every process it left, and the barrier waits for the next
+// open in the same container, without the kubelet.
 package barrier
 
 import (
@@ -73,6 +72,11 @@ const (
 	// ImageRepository is the barrier's image as released; the controller names it in the
 	// pods it builds, tagged with its own version (Image).
 	ImageRepository = version.DefaultRegistry + "/" + version.BarrierImageName
+	// CommandExec and CommandSupervise are faultline-barrier's commands where it is the
+	// worker container's entrypoint (Exec, Supervise): the controller writes them into the
+	// pod's command, and the agent and the controller read from it which one runs there.
+	CommandExec      = "exec"
+	CommandSupervise = "supervise"
 	// DefaultSocket is where a waiting barrier listens for Open: in the run volume, which
 	// only the barrier mounts writable; no worker runs while the barrier does (it is an
 	// init container, and the kubelet removes every old container before it runs it).
@@ -244,19 +248,9 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	start, err := ReadAttempt(cfg.AttemptFile)
+	ln, start, err := listen(cfg)
 	if err != nil {
 		return 0, err
-	}
-	start = max(start, cfg.MadeFor-1) // Judge opens for attempts after start: MadeFor and later
-	// A socket left by a barrier killed before it could remove it (the volume outlives
-	// the container) would make the listen fail.
-	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("remove a stale socket: %w", err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
-	if err != nil {
-		return 0, fmt.Errorf("listen for the go signal: %w", err)
 	}
 	defer ln.Close() // removes the socket
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -287,6 +281,24 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 		}
 		conn.Close()
 	}
+}
+
+// listen reads the attempt the barrier opens after (the attempt file's, and none before the
+// one its pod was made for: Judge opens for attempts after start) and listens on its socket.
+func listen(cfg Config) (ln *net.UnixListener, start int, err error) {
+	if start, err = ReadAttempt(cfg.AttemptFile); err != nil {
+		return nil, 0, err
+	}
+	start = max(start, cfg.MadeFor-1)
+	// A socket left by a barrier killed before it could remove it (the volume outlives
+	// the container) would make the listen fail.
+	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, 0, fmt.Errorf("remove a stale socket: %w", err)
+	}
+	if ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"}); err != nil {
+		return nil, 0, fmt.Errorf("listen for the go signal: %w", err)
+	}
+	return ln, start, nil
 }
 
 // peerExitTimeout bounds how long an opened barrier waits for its open to exit (it exits
@@ -391,20 +403,11 @@ var ErrUnreachable = errors.New("cannot reach the barrier's socket")
 // when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens,
 // ErrUnreachable when the socket cannot be connected to.
 func Open(ctx context.Context, socket string, attempt int) error {
-	line, err := ask(ctx, socket, fmt.Sprintf("%s %d", verbOpen, attempt))
-	if err != nil {
-		return err
-	}
-	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	switch verb {
-	case verbOpened:
-		return nil
-	case verbStale:
-		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)
-	case verbRunning:
+	verb, rest, err := ask(ctx, socket, fmt.Sprintf("%s %d", verbOpen, attempt), verbOpened)
+	if verb == verbRunning {
 		return fmt.Errorf("%w: its worker runs attempt %s", ErrNotWaiting, rest)
 	}
-	return fmt.Errorf("the barrier answered %q", strings.TrimSpace(line))
+	return err
 }
 
 // Stop asks the supervising barrier on socket (Supervise) to end its worker for attempt,
@@ -412,18 +415,8 @@ func Open(ctx context.Context, socket string, attempt int) error {
 // processes is left: nil then, ErrStale when its worker runs attempt or a later one,
 // ErrNotWaiting when no supervising barrier listens. ctx must outlast grace.
 func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) error {
-	line, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()))
-	if err != nil {
-		return err
-	}
-	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	switch verb {
-	case verbStopped:
-		return nil
-	case verbStale:
-		return fmt.Errorf("attempt %d: %w (%s)", attempt, ErrStale, rest)
-	}
-	return fmt.Errorf("the barrier answered %q", strings.TrimSpace(line))
+	_, _, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()), verbStopped)
+	return err
 }
 
 // attemptMarkerPrefix starts the line a supervising barrier writes to its container's log
@@ -446,12 +439,29 @@ func ParseAttemptMarker(line string) (int, bool) {
 	return n, err == nil && n >= 1 && strings.HasSuffix(rest, " starts")
 }
 
-// ask sends one request to the barrier on socket and returns its answer's line: ErrNotWaiting
-// when none listens (or it closed without an answer: another request got there first and it
-// moved on), ErrUnreachable when the socket cannot be connected to, and an error wrapping
-// os.ErrDeadlineExceeded when ctx ended before the answer (the request may still be acted
-// on: ask again).
-func ask(ctx context.Context, socket, request string) (string, error) {
+// ask sends one request to the barrier on socket and returns its answer, a verb and the
+// rest of the line: nil error for the answer done, ErrStale for "stale", an error naming
+// any other answer; ErrNotWaiting when none listens (or it closed without an answer:
+// another request got there first and it moved on), ErrUnreachable when the socket cannot be
+// connected to, and an error wrapping os.ErrDeadlineExceeded when ctx ended before the
+// answer (the request may still be acted on: ask again).
+func ask(ctx context.Context, socket, request, done string) (verb, rest string, err error) {
+	line, err := exchange(ctx, socket, request)
+	if err != nil {
+		return "", "", err
+	}
+	verb, rest, _ = strings.Cut(line, " ")
+	switch verb {
+	case done:
+		return verb, rest, nil
+	case verbStale:
+		return verb, rest, fmt.Errorf("%q: %w (%s)", request, ErrStale, rest)
+	}
+	return verb, rest, fmt.Errorf("the barrier answered %q to %q", line, request)
+}
+
+// exchange sends request on socket and reads the answer's line, trimmed (see ask).
+func exchange(ctx context.Context, socket, request string) (string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -474,5 +484,5 @@ func ask(ctx context.Context, socket, request string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: no answer: %v", ErrNotWaiting, err)
 	}
-	return line, nil
+	return strings.TrimSpace(line), nil
 }

@@ -19,6 +19,16 @@ func (e *ExecError) Error() string {
 
 func (e *ExecError) Unwrap() error { return e.Err }
 
+// lookPath finds the worker's command as the runtime finds a container's: in PATH, a
+// relative name in the working directory too; else an *ExecError.
+func lookPath(command string) (string, error) {
+	path, err := exec.LookPath(command)
+	if err != nil && !errors.Is(err, exec.ErrDot) {
+		return "", &ExecError{Command: command, Err: err}
+	}
+	return path, nil
+}
+
 // ExitStatus is the shell's for a command it cannot run: 127 when there is no such
 // program, 126 when there is one that cannot be executed.
 func (e *ExecError) ExitStatus() int {

@@ -3,9 +3,7 @@
 package barrier
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"syscall"
 )
 
@@ -15,9 +13,9 @@ import (
 // container's program, with nothing for the kubelet to do between the two. It returns
 // only when the program cannot be run (*ExecError).
 func Exec(argv []string) error {
-	path, err := exec.LookPath(argv[0])
-	if err != nil && !errors.Is(err, exec.ErrDot) {
-		return &ExecError{Command: argv[0], Err: err}
+	path, err := lookPath(argv[0])
+	if err != nil {
+		return err
 	}
 	return &ExecError{Command: argv[0], Err: syscall.Exec(path, argv, os.Environ())}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -36,7 +35,7 @@ import (
 // *ExecError (ExitStatus), after the go signal.
 func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 	if len(argv) == 0 {
-		return exitUsage, errors.New("supervise needs the worker's command")
+		return 1, errors.New("supervise needs the worker's command")
 	}
 	cfg.BecomesWorker = true // the worker writes the termination message
 	log := cfg.Logger
@@ -46,17 +45,9 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 	if err := setChildSubreaper(); err != nil {
 		return 1, fmt.Errorf("become the subreaper of the worker's processes: %w", err)
 	}
-	start, err := ReadAttempt(cfg.AttemptFile)
+	ln, start, err := listen(cfg)
 	if err != nil {
 		return 1, err
-	}
-	start = max(start, cfg.MadeFor-1)
-	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 1, fmt.Errorf("remove a stale socket: %w", err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
-	if err != nil {
-		return 1, fmt.Errorf("listen for the go signal: %w", err)
 	}
 	defer ln.Close()
 	s := &supervisor{cfg: cfg, log: log, conns: make(chan *net.UnixConn), exits: make(chan reaped, 16), done: make(chan struct{}),
@@ -73,7 +64,7 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		log.Info("waiting for the go signal", "after-attempt", start, "socket", cfg.Socket)
 		attempt, err := s.waitOpen(ctx, start)
 		if err != nil {
-			return exitSIGTERM, err
+			return 128 + int(syscall.SIGTERM), err
 		}
 		log.Info("opened", "attempt", attempt)
 		// The container's log holds every attempt's output: the marker says where each
@@ -94,12 +85,6 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		start = attempt
 	}
 }
-
-// Exit statuses of Supervise itself, as faultline-barrier's.
-const (
-	exitUsage   = 2
-	exitSIGTERM = 143
-)
 
 // forwarded are the signals the barrier passes on to its worker.
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
@@ -317,9 +302,9 @@ func children() []int {
 // startWorker starts argv as a child in its own process group, with the barrier's
 // environment and standard streams; it is reaped by reap, never waited for here.
 func startWorker(argv []string) (int, error) {
-	path, err := exec.LookPath(argv[0])
-	if err != nil && !errors.Is(err, exec.ErrDot) {
-		return 0, &ExecError{Command: argv[0], Err: err}
+	path, err := lookPath(argv[0])
+	if err != nil {
+		return 0, err
 	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Env:   os.Environ(),

@@ -211,12 +211,21 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 	if prefix {
 		tag = fmt.Sprintf("[index %d] ", podIndex(pod))
 	}
-	write := func(line string) {
+	err = copyLines(rc, keep, func(line string) {
 		mu.Lock()
 		fmt.Fprintf(out, "%s%s\n", tag, line)
 		mu.Unlock()
+	})
+	if ctx.Err() != nil {
+		return nil
 	}
-	sc := bufio.NewScanner(rc)
+	return err
+}
+
+// copyLines writes each line of r, or only those keep picks (keep nil: every line), the last
+// --tail of them at the end.
+func copyLines(r io.Reader, keep *attemptLines, write func(string)) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if keep == nil {
@@ -231,15 +240,12 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 			write(line)
 		}
 	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		return err
-	}
 	if keep != nil {
 		for _, line := range keep.tail {
 			write(line)
 		}
 	}
-	return nil
+	return sc.Err()
 }
 
 // attemptLines picks one attempt's lines out of the log of a container whose barrier

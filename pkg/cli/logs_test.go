@@ -133,20 +133,11 @@ func TestAttemptLines(t *testing.T) {
 		"attempt 3, not yet":    {3, LogsOptions{Tail: -1}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			a := &attemptLines{attempt: tc.attempt, o: tc.o, now: now}
 			var got []string
-			for _, raw := range log {
-				line, ok, over := a.take(raw)
-				if over {
-					break
-				}
-				if ok && !a.tailing() {
-					got = append(got, line)
-				}
-			}
-			got = append(got, a.tail...)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("got %q, want %q", got, tc.want)
+			err := copyLines(strings.NewReader(strings.Join(log, "\n")), &attemptLines{attempt: tc.attempt, o: tc.o, now: now},
+				func(line string) { got = append(got, line) })
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("got %q (%v), want %q", got, err, tc.want)
 			}
 		})
 	}

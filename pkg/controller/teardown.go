@@ -243,13 +243,8 @@ func (r *Reconciler) removePods(ctx context.Context, pods []*corev1.Pod, strip b
 func (r *Reconciler) forceRemovePods(ctx context.Context, pods []*corev1.Pod) error {
 	work := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return r.forced.has(p.UID) })
 	return forEachPod(work, "remove", func(p *corev1.Pod) error {
-		if hasTrackingFinalizer(p) {
-			if err := r.dropTrackingFinalizer(ctx, p); err != nil {
-				return err
-			}
-		}
-		if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("delete pod %s at once: %w", p.Name, err)
+		if err := r.removePod(ctx, p, hasTrackingFinalizer(p), client.GracePeriodSeconds(0)); err != nil {
+			return err
 		}
 		r.forced.add(p.UID, r.Clock.Now())
 		return nil
@@ -321,14 +316,17 @@ func forEachPod(pods []*corev1.Pod, what string, write func(*corev1.Pod) error) 
 	return nil
 }
 
-func (r *Reconciler) removePod(ctx context.Context, p *corev1.Pod, strip bool) error {
+// removePod drops p's tracking finalizer (strip) and deletes it, unless it is being deleted
+// already; with more delete options (a grace period of 0), it is deleted again with them.
+func (r *Reconciler) removePod(ctx context.Context, p *corev1.Pod, strip bool, opts ...client.DeleteOption) error {
 	if strip {
 		if err := r.dropTrackingFinalizer(ctx, p); err != nil {
 			return err
 		}
 	}
-	if p.DeletionTimestamp == nil {
-		if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if p.DeletionTimestamp == nil || len(opts) > 0 {
+		opts = append(opts, client.Preconditions{UID: &p.UID})
+		if err := r.Delete(ctx, p, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete pod %s: %w", p.Name, err)
 		}
 	}

@@ -215,8 +215,9 @@ func (r *Restarter) BarrierRunning(ctx context.Context, pod *corev1.Pod) bool {
 // pod that belong to an attempt older than n (Decide), and returns the runtime IDs it
 // stopped: through the runtime (the kubelet then restarts the pod in place), or, where the
 // barrier supervises its worker, through the barrier, which ends the worker and waits
-// again in the same container. A worker already stopped, or gone, is left alone: none is stopped twice by a
-// second call, and a status read before the pod restarted never stops the new workers.
+// again in the same container. A worker already stopped, or gone, is left alone: none is
+// stopped twice by a second call, and a status read before the pod restarted never stops
+// the new workers.
 func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) ([]string, error) {
 	d := Decide(pod, n, false)
 	if d.Action != ActionStopWorkers {
@@ -239,12 +240,13 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 	for _, c := range pod.Spec.Containers {
 		workers[c.Name] = true
 	}
+	supervised := attempt.BarrierOf(pod).Supervises
 	var stopped []string
 	for _, c := range running {
 		if !want[c.Id] || !workers[c.Labels[kubelettypes.KubernetesContainerNameLabel]] {
 			continue
 		}
-		if attempt.BarrierOf(pod).Supervises {
+		if supervised {
 			// Its barrier ends the worker and waits again in the same container: no
 			// restart for the kubelet to make. Where its socket cannot be reached, the
 			// container is stopped as any other, and the kubelet restarts it.

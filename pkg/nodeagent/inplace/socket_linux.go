@@ -31,32 +31,41 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 	// never answered must not hold the agent's loop.
 	ctx, cancel := context.WithTimeout(ctx, r.ExecTimeout)
 	defer cancel()
+	return r.inRunDirOf(ctx, id, func(proc, dir int) error {
+		// The runtime's start event, on which the agent acts, comes before the barrier's
+		// program listens: while its process lives, a socket not there yet is looked for
+		// again, for up to listenWait.
+		until := time.Now().Add(listenWait)
+		for {
+			err := openIn(ctx, dir, attempt)
+			if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
+				// A barrier in the worker container that opened before: it runs on as the
+				// worker, and will not listen again.
+				return fmt.Errorf("barrier of container %s: %w", id, errOpenedBefore)
+			}
+			if !errors.Is(err, barrier.ErrNotWaiting) || !alive(proc) || time.Now().After(until) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// inRunDirOf calls talk with container id's first process's /proc directory and the
+// barrier's run directory (runDirOf), and closes both; a socket that could not be
+// connected to (barrier.ErrUnreachable) is an error wrapping errNoSocket: the caller execs.
+func (r *Restarter) inRunDirOf(ctx context.Context, id string, talk func(proc, dir int) error) error {
 	proc, dir, err := r.runDirOf(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(proc)
 	defer unix.Close(dir)
-	// The runtime's start event, on which the agent acts, comes before the barrier's
-	// program listens: while its process lives, a socket not there yet is looked for again,
-	// for up to listenWait.
-	until := time.Now().Add(listenWait)
-	for {
-		err = openIn(ctx, dir, attempt)
-		if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
-			// A barrier in the worker container that opened before: it runs on as the
-			// worker, and will not listen again.
-			return fmt.Errorf("barrier of container %s: %w", id, errOpenedBefore)
-		}
-		if !errors.Is(err, barrier.ErrNotWaiting) || !alive(proc) || time.Now().After(until) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	err = talk(proc, dir)
 	if errors.Is(err, barrier.ErrUnreachable) {
 		return fmt.Errorf("%w: %v", errNoSocket, err)
 	}
@@ -105,17 +114,9 @@ func (r *Restarter) runDirOf(ctx context.Context, id string) (proc, dir int, err
 func (r *Restarter) stopBySocket(ctx context.Context, id string, attempt int, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, grace+r.ExecTimeout)
 	defer cancel()
-	proc, dir, err := r.runDirOf(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(proc)
-	defer unix.Close(dir)
-	err = viaSocketIn(dir, func(socket string) error { return barrier.Stop(ctx, socket, attempt, grace) })
-	if errors.Is(err, barrier.ErrUnreachable) {
-		return fmt.Errorf("%w: %v", errNoSocket, err)
-	}
-	return err
+	return r.inRunDirOf(ctx, id, func(_, dir int) error {
+		return viaSocketIn(dir, func(socket string) error { return barrier.Stop(ctx, socket, attempt, grace) })
+	})
 }
 
 // listenWait bounds how long a barrier just started is given to listen (milliseconds, as a
