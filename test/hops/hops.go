@@ -23,6 +23,8 @@ const (
 	criRemove   = "/RemoveContainer"
 	criStart    = "/StartContainer"
 	criSandbox  = "/RunPodSandbox"
+	criStop     = "/StopContainer"
+	criStopPod  = "/StopPodSandbox"
 )
 
 // Pod is one worker pod of the new attempt: InPlace when it is an old pod restarted in place,
@@ -31,6 +33,20 @@ const (
 type Pod struct {
 	UID, Name         string
 	InPlace, InWorker bool
+	// API: a moved index's moments as a watch of the API saw them (zero for a pod restarted
+	// in place, or where no watch ran).
+	API APIMoments
+	// OldUID: a moved index's old pod, whose end on the node shutting down its kubelet's
+	// spans show (OldKilled, OldSandboxStopped).
+	OldUID string
+}
+
+// APIMoments are a moved index's way to its new pod through the API, each moment when the
+// caller's watch saw it (its clock, the collector's): the old pod's worker's exit reported
+// by its node agent, its sandbox stopped (the agent's podStoppedAt, its clock) and that stop
+// written on the pod, the old pod gone, its new pod made and bound to a node.
+type APIMoments struct {
+	OldExitReported, OldStopped, OldStopWritten, OldGone, Made, Bound time.Time
 }
 
 // PodTimes are the moments of one pod's way back, zero when not seen.
@@ -51,6 +67,10 @@ type PodTimes struct {
 	// included), and how its go signal went (tracing.KeyBarrierSignal: socket or exec).
 	OpenBegan, Opened time.Time
 	OpenVia           string
+	// OldKillBegan, OldKilled, OldSandboxStopped (a moved index): its old pod's end at the
+	// kubelet of the node shutting down, the first StopContainer's beginning, the last's
+	// end, and the end of its StopPodSandbox.
+	OldKillBegan, OldKilled, OldSandboxStopped time.Time
 	// WorkerStarted: the kubelet's start of the worker (its first StartContainer after the
 	// opening); with the barrier in the worker's container, the open's end: the barrier
 	// answers the open and becomes the worker (exec), in the container already started.
@@ -87,11 +107,15 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 	// One pass, by pod UID: the kubelet's syncs, the agents' steps; and every span's children.
 	syncs, steps := map[string][]otlp.Span{}, map[string][]otlp.Span{}
 	children := map[string][]otlp.Span{}
+	// ends: the kubelet's spans of each pod that are not its syncs (its termination's).
+	ends := map[string][]otlp.Span{}
 	for _, s := range spans {
 		uid := s.Attr(string(tracing.KeyPodUID))
 		switch {
 		case s.Name == kubeletSync && uid != "":
 			syncs[uid] = append(syncs[uid], s)
+		case s.Service != tracing.ServiceAgent && s.Service != tracing.ServiceController && uid != "":
+			ends[uid] = append(ends[uid], s)
 		case s.Service == tracing.ServiceAgent && s.TraceID() == traceID && uid != "":
 			steps[uid] = append(steps[uid], s)
 		}
@@ -158,6 +182,23 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 			// kubelet may start the worker meanwhile) and after the barrier's own start (the
 			// open may begin before that call returns).
 			_, t.WorkerStarted = firstAfter(calls, criStart, laterTime(t.OpenBegan, t.BarrierStarted))
+		}
+		if p.OldUID != "" {
+			var calls []otlp.Span
+			for _, sp := range append(ends[p.OldUID], syncs[p.OldUID]...) {
+				calls = append(calls, children[sp.ID()]...)
+			}
+			for _, c := range calls {
+				switch {
+				case strings.HasSuffix(c.Name, criStop):
+					if t.OldKillBegan.IsZero() || c.Start().Before(t.OldKillBegan) {
+						t.OldKillBegan = c.Start()
+					}
+					t.OldKilled = laterTime(t.OldKilled, c.End())
+				case strings.HasSuffix(c.Name, criStopPod) && t.OldSandboxStopped.IsZero():
+					t.OldSandboxStopped = c.End()
+				}
+			}
 		}
 		ep.Pods = append(ep.Pods, t)
 	}
@@ -236,6 +277,15 @@ var (
 	openBegan      = func(_ Episode, t PodTimes) time.Time { return t.OpenBegan }
 	opened         = func(_ Episode, t PodTimes) time.Time { return t.Opened }
 	workerStarted  = func(_ Episode, t PodTimes) time.Time { return t.WorkerStarted }
+	oldExit        = func(_ Episode, t PodTimes) time.Time { return t.API.OldExitReported }
+	oldKillBegan   = func(_ Episode, t PodTimes) time.Time { return t.OldKillBegan }
+	oldKilled      = func(_ Episode, t PodTimes) time.Time { return t.OldKilled }
+	oldSandbox     = func(_ Episode, t PodTimes) time.Time { return t.OldSandboxStopped }
+	oldStopped     = func(_ Episode, t PodTimes) time.Time { return t.API.OldStopped }
+	oldStopWritten = func(_ Episode, t PodTimes) time.Time { return t.API.OldStopWritten }
+	oldGone        = func(_ Episode, t PodTimes) time.Time { return t.API.OldGone }
+	made           = func(_ Episode, t PodTimes) time.Time { return t.API.Made }
+	bound          = func(_ Episode, t PodTimes) time.Time { return t.API.Bound }
 )
 
 // Hops are a restart in place's hops, in order. The gang's barrier opens once no old
@@ -250,6 +300,16 @@ var Hops = []Hop{
 	{"removed → barrier started", "kubelet (create, start)", of(inPlace, between(removed, barrierStarted))},
 	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", of(newPod, between(decided, barrierStarted))},
 	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", of(newPod, between(decided, synced))},
+	{"·· decision → the old pod's exit reported", "the node shutting down: its kubelet's kill, its agent's report", of(newPod, between(decided, oldExit))},
+	{"·· decision → the old pod's kill began", "the node shutting down: its kubelet", of(newPod, between(decided, oldKillBegan))},
+	{"·· kill began → its containers stopped", "its kubelet (StopContainer), the runtime, the worker", of(newPod, between(oldKillBegan, oldKilled))},
+	{"·· containers stopped → its sandbox stopped", "its kubelet (StopPodSandbox), the runtime, CNI", of(newPod, between(oldKilled, oldSandbox))},
+	{"·· decision → the old pod's sandbox stopped", "the node shutting down: its kubelet's kill", of(newPod, between(decided, oldStopped))},
+	{"·· sandbox stopped → the stop on the old pod", "its node agent (the runtime's event, a patch), API", of(newPod, between(oldStopped, oldStopWritten))},
+	{"·· the stop on the old pod → the old pod gone", "controller (its watch, the removal), API", of(newPod, between(oldStopWritten, oldGone))},
+	{"·· the old pod gone → the new pod made", "Job controller (its watch, the creation), API", of(newPod, between(oldGone, made))},
+	{"·· made → bound", "scheduler, API", of(newPod, between(made, bound))},
+	{"·· bound → at its kubelet", "API (the kubelet's watch), kubelet", of(newPod, between(bound, synced))},
 	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", of(newPod, between(synced, sandboxReady))},
 	{"sandbox → its barrier started", "kubelet (create, start)", of(newPod, between(sandboxReady, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
@@ -296,11 +356,15 @@ func Stats(ep Episode) []Stat {
 	return out
 }
 
-// Table is ep's hops as a Markdown table, with the episode's totals under it.
+// Table is ep's hops as a Markdown table, with the episode's totals under it; a hop no pod
+// has (the mode has no such step, or no watch saw it) is left out.
 func Table(ep Episode) string {
 	var b strings.Builder
 	b.WriteString("| hop | who | pods | median | worst |\n| --- | --- | ---: | ---: | ---: |\n")
 	for _, st := range Stats(ep) {
+		if st.Pods == 0 {
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s |\n", st.Name, st.Who, st.Pods, round(st.Median), round(st.Worst))
 	}
 	fmt.Fprintf(&b, "\ndecision → barrier open %s, → every worker Running %s\n", round(ep.BarrierOpen.Sub(ep.Decided)), round(ep.Running.Sub(ep.Decided)))

@@ -1,6 +1,7 @@
 package hops
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +90,18 @@ func TestBreakdown(t *testing.T) {
 	sp.add("kubelet", "ee", "w4", "", kubeletSync, 8*s, 9*s, string(tracing.KeyPodUID), "inworker")
 	sp.add("kubelet", "ee", "w4a", "w4", "runtime.v1.RuntimeService/StartContainer", 8100*time.Millisecond, 8200*time.Millisecond)
 
-	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1"}, {UID: "early", Name: "r-2", InPlace: true}, {UID: "inworker", Name: "r-3", InPlace: true, InWorker: true}})
+	// The new pod's way through the API, as a watch saw it: the old pod's sandbox stopped
+	// +1.1 s, that written on it +1.3 s, the old pod gone +1.6 s, the new one made +2.2 s,
+	// bound +2.5 s (at its kubelet +3 s).
+	moved := APIMoments{OldExitReported: t0.Add(900 * time.Millisecond), OldStopped: t0.Add(1100 * time.Millisecond), OldStopWritten: t0.Add(1300 * time.Millisecond),
+		OldGone: t0.Add(1600 * time.Millisecond), Made: t0.Add(2200 * time.Millisecond), Bound: t0.Add(2500 * time.Millisecond)}
+	// Its old pod's end at the kubelet of the node shutting down: two containers stopped,
+	// then its sandbox.
+	sp.add("kubelet", "ff", "g1", "", "syncTerminatingPod", 800*time.Millisecond, 1200*time.Millisecond, string(tracing.KeyPodUID), "gone")
+	sp.add("kubelet", "ff", "g1a", "g1", "runtime.v1.RuntimeService/StopContainer", 820*time.Millisecond, 900*time.Millisecond)
+	sp.add("kubelet", "ff", "g1b", "g1", "runtime.v1.RuntimeService/StopContainer", 810*time.Millisecond, 950*time.Millisecond)
+	sp.add("kubelet", "ff", "g1c", "g1", "runtime.v1.RuntimeService/StopPodSandbox", 960*time.Millisecond, 1100*time.Millisecond)
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1", API: moved, OldUID: "gone"}, {UID: "early", Name: "r-2", InPlace: true}, {UID: "inworker", Name: "r-3", InPlace: true, InWorker: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,19 +138,22 @@ func TestBreakdown(t *testing.T) {
 		Hops[3].Name:  2600 * time.Millisecond, // removed → the gang's barrier open
 		Hops[5].Name:  3600 * time.Millisecond, // the new pod's barrier
 		Hops[6].Name:  2 * s,                   // decision → the new pod at its kubelet
-		Hops[7].Name:  800 * time.Millisecond,  // its sandbox
-		Hops[8].Name:  800 * time.Millisecond,  // sandbox → its barrier
-		Hops[9].Name:  300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
-		Hops[11].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
+		Hops[17].Name: 800 * time.Millisecond,  // its sandbox
+		Hops[18].Name: 800 * time.Millisecond,  // sandbox → its barrier
+		Hops[19].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
+		Hops[21].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
 	}
 	for _, st := range stats {
 		if w, ok := want[st.Name]; ok && st.Worst != w {
 			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
 		}
 	}
-	if stats[0].Pods != 3 || stats[5].Pods != 1 || stats[7].Pods != 1 || stats[9].Pods != 4 || stats[11].Pods != 3 || stats[12].Pods != 4 {
+	if stats[0].Pods != 3 || stats[5].Pods != 1 || stats[17].Pods != 1 || stats[19].Pods != 4 || stats[21].Pods != 3 || stats[22].Pods != 4 {
 		t.Errorf("pods per hop %d, %d, %d, %d, %d, %d; want 3 in place, 1 moved, 1 moved, 4 in all, 3 with the init container, 4 in all",
-			stats[0].Pods, stats[5].Pods, stats[7].Pods, stats[9].Pods, stats[11].Pods, stats[12].Pods)
+			stats[0].Pods, stats[5].Pods, stats[17].Pods, stats[19].Pods, stats[21].Pods, stats[22].Pods)
+	}
+	if table := Table(ep); !strings.Contains(table, "| ·· made → bound | scheduler, API | 1 | 300ms | 300ms |") || strings.Contains(table, "| 0 |") {
+		t.Errorf("the table lacks the moved index's hop through the scheduler, or has a hop no pod has:\n%s", table)
 	}
 	if !ep.Complete() {
 		t.Errorf("every moment of every pod is there, Complete says not: %+v", ep.Pods)

@@ -231,6 +231,10 @@ func (w *ExitWatcher) follow(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		w.log.Warn("list the exited containers", "error", err)
 	}
+	// The sweep's reports are written before any event's; the next subscription's sweep
+	// begins after this one's events are handled.
+	queues := newPodQueues(eventsParallelism)
+	defer queues.wait()
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
@@ -239,21 +243,27 @@ func (w *ExitWatcher) follow(ctx context.Context) error {
 			}
 			return err
 		}
+		// A runtime that sends no sandbox with its events has them handled in one queue,
+		// in order.
+		pod := ev.GetPodSandboxStatus().GetId()
 		switch ev.GetContainerEventType() {
 		case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
-			if ev.GetPodSandboxStatus().GetId() == ev.GetContainerId() {
+			if pod == ev.GetContainerId() {
 				// The sandbox's own stop (containerd sends it with the sandbox's ID).
 				if stop, ok := PodStopped(ev); ok && w.PodStopped != nil {
 					w.PodStopped(ctx, stop)
 				}
 				continue
 			}
-			w.Exited(ctx, ev)
+			queues.do(pod, func() { w.Exited(ctx, ev) })
 		case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
-			w.Started(ctx, ev)
+			queues.do(pod, func() { w.Started(ctx, ev) })
 		}
 	}
 }
+
+// eventsParallelism bounds the pods whose events are handled at once (podQueues).
+const eventsParallelism = 16
 
 // sweep handles every exited container still in the runtime as if its exit were an event.
 func (w *ExitWatcher) sweep(ctx context.Context) error {

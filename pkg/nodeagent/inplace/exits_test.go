@@ -419,3 +419,63 @@ func TestExitWatcherToldOfPodStops(t *testing.T) {
 		t.Errorf("told of stops %+v, reported exits %+v; want llm-1's stop and no exit", told, got.got)
 	}
 }
+
+// blockingReports holds the report of pod llm-0's first exit until another pod's report was
+// made (or a second passed: the other pod's report waited behind it).
+type blockingReports struct {
+	reports
+	other chan struct{}
+	once  sync.Once
+	// waited: the first report of llm-0 found the other pod's report made while it waited.
+	waited bool
+}
+
+func (r *blockingReports) ReportWorkerExit(ctx context.Context, pod *corev1.Pod, ex v1alpha1.WorkerExit) error {
+	if pod.Name == "llm-0" && ex.ContainerID == "a1" {
+		select {
+		case <-r.other:
+			r.waited = true
+		case <-time.After(time.Second):
+		}
+	} else if pod.Name != "llm-0" {
+		r.once.Do(func() { close(r.other) })
+	}
+	return r.reports.ReportWorkerExit(ctx, pod, ex)
+}
+
+// A node shutting down ends its pods together: the watcher reports one pod's exit while
+// another's report waits on the API server, and keeps each pod's exits in their order.
+func TestExitWatcherReportsPodsAtOnce(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, name := range []string{"llm-0", "llm-1"} {
+		p := makePod().opened("attempt=2").worker("worker", "containerd://x", running).obj()
+		p.Name = name
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exit := func(sandbox, pod, id string) *runtimeapi.ContainerEventResponse {
+		st := exitOf(id, "worker", 143)
+		st.Labels["io.kubernetes.pod.name"] = pod
+		return &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+			PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sandbox}, ContainersStatuses: []*runtimeapi.ContainerStatus{st}}
+	}
+	src := &fakeEvents{FakeRuntime: &FakeRuntime{}, events: []*runtimeapi.ContainerEventResponse{
+		exit("s0", "llm-0", "a1"), exit("s0", "llm-0", "a2"), exit("s1", "llm-1", "b1"),
+	}}
+	got := &blockingReports{other: make(chan struct{})}
+	w := NewExitWatcher(src, corelisters.NewPodLister(idx), decisionsFunc(func(*corev1.Pod) (int, bool, bool) { return 2, true, true }), got, "n1", nil)
+	if err := w.follow(context.Background()); err == nil {
+		t.Fatal("follow returned no error at the stream's end")
+	}
+	if !got.waited {
+		t.Error("llm-1's exit was reported only after llm-0's report returned, want at once")
+	}
+	var order []string
+	for _, ex := range got.got {
+		order = append(order, ex.ContainerID)
+	}
+	if want := []string{"b1", "a1", "a2"}; !cmp.Equal(want, order) {
+		t.Errorf("reported %v, want %v (llm-0's exits in their order, after llm-1's)", order, want)
+	}
+}

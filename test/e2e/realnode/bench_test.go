@@ -140,6 +140,11 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 		before[string(p.UID)] = true
 	}
 	defer bringBack(b, c, down)
+	w, err := watchAPIMoments(ctx, c, ns, run.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.stop()
 
 	b.StartTimer()
 	announced := time.Now()
@@ -165,11 +170,11 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	if mode == v1alpha1.RestartModeInPlace && traces != nil {
 		// A pod's moment the spans lack (a worker that exited on its own before its stop:
 		// the kubelet restarted it first) leaves its hop out of the table, not the run.
-		ep, err := waitBreakdown(got, first, after)
+		ep, err := waitBreakdown(got, first, after, w)
 		if err != nil {
 			b.Logf("the breakdown lacks moments: %v", err)
 		}
-		b.Logf("%d workers in place, by hop (trace %s):\n%s", workers, ep.TraceID, hops.Table(ep))
+		b.Logf("%d workers in place, by hop (trace %s; the announcement %s before the decision):\n%s", workers, ep.TraceID, ep.Decided.Sub(announced).Round(10*time.Millisecond), hops.Table(ep))
 	}
 
 	// The next measurement gets both nodes to itself.

@@ -115,7 +115,7 @@ func TestRealInPlaceRestartTraced(t *testing.T) {
 		t.Skip("no collector (-real-traces=false)")
 	}
 	sc := sharedInPlaceShutdown(t)
-	ep, err := waitBreakdown(sc.got, sc.before, sc.after)
+	ep, err := waitBreakdown(sc.got, sc.before, sc.after, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestRealInPlaceRestartTraced(t *testing.T) {
 // waitBreakdown waits until the package's collector has every moment of run's last restart
 // for the pods of its new attempt (after, by index; restarted in place where before has the
 // same pod), and returns it; with an error, what it got.
-func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod) (hops.Episode, error) {
+func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod, w *apiWatch) (hops.Episode, error) {
 	if run.Status.Trace == nil {
 		return hops.Episode{}, fmt.Errorf("run %s has no trace of its restart", run.Name)
 	}
@@ -157,7 +157,14 @@ func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod)
 	for i, p := range after {
 		old := before[i]
 		_, place := attempt.BarrierContainer(&p.Spec)
-		pods = append(pods, hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID, InWorker: place == attempt.BarrierInWorker})
+		hp := hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID, InWorker: place == attempt.BarrierInWorker}
+		if old != nil && !hp.InPlace {
+			hp.OldUID = string(old.UID)
+			if w != nil {
+				hp.API = w.moved(p.UID, old)
+			}
+		}
+		pods = append(pods, hp)
 	}
 	// The kubelet exports every 5 s (its batch processor's default).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
