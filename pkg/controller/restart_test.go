@@ -390,3 +390,41 @@ func TestReadyCountWrittenAtMostOncePerInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestForcedRemovalAsksBothAtOnce: the removal of a pod that its agent saw stop drops its
+// finalizer and deletes it with two requests in flight together, not one after the other:
+// on an API server busy with a node's shutdown each takes a round trip of most of a second,
+// which a moved index's new pod waits for.
+func TestForcedRemovalAsksBothAtOnce(t *testing.T) {
+	ctx := context.Background()
+	_, job, labels := runWithJob(1, v1alpha1.TrainingRunStatus{})
+	pod := trackedWorkers(1, labels, job)[0]
+	deleting := make(chan struct{})
+	var overlapped bool
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(pod).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			select { // the finalizer's drop answers only once the deletion was asked, or after a second
+			case <-deleting:
+				overlapped = true
+			case <-time.After(time.Second):
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			close(deleting)
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0)}
+	if err := r.forceRemovePods(ctx, []*corev1.Pod{pod}); err != nil {
+		t.Fatal(err)
+	}
+	if !overlapped {
+		t.Error("the deletion was asked only after the finalizer's drop returned, want both in flight together")
+	}
+	got := &corev1.Pod{}
+	err := cl.Get(ctx, client.ObjectKeyFromObject(pod), got)
+	if err == nil && (got.DeletionTimestamp == nil || slices.Contains(got.Finalizers, batchv1.JobTrackingFinalizer)) {
+		t.Errorf("the pod after its removal: deletion %v, finalizers %v; want it deleted without the Job's finalizer", got.DeletionTimestamp, got.Finalizers)
+	}
+}

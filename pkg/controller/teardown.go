@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -318,19 +319,27 @@ func forEachPod(pods []*corev1.Pod, what string, write func(*corev1.Pod) error) 
 
 // removePod drops p's tracking finalizer (strip) and deletes it, unless it is being deleted
 // already; with more delete options (a grace period of 0), it is deleted again with them.
+// The two requests go at once: whichever lands second ends the pod (a pod deleted with its
+// finalizer stays, terminating, until the finalizer goes; one without it is deleted as its
+// deletion asks), so the pod is gone one round trip to a busy API server sooner than after
+// one request and then the other, and a moved index's new pod waits for that. Neither order
+// lets the Job count the pod: with podReplacementPolicy Failed a terminating pod that has not
+// failed is no failure of it.
 func (r *Reconciler) removePod(ctx context.Context, p *corev1.Pod, strip bool, opts ...client.DeleteOption) error {
+	var g errgroup.Group
 	if strip {
-		if err := r.dropTrackingFinalizer(ctx, p); err != nil {
-			return err
-		}
+		g.Go(func() error { return r.dropTrackingFinalizer(ctx, p) })
 	}
 	if p.DeletionTimestamp == nil || len(opts) > 0 {
 		opts = append(opts, client.Preconditions{UID: &p.UID})
-		if err := r.Delete(ctx, p, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("delete pod %s: %w", p.Name, err)
-		}
+		g.Go(func() error {
+			if err := r.Delete(ctx, p.DeepCopy(), opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("delete pod %s: %w", p.Name, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // releaseUnscheduled drops the finalizer of the pods deleted before any node took them: no

@@ -262,8 +262,11 @@ func (w *ExitWatcher) follow(ctx context.Context) error {
 	}
 }
 
-// eventsParallelism bounds the pods whose events are handled at once (podQueues).
-const eventsParallelism = 16
+// eventsParallelism bounds the pods whose events are handled at once (podQueues): enough
+// that one slow report holds neither the other pods' reports nor a barrier's start, few
+// enough that a node's exits at its shutdown do not crowd the API server that the agent's
+// marks of the same pods (which every decision waits for) go to at the same moment.
+const eventsParallelism = 4
 
 // sweep handles every exited container still in the runtime as if its exit were an event.
 func (w *ExitWatcher) sweep(ctx context.Context) error {

@@ -174,7 +174,7 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 		if err != nil {
 			b.Logf("the breakdown lacks moments: %v", err)
 		}
-		b.Logf("%d workers in place, by hop (trace %s; the announcement %s before the decision):\n%s", workers, ep.TraceID, ep.Decided.Sub(announced).Round(10*time.Millisecond), hops.Table(ep))
+		b.Logf("%d workers in place, by hop (trace %s; the announcement at %s, %s before the decision):\n%s", workers, ep.TraceID, announced.Format("15:04:05.000"), ep.Decided.Sub(announced).Round(10*time.Millisecond), hops.Table(ep))
 	}
 
 	// The next measurement gets both nodes to itself.
