@@ -423,8 +423,9 @@ func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) 
 // as it starts a worker (AttemptMarker).
 const attemptMarkerPrefix = "faultline-barrier: attempt "
 
-// AttemptMarker is the line a supervising barrier writes to its container's log (stderr)
-// as it starts the worker of attempt: that container's log holds every attempt it ran.
+// AttemptMarker is the line a supervising barrier writes to its container's log, on stdout
+// and on stderr, as it starts the worker of attempt: that container's log holds every
+// attempt it ran.
 func AttemptMarker(attempt int) string {
 	return fmt.Sprintf("%s%d starts", attemptMarkerPrefix, attempt)
 }

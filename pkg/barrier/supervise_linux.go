@@ -68,8 +68,13 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		}
 		log.Info("opened", "attempt", attempt)
 		// The container's log holds every attempt's output: the marker says where each
-		// starts (`launcher logs --attempt`).
-		fmt.Fprintln(os.Stderr, AttemptMarker(attempt))
+		// starts (`launcher logs --attempt`). On both streams: the runtime copies the
+		// container's stdout and stderr into its log apart, so a worker's first line on
+		// stdout can land before a marker written on stderr a moment earlier; on each
+		// stream the marker comes before every line the worker writes there.
+		marker := AttemptMarker(attempt)
+		fmt.Fprintln(os.Stdout, marker)
+		fmt.Fprintln(os.Stderr, marker)
 		pid, err := startWorker(argv)
 		if err != nil {
 			var ee *ExecError

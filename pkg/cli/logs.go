@@ -249,10 +249,13 @@ func copyLines(r io.Reader, keep *attemptLines, write func(string)) error {
 }
 
 // attemptLines picks one attempt's lines out of the log of a container whose barrier
-// supervises its worker (attempt.Barrier.Supervises): the barrier writes a marker as it
-// starts each attempt's worker (barrier.AttemptMarker), and an attempt's lines run from its
-// marker to the next. The log is read with the kubelet's timestamps; --since and --tail
-// apply to the attempt's lines here, and the timestamps are shown only if asked for.
+// supervises its worker (attempt.Barrier.Supervises): the barrier writes a marker on stdout
+// and on stderr as it starts each attempt's worker (barrier.AttemptMarker), and an
+// attempt's lines run from the first of its markers to the first of the next attempt's (the
+// runtime copies the two streams into the log apart: a worker's line on one may come before
+// the marker on the other, never before the marker on its own). The log is read with the
+// kubelet's timestamps; --since and --tail apply to the attempt's lines here, and the
+// timestamps are shown only if asked for.
 type attemptLines struct {
 	attempt int
 	o       LogsOptions
@@ -266,6 +269,9 @@ type attemptLines struct {
 func (a *attemptLines) take(raw string) (line string, ok, over bool) {
 	ts, text, _ := strings.Cut(raw, " ")
 	if n, marker := barrier.ParseAttemptMarker(text); marker {
+		if n == a.current {
+			return "", false, false // the marker's copy on the other stream: shown once
+		}
 		a.current = n
 	}
 	if a.current > a.attempt {

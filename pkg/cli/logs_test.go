@@ -117,7 +117,9 @@ func TestAttemptLines(t *testing.T) {
 		at(-28, "attempt 1: step 1"),
 		at(-20, "attempt 1: step 2"),
 		at(-10, barrier.AttemptMarker(2)),
+		// The marker on the other stream, after the worker's first line on this one.
 		at(-9, "attempt 2: step 1"),
+		at(-9, barrier.AttemptMarker(2)),
 		at(-1, "attempt 2: step 2"),
 	}
 	for name, tc := range map[string]struct {
