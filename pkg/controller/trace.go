@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -44,7 +43,7 @@ type episode struct {
 func (r *Reconciler) episodeOf(run *v1alpha1.TrainingRun, pod *corev1.Pod, cause v1alpha1.Cause) episode {
 	var ep episode
 	if pod != nil {
-		if ev := podEvidence(pod); ev != nil && (cause == "" || ev.Cause == cause) {
+		if ev := v1alpha1.EvidenceOf(pod.Annotations); ev != nil && (cause == "" || ev.Cause == cause) {
 			if t, err := time.Parse(time.RFC3339Nano, ev.DetectedAt); err == nil {
 				ep.detectedAt = &t
 			}
@@ -81,18 +80,6 @@ func failedPodWithEpisode(run *v1alpha1.TrainingRun, pods []*corev1.Pod) *corev1
 		}
 	}
 	return nil
-}
-
-func podEvidence(p *corev1.Pod) *v1alpha1.FaultEvidence {
-	raw, ok := p.Annotations[v1alpha1.AnnotationFaultEvidence]
-	if !ok {
-		return nil
-	}
-	var ev v1alpha1.FaultEvidence
-	if json.Unmarshal([]byte(raw), &ev) != nil {
-		return nil
-	}
-	return &ev
 }
 
 func podNamed(pods []*corev1.Pod, name string) *corev1.Pod {

@@ -1,7 +1,6 @@
 package exitclass
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -75,11 +74,11 @@ func attestedEvidence(pod *corev1.Pod, since time.Time) (fe v1alpha1.FaultEviden
 			cond = c
 		}
 	}
-	raw, found := pod.Annotations[v1alpha1.AnnotationFaultEvidence]
-	if cond == nil || !found || pod.Spec.NodeName == "" {
+	ev := v1alpha1.EvidenceOf(pod.Annotations)
+	if cond == nil || ev == nil || pod.Spec.NodeName == "" {
 		return fe, at, false
 	}
-	if json.Unmarshal([]byte(raw), &fe) != nil || fe.Node != pod.Spec.NodeName || string(fe.Cause) != cond.Reason {
+	if fe = *ev; fe.Node != pod.Spec.NodeName || string(fe.Cause) != cond.Reason {
 		return fe, at, false
 	}
 	at, err := time.Parse(time.RFC3339Nano, fe.DetectedAt)

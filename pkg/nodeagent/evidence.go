@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -109,17 +108,4 @@ func conditionMessage(ev v1alpha1.FaultEvidence) string {
 		msg += ": " + ev.Detail
 	}
 	return msg + fmt.Sprintf(" [%s, detected %s]", ev.Source, ev.DetectedAt)
-}
-
-// parseEvidence reads the annotation; nil when absent or unreadable (then it is replaced).
-func parseEvidence(annotations map[string]string) *v1alpha1.FaultEvidence {
-	raw, ok := annotations[v1alpha1.AnnotationFaultEvidence]
-	if !ok {
-		return nil
-	}
-	var ev v1alpha1.FaultEvidence
-	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-		return nil
-	}
-	return &ev
 }

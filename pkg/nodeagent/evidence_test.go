@@ -107,13 +107,13 @@ func TestConditionMessage(t *testing.T) {
 }
 
 func TestParseEvidence(t *testing.T) {
-	if parseEvidence(nil) != nil {
+	if v1alpha1.EvidenceOf(nil) != nil {
 		t.Error("evidence from no annotations")
 	}
-	if parseEvidence(map[string]string{v1alpha1.AnnotationFaultEvidence: "{not json"}) != nil {
+	if v1alpha1.EvidenceOf(map[string]string{v1alpha1.AnnotationFaultEvidence: "{not json"}) != nil {
 		t.Error("evidence from garbage")
 	}
-	ev := parseEvidence(map[string]string{v1alpha1.AnnotationFaultEvidence: `{"source":"logind","node":"n","cause":"NodeShutdown","detectedAt":"2026-03-01T12:00:00Z"}`})
+	ev := v1alpha1.EvidenceOf(map[string]string{v1alpha1.AnnotationFaultEvidence: `{"source":"logind","node":"n","cause":"NodeShutdown","detectedAt":"2026-03-01T12:00:00Z"}`})
 	if ev == nil || ev.Cause != v1alpha1.CauseNodeShutdown {
 		t.Errorf("parsed %+v", ev)
 	}

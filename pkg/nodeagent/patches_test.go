@@ -68,7 +68,7 @@ func TestPodMarkPatch(t *testing.T) {
 		}}},
 	})
 	jsonEqual(t, string(want), data)
-	if diff := cmp.Diff(&ev, parseEvidence(map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)})); diff != "" {
+	if diff := cmp.Diff(&ev, v1alpha1.EvidenceOf(map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)})); diff != "" {
 		t.Errorf("annotation does not round-trip (-want +got):\n%s", diff)
 	}
 
@@ -88,7 +88,7 @@ func TestPodMarkPatch(t *testing.T) {
 	if len(marked.Status.Conditions) != 2 || !types[corev1.PodReady] || !hasInfraCondition(marked, v1alpha1.CauseGPUFault) {
 		t.Fatalf("conditions after patch: %+v", marked.Status.Conditions)
 	}
-	if got := parseEvidence(marked.Annotations); got == nil || !cmp.Equal(*got, ev) || marked.Annotations["other"] != "x" {
+	if got := v1alpha1.EvidenceOf(marked.Annotations); got == nil || !cmp.Equal(*got, ev) || marked.Annotations["other"] != "x" {
 		t.Fatalf("annotations after patch: %v", marked.Annotations)
 	}
 	del, err := podMarkPatch("uid-1", infraConditionDelete(), evidenceRemoval())

@@ -51,7 +51,7 @@ func TestShutdownStartsOneEpisodePerRun(t *testing.T) {
 	roots := map[string]trace.SpanContext{}
 	for _, name := range []string{"r-0", "r-1", "s-0"} {
 		pod := getPod(t, client, name)
-		if parseEvidence(pod.Annotations) == nil {
+		if v1alpha1.EvidenceOf(pod.Annotations) == nil {
 			t.Fatalf("pod %s has no evidence", name)
 		}
 		sc, ok := tracing.TraceparentFrom(pod.Annotations)
@@ -158,7 +158,7 @@ func TestNoTracingNoTraceparent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := getPod(t, client, "r-0")
-	if parseEvidence(pod.Annotations) == nil {
+	if v1alpha1.EvidenceOf(pod.Annotations) == nil {
 		t.Fatal("no evidence")
 	}
 	if tp, ok := pod.Annotations[v1alpha1.AnnotationTraceparent]; ok {

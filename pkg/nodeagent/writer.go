@@ -180,7 +180,7 @@ func (w *Writer) previous(pod *corev1.Pod) (ev v1alpha1.FaultEvidence, known, re
 	if remembered {
 		return ev, true, true, withdrawn
 	}
-	if p := parseEvidence(pod.Annotations); p != nil && !withdrawn && w.agentWrote(pod, *p) {
+	if p := v1alpha1.EvidenceOf(pod.Annotations); p != nil && !withdrawn && w.agentWrote(pod, *p) {
 		return *p, true, false, withdrawn
 	}
 	return v1alpha1.FaultEvidence{}, false, false, withdrawn

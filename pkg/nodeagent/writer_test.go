@@ -162,7 +162,7 @@ func TestMarkPodWritesConditionAndAnnotation(t *testing.T) {
 	if !hasInfraCondition(pod, v1alpha1.CauseGPUFault) {
 		t.Errorf("no InfrastructureFault=True/GPUFault: %+v", pod.Status.Conditions)
 	}
-	if got := parseEvidence(pod.Annotations); got == nil || !sameEvidence(*got, ev) {
+	if got := v1alpha1.EvidenceOf(pod.Annotations); got == nil || !sameEvidence(*got, ev) {
 		t.Errorf("evidence annotation %+v", got)
 	}
 
@@ -238,7 +238,7 @@ func TestMarkPodDecisions(t *testing.T) {
 				}
 			}
 			if tc.wantAnnotation != nil {
-				if got := parseEvidence(pod.Annotations); got == nil || !sameEvidence(*got, *tc.wantAnnotation) {
+				if got := v1alpha1.EvidenceOf(pod.Annotations); got == nil || !sameEvidence(*got, *tc.wantAnnotation) {
 					t.Errorf("annotation %+v, want %+v", got, tc.wantAnnotation)
 				}
 			}
@@ -453,7 +453,7 @@ func TestMarkAndWithdrawWithALaggingCache(t *testing.T) {
 	step("withdraw", func() (bool, error) { return w.WithdrawPod(ctx, ref("r-0")) }, true, 1)
 	step("mark after withdrawal", func() (bool, error) { return w.MarkPod(ctx, ref("r-0"), second) }, true, 1)
 	got := getPod(t, client, "r-0")
-	if ev := parseEvidence(got.Annotations); ev == nil || *ev != second || !hasInfraCondition(got, v1alpha1.CauseNodeShutdown) {
+	if ev := v1alpha1.EvidenceOf(got.Annotations); ev == nil || *ev != second || !hasInfraCondition(got, v1alpha1.CauseNodeShutdown) {
 		t.Errorf("after re-mark: evidence %+v, conditions %+v", ev, got.Status.Conditions)
 	}
 }

@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -65,7 +64,7 @@ func watchAPIMoments(ctx context.Context, c *cluster.Cluster, ns, run string) (*
 			s.exitReported = now
 		}
 		if s.stopWritten.IsZero() {
-			if fe, ok := evidenceOf(p); ok && fe.PodStoppedAt != "" {
+			if fe := v1alpha1.EvidenceOf(p.Annotations); fe != nil && fe.PodStoppedAt != "" {
 				s.stopWritten = now
 				s.stoppedAt, _ = time.Parse(time.RFC3339Nano, fe.PodStoppedAt)
 			}
@@ -110,11 +109,4 @@ func (w *apiWatch) moved(newPod types.UID, old *corev1.Pod) hops.APIMoments {
 		m.Made, m.Bound = n.made, n.bound
 	}
 	return m
-}
-
-// evidenceOf is the fault evidence the agent wrote on p.
-func evidenceOf(p *corev1.Pod) (v1alpha1.FaultEvidence, bool) {
-	var fe v1alpha1.FaultEvidence
-	raw, ok := p.Annotations[v1alpha1.AnnotationFaultEvidence]
-	return fe, ok && json.Unmarshal([]byte(raw), &fe) == nil
 }
