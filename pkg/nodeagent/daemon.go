@@ -71,6 +71,10 @@ type DaemonConfig struct {
 	Logger  *slog.Logger
 }
 
+// LogListening is the message of the line the agent logs for each address it listens on,
+// with the flag that asked for it ("flag") and the address it got ("address").
+const LogListening = "listening"
+
 // RunDaemon runs the node agent until ctx is done.
 func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	log := cfg.Logger
@@ -110,9 +114,9 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			}
 			_, _ = w.Write([]byte("ok"))
 		})
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		ln, err := listen("--http-address", cfg.HTTPAddr, log)
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+			return err
 		}
 		httpDone := make(chan struct{})
 		go func() {
@@ -120,6 +124,16 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			httpErr <- serve(ctx, ln, mux)
 		}()
 		defer func() { cancel(); <-httpDone }()
+	}
+	// Bound now, before the agent takes its lock, as the main listener: an address taken
+	// fails the start, not a running agent.
+	var simLn net.Listener
+	if cfg.SimulateAddr != "" {
+		var err error
+		if simLn, err = listen("--simulate-address", cfg.SimulateAddr, log); err != nil {
+			return err
+		}
+		defer simLn.Close()
 	}
 	podInformer := NodePodInformer(cfg.Client, cfg.Node, 0)
 	pods := corelisters.NewPodLister(podInformer.GetIndexer())
@@ -266,13 +280,13 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			}
 		})
 	}
-	if sim != nil && cfg.SimulateAddr != "" {
+	if sim != nil && simLn != nil {
 		// Apart from the main listener, which a DaemonSet exposes on the pod network.
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /simulate/xid", simulateXID(sim, log))
 		mux.HandleFunc("POST /simulate/health", simulateHealth(sim, log))
-		g.Go(func() error { return serveHTTP(ctx, cfg.SimulateAddr, mux) })
-		log.Warn("SIMULATION endpoint listening (test only)", "address", cfg.SimulateAddr)
+		g.Go(func() error { return serve(ctx, simLn, mux) })
+		log.Warn("SIMULATION endpoint serving (test only)", "address", simLn.Addr().String())
 	}
 	log.Info("node agent running", "node", cfg.Node, "gpus", len(monitor.Devices()),
 		"simulatedHardware", cfg.SimulateHardware, "simulatedGPUs", len(cfg.SimulateGPUs) > 0)
@@ -384,12 +398,15 @@ func simulateHealth(sim *gpusim.Server, log *slog.Logger) http.HandlerFunc {
 	}
 }
 
-func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+// listen listens on the address of flag and logs the address it got: a port 0 there is a
+// port the kernel picks, which whoever starts the agent learns from that line (LogListening).
+func listen(flag, addr string, log *slog.Logger) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
-	return serve(ctx, ln, h)
+	log.Info(LogListening, "flag", flag, "address", ln.Addr().String())
+	return ln, nil
 }
 
 // serve serves h on ln until ctx is done.

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 
+	"github.com/faultline-dev/faultline/pkg/nodeagent"
 	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
 )
 
@@ -136,19 +139,13 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 		return nil, err
 	}
 	a.Token = token
-	if a.HTTPAddr, err = FreeAddress(); err != nil {
-		return nil, err
-	}
-	if a.SimulateAddr, err = FreeAddress(); err != nil {
-		return nil, err
-	}
 	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+o.Node+".log")
 	logFile, err := os.Create(a.LogPath)
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--node-name", o.Node, "--simulate-hardware",
-		"--dbus-address", a.Bus.Address, "--http-address", a.HTTPAddr, "--simulate-address", a.SimulateAddr}, o.Args...)
+		"--dbus-address", a.Bus.Address, "--http-address", anyPort, "--simulate-address", anyPort}, o.Args...)
 	a.cmd = exec.Command(o.Bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
 	if err := a.cmd.Start(); err != nil {
@@ -163,7 +160,7 @@ func (c *Cluster) StartAgent(ctx context.Context, o AgentOptions) (a *Agent, err
 	}()
 	select {
 	case a.Lock = <-a.Logind.Locks():
-		return a, nil
+		return a, a.learnAddresses()
 	case <-a.done:
 		return nil, fmt.Errorf("node agent for %s exited at start: %s", o.Node, a.Tail(20))
 	case <-ctx.Done():
@@ -221,6 +218,40 @@ func (a *Agent) SetGPULost(gpu int, lost bool) error {
 
 // Tail returns the last n lines of the agent's log.
 func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
+
+// anyPort has the agent listen on a loopback port the kernel picks, which it logs
+// (nodeagent.LogListening). Not one the test picked free beforehand: between that pick and the
+// agent's bind, another process on the machine may take it (CI lost an agent's start to that:
+// "bind: address already in use").
+const anyPort = "127.0.0.1:0"
+
+// learnAddresses reads from the agent's log the addresses it listens on, which it logs before
+// it takes its inhibitor lock. The last line of each counts: a real node's agent restarted
+// after a node shutdown appends to its predecessor's log.
+func (a *Agent) learnAddresses() error {
+	f, err := os.Open(a.LogPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	got := map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var line struct{ Msg, Flag, Address string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == nodeagent.LogListening {
+			got[line.Flag] = line.Address
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read the log of the node agent for %s: %w", a.Node, err)
+	}
+	a.HTTPAddr, a.SimulateAddr = got["--http-address"], got["--simulate-address"]
+	if a.HTTPAddr == "" {
+		return fmt.Errorf("the node agent for %s took its lock and logged no %q line for --http-address: %s", a.Node, nodeagent.LogListening, a.Tail(20))
+	}
+	return nil
+}
 
 // FreeAddress is a loopback address with a port nobody listens on: for a process to serve on.
 func FreeAddress() (string, error) {

@@ -47,12 +47,6 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 		return nil, err
 	}
 	a.Token = token
-	if a.HTTPAddr, err = FreeAddress(); err != nil {
-		return nil, err
-	}
-	if a.SimulateAddr, err = FreeAddress(); err != nil {
-		return nil, err
-	}
 	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+n.Name+".log")
 	// Appended to: an agent restarted after a node shutdown keeps its predecessor's lines.
 	logFile, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -61,9 +55,9 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 	}
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", n.Name,
 		"--dbus-address", n.Bus.Address, "--pod-resources-socket", n.PodResourcesSocket,
-		"--cri-endpoint", "unix://" + n.ContainerdSocket, "--http-address", a.HTTPAddr}
+		"--cri-endpoint", "unix://" + n.ContainerdSocket, "--http-address", anyPort}
 	if len(n.GPUs) > 0 {
-		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", a.SimulateAddr)
+		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", anyPort)
 	}
 	// In the node's mount namespace, as a DaemonSet's pod runs on its node: the paths the
 	// runtime reports (a container's log under /var/log/pods) are the node's.
@@ -88,7 +82,7 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 		case l := <-n.Logind.Locks():
 			if l.Who == agentLockWho {
 				a.Lock = l
-				return a, nil
+				return a, a.learnAddresses()
 			}
 		case <-a.done:
 			return nil, fmt.Errorf("node agent for %s exited at start: %s", n.Name, a.Tail(20))
