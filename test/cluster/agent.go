@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -251,14 +250,4 @@ func (a *Agent) learnAddresses() error {
 		return fmt.Errorf("the node agent for %s took its lock and logged no %q line for --http-address: %s", a.Node, nodeagent.LogListening, a.Tail(20))
 	}
 	return nil
-}
-
-// FreeAddress is a loopback address with a port nobody listens on: for a process to serve on.
-func FreeAddress() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

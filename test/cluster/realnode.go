@@ -811,16 +811,6 @@ func (rn *RealNodes) Node(name string) *RealNode {
 	return nil
 }
 
-// freePort is a TCP port nobody listens on at ip.
-func freePort(ip string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // pkiDir holds the cluster's CA (ca.crt) and the admin's certificate (admin.crt), which
 // kube-apiserver also presents to kubelets.
 func (c *Cluster) pkiDir() string { return filepath.Join(c.workdir, "clusters", c.Name, "pki") }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/faultline-dev/faultline/pkg/framework/hinttest/realoutput"
+	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // The worker forms its gang from whichever framework's environment the pod has: the jax
@@ -207,7 +207,7 @@ func startGangOfOne(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, <-cha
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), envCoordinator+"=127.0.0.1:"+freePort(t), envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
+	cmd.Env = append(os.Environ(), envCoordinator+"="+freeAddress(t), envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -232,15 +232,15 @@ func waitOutput(t *testing.T, out *syncBuffer, want string) {
 	}
 }
 
-func freePort(t *testing.T) string {
+// freeAddress is where the gang of one's coordinator listens (cluster.FreeAddress: a port no
+// listen on port 0 takes meanwhile).
+func freeAddress(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := cluster.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	return addr
 }
 
 // syncBuffer is a bytes.Buffer that the process's output and the test may use at once.
