@@ -25,6 +25,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/pkg/gpu/gpusim"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/listen"
 	"github.com/faultline-dev/faultline/pkg/shutdown"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -43,7 +44,8 @@ type DaemonConfig struct {
 	CRIEndpoint string
 	// GPU configures NVML; GPU.NewLibrary is replaced in simulation.
 	GPU gpu.Options
-	// ReleaseTimeout bounds how long pod marking may hold a shutdown back.
+	// ReleaseTimeout bounds how long pod marking may hold a shutdown back (the marks go on
+	// after it).
 	ReleaseTimeout time.Duration
 	// TaintUnhealthyGPU adds a NoSchedule taint on a fatal GPU fault.
 	TaintUnhealthyGPU bool
@@ -70,10 +72,6 @@ type DaemonConfig struct {
 	Tracing *tracing.Provider
 	Logger  *slog.Logger
 }
-
-// LogListening is the message of the line the agent logs for each address it listens on,
-// with the flag that asked for it ("flag") and the address it got ("address").
-const LogListening = "listening"
 
 // RunDaemon runs the node agent until ctx is done.
 func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
@@ -114,7 +112,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			}
 			_, _ = w.Write([]byte("ok"))
 		})
-		ln, err := listen("--http-address", cfg.HTTPAddr, log)
+		ln, err := listen.TCP("--http-address", cfg.HTTPAddr, log)
 		if err != nil {
 			return err
 		}
@@ -130,7 +128,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	var simLn net.Listener
 	if cfg.SimulateAddr != "" {
 		var err error
-		if simLn, err = listen("--simulate-address", cfg.SimulateAddr, log); err != nil {
+		if simLn, err = listen.TCP("--simulate-address", cfg.SimulateAddr, log); err != nil {
 			return err
 		}
 		defer simLn.Close()
@@ -396,17 +394,6 @@ func simulateHealth(sim *gpusim.Server, log *slog.Logger) http.HandlerFunc {
 		sim.GPUs[idx].LostRet.Store(int32(ret))
 		w.WriteHeader(http.StatusAccepted)
 	}
-}
-
-// listen listens on the address of flag and logs the address it got: a port 0 there is a
-// port the kernel picks, which whoever starts the agent learns from that line (LogListening).
-func listen(flag, addr string, log *slog.Logger) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
-	}
-	log.Info(LogListening, "flag", flag, "address", ln.Addr().String())
-	return ln, nil
 }
 
 // serve serves h on ln until ctx is done.

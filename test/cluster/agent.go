@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 
-	"github.com/faultline-dev/faultline/pkg/nodeagent"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/listen"
 	"github.com/faultline-dev/faultline/pkg/shutdown/login1sim"
 )
 
@@ -219,7 +219,7 @@ func (a *Agent) SetGPULost(gpu int, lost bool) error {
 func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
 
 // anyPort has the agent listen on a loopback port the kernel picks, which it logs
-// (nodeagent.LogListening). Not one the test picked free beforehand: between that pick and the
+// (listen.LogMessage). Not one the test picked free beforehand: between that pick and the
 // agent's bind, another process on the machine may take it (CI lost an agent's start to that:
 // "bind: address already in use").
 const anyPort = "127.0.0.1:0"
@@ -238,7 +238,7 @@ func (a *Agent) learnAddresses() error {
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
 		var line struct{ Msg, Flag, Address string }
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == nodeagent.LogListening {
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == listen.LogMessage {
 			got[line.Flag] = line.Address
 		}
 	}
@@ -247,7 +247,7 @@ func (a *Agent) learnAddresses() error {
 	}
 	a.HTTPAddr, a.SimulateAddr = got["--http-address"], got["--simulate-address"]
 	if a.HTTPAddr == "" {
-		return fmt.Errorf("the node agent for %s took its lock and logged no %q line for --http-address: %s", a.Node, nodeagent.LogListening, a.Tail(20))
+		return fmt.Errorf("the node agent for %s took its lock and logged no %q line for --http-address: %s", a.Node, listen.LogMessage, a.Tail(20))
 	}
 	return nil
 }

@@ -23,6 +23,10 @@ var forbidden = map[string][]string{
 	"pkg/policy":    {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller"},
 	// A conversion is pure too: the decoded object in, the run out.
 	"pkg/convert": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/controller", module + "pkg/cli", module + "pkg/framework"},
+	// The test harness links into test binaries that Go links with immediate binding (those
+	// that take in Go's plugin package), where go-nvml's NVML symbols, left unresolved until
+	// the library is loaded, fail the binary at its start ("undefined symbol").
+	"test/cluster": {"github.com/NVIDIA/go-nvml/"},
 	// The API is types only: a client of it need not take client-go along.
 	"api/v1alpha1": {"k8s.io/client-go/", "sigs.k8s.io/controller-runtime", module + "pkg/"},
 }
