@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -47,8 +46,9 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 		return nil, err
 	}
 	a.Token = token
-	a.LogPath = filepath.Join(o.Dir, "nodeagent-"+n.Name+".log")
+	// In the node's directory, whose logs the cluster saves when a test fails (SaveLogs).
 	// Appended to: an agent restarted after a node shutdown keeps its predecessor's lines.
+	a.LogPath = n.dir("nodeagent.log")
 	logFile, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

@@ -34,7 +34,8 @@ var (
 	launcherBin, agentBin string
 	// agents are the node agents, one per real node, by node name.
 	agents = map[string]*cluster.Agent{}
-	// agentDir holds their kubeconfigs and logs.
+	// agentDir holds their kubeconfigs (their logs are in their nodes' directories, which the
+	// cluster saves when a test fails).
 	agentDir string
 	// nodes are the cluster's real nodes, kept to check after the teardown.
 	nodes *cluster.RealNodes
