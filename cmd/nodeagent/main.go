@@ -92,7 +92,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.GPU.DriverRoot, "driver-root", "/", "root of the NVIDIA driver installation (/run/nvidia/driver with the GPU Operator)")
 	f.BoolVar(&cfg.GPU.RequireGPU, "require-gpu", false, "exit when NVML cannot be loaded instead of running without GPU monitoring")
 	f.DurationVar(&cfg.GPU.HealthInterval, "gpu-health-interval", 10*time.Second, "period of the GPU health poll")
-	f.DurationVar(&cfg.ReleaseTimeout, "release-timeout", shutdown.DefaultReleaseTimeout, "longest a shutdown is held back while pods are marked (keep below logind's InhibitDelayMaxSec)")
+	f.DurationVar(&cfg.ReleaseTimeout, "release-timeout", shutdown.DefaultReleaseTimeout, "longest a shutdown is held back while pods are marked (keep below logind's InhibitDelayMaxSec); marks not in by then go on after the release")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", agentlease.RenewInterval, "how often the agent renews its heartbeat Lease (a renewal holds for four): the controller's sign that the agent is on the node")
 	f.BoolVar(&cfg.TaintUnhealthyGPU, "taint-unhealthy-gpu", false, "also taint a node NoSchedule after a fatal GPU fault")
 	f.StringVar(&cfg.HTTPAddr, "http-address", ":8082", `address of /healthz, /readyz and /metrics ("" disables)`)

@@ -8,8 +8,10 @@ import (
 // Handler is what the node agent does about a shutdown.
 type Handler interface {
 	// ShutdownStarted runs while the delay lock still holds the shutdown back; the lock is
-	// released when it returns or when Config.ReleaseTimeout passes, whichever is first (its
-	// context is cancelled then). detectedAt is when the agent received the signal.
+	// released when it returns or when Config.ReleaseTimeout passes, whichever is first. It
+	// may go on after that release: its context ends when the announcement is withdrawn
+	// (ShutdownCancelled runs only once it returned) or the inhibitor stops. detectedAt is
+	// when the agent received the signal.
 	ShutdownStarted(ctx context.Context, detectedAt time.Time) error
 	// ShutdownCancelled runs when logind withdraws the announcement, after the lock has been
 	// taken again (the next shutdown may follow at once), bounded like ShutdownStarted.

@@ -52,6 +52,9 @@ type Inhibitor struct {
 	// Owned by the Run goroutine.
 	lock         io.Closer // the lock held now, or nil
 	shuttingDown bool      // PrepareForShutdown(true) seen and not cancelled
+	// handling is the shutdown's handler that still runs after the lock was released at
+	// ReleaseTimeout, or nil.
+	handling *handlerRun
 
 	holding atomic.Bool
 }
@@ -239,12 +242,86 @@ func (i *Inhibitor) started(ctx context.Context) {
 	i.shuttingDown = true
 	detectedAt := i.cfg.Clock.Now()
 	i.log.Info("logind announced shutdown", "detectedAt", detectedAt)
-	if err := i.bounded(ctx, func(ctx context.Context) error {
-		return i.cfg.Handler.ShutdownStarted(ctx, detectedAt)
-	}); err != nil {
-		i.log.Error("shutdown handler failed", "error", err)
+	run := i.startHandler(ctx, detectedAt)
+	switch i.waitHandler(ctx, run) {
+	case handlerReturned:
+		if run.err != nil {
+			i.log.Error("shutdown handler failed", "error", run.err)
+		}
+		i.release(fmt.Sprintf("shutdown handled in %v", i.cfg.Clock.Since(detectedAt)))
+	case handlerOutlived:
+		// The shutdown may not wait longer, but what the handler writes still counts (the
+		// evidence of a pod its node is stopping, on an API server slower than the lock's
+		// hold): it goes on until it is done, the announcement is withdrawn or the agent stops.
+		i.handling = run
+		i.release(fmt.Sprintf("the handler still runs after the release timeout (%v); it goes on", i.cfg.ReleaseTimeout))
+	case handlerStopped:
+		run.cancel()
+		<-run.done
 	}
-	i.release(fmt.Sprintf("shutdown handled in %v", i.cfg.Clock.Since(detectedAt)))
+}
+
+// How a wait for a handler ended.
+const (
+	handlerReturned = iota // it returned within the release timeout
+	handlerOutlived        // the release timeout passed first
+	handlerStopped         // the inhibitor stops
+)
+
+// waitHandler waits for run to return, up to the release timeout. Its timer is stopped
+// before it returns, ahead of any release: a test's fake clock counts a pending timer as a
+// waiter.
+func (i *Inhibitor) waitHandler(ctx context.Context, run *handlerRun) int {
+	timeout := i.cfg.Clock.NewTimer(i.cfg.ReleaseTimeout)
+	defer timeout.Stop()
+	select {
+	case <-run.done:
+		return handlerReturned
+	case <-timeout.C():
+		return handlerOutlived
+	case <-ctx.Done():
+		return handlerStopped
+	}
+}
+
+// handlerRun is one run of Handler.ShutdownStarted.
+type handlerRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when it returned, with err set
+	err    error
+}
+
+// startHandler runs Handler.ShutdownStarted in a goroutine of its own, with a context that
+// ends when ctx does or when the run is cancelled (a withdrawn announcement), not at the
+// release timeout. A run that outlives the release logs its end itself.
+func (i *Inhibitor) startHandler(ctx context.Context, detectedAt time.Time) *handlerRun {
+	hctx, cancel := context.WithCancel(ctx)
+	run := &handlerRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(run.done)
+		defer cancel()
+		run.err = i.cfg.Handler.ShutdownStarted(hctx, detectedAt)
+		if took := i.cfg.Clock.Since(detectedAt); took >= i.cfg.ReleaseTimeout {
+			i.log.Info("shutdown handler done after the lock's release", "took", took, "error", run.err)
+		}
+	}()
+	return run
+}
+
+// stopHandling ends a shutdown's handler that outlived the release before the announcement
+// is withdrawn: the withdrawal must come after every write of the shutdown, never beside one.
+// It waits for the handler's return up to ReleaseTimeout (every write it makes ends with its
+// context).
+func (i *Inhibitor) stopHandling() {
+	run := i.handling
+	if run == nil {
+		return
+	}
+	i.handling = nil
+	run.cancel()
+	if i.waitHandler(context.Background(), run) == handlerOutlived {
+		i.log.Error("the withdrawn shutdown's handler did not stop within the release timeout; withdrawing beside it", "timeout", i.cfg.ReleaseTimeout)
+	}
 }
 
 // cancelled takes the lock again first (the next shutdown may come at once), then tells the
@@ -254,6 +331,7 @@ func (i *Inhibitor) cancelled(ctx context.Context, lock func()) {
 	at := i.cfg.Clock.Now()
 	i.log.Info("logind cancelled shutdown", "at", at)
 	lock()
+	i.stopHandling()
 	if err := i.bounded(ctx, func(ctx context.Context) error {
 		return i.cfg.Handler.ShutdownCancelled(ctx, at)
 	}); err != nil {
@@ -261,7 +339,7 @@ func (i *Inhibitor) cancelled(ctx context.Context, lock func()) {
 	}
 }
 
-// errReleaseTimeout: the handler was still running after ReleaseTimeout.
+// errReleaseTimeout: the cancelled handler was still running after ReleaseTimeout.
 var errReleaseTimeout = errors.New("handler still running after the release timeout; its context is cancelled")
 
 // bounded runs fn for at most ReleaseTimeout on the injected clock, cancelling its context

@@ -212,7 +212,10 @@ func TestShutdownReleasesAndCancelRelocks(t *testing.T) {
 	}
 }
 
-func TestReleaseTimeoutBoundsTheHandler(t *testing.T) {
+// The release timeout bounds how long the shutdown waits, not what the handler writes: on an
+// API server slower than the lock's hold, a pod's evidence still lands. The handler goes on
+// until the announcement is withdrawn, and the withdrawal comes only after it stopped.
+func TestReleaseTimeoutBoundsTheHoldNotTheHandler(t *testing.T) {
 	f := NewFakeLogind()
 	rec := newRecorder()
 	rec.block = true
@@ -227,12 +230,53 @@ func TestReleaseTimeoutBoundsTheHandler(t *testing.T) {
 	}
 	h.clock.Step(5 * time.Second)
 	eventually(t, "lock released after ReleaseTimeout", f.Locks()[0].Released)
-	if err := receive(t, "handler context", rec.ctxErr); !errors.Is(err, context.Canceled) {
-		t.Errorf("handler context error = %v, want Canceled", err)
-	}
 	if !strings.Contains(h.logs.String(), "release timeout") {
 		t.Errorf("no log about the release timeout:\n%s", h.logs)
 	}
+	select {
+	case err := <-rec.ctxErr:
+		t.Fatalf("the handler's context ended at the release (%v): its writes were cut short", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	// Withdrawn: the lock is taken again, the handler stops, and only then is the
+	// announcement taken back.
+	f.Emit(false)
+	receive(t, "ShutdownCancelled", rec.cancelled)
+	select {
+	case err := <-rec.ctxErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("handler context error = %v, want Canceled", err)
+		}
+	default:
+		t.Fatal("ShutdownCancelled ran while the shutdown's handler still ran")
+	}
+	eventually(t, "lock taken again", locks(f, 2))
+	h.stop(t)
+}
+
+// A handler that outlives the release and ends on its own says so.
+func TestHandlerAfterTheReleaseEnds(t *testing.T) {
+	f := NewFakeLogind()
+	release := make(chan struct{})
+	h := start(t, HandlerFuncs{Started: func(ctx context.Context, _ time.Time) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}, &dialer{conns: []*FakeLogind{f}}, nil)
+	eventually(t, "lock", locks(f, 1))
+	f.Emit(true)
+	eventually(t, "release timer", h.clock.HasWaiters)
+	h.clock.Step(5 * time.Second)
+	eventually(t, "lock released after ReleaseTimeout", f.Locks()[0].Released)
+	close(release)
+	eventually(t, "the handler's end logged", func() bool {
+		return strings.Contains(h.logs.String(), "shutdown handler done after the lock's release")
+	})
+	h.stop(t)
 }
 
 func TestReconnectsWithBackoffAndHandsTheLockOver(t *testing.T) {

@@ -95,8 +95,9 @@ func (m managerMethods) Inhibit(what, who, why, mode string) (dbus.UnixFD, *dbus
 	case m.l.locks <- &Lock{What: what, Who: who, Why: why, Mode: mode, r: r}:
 	default: // nobody is watching locks; keep serving
 	}
+	fd := w.Fd() // before the close below may run
 	time.AfterFunc(HandOver, func() { _ = w.Close() })
-	return dbus.UnixFD(w.Fd()), nil
+	return dbus.UnixFD(fd), nil
 }
 
 type propertiesMethods struct{ l *Login1 }
