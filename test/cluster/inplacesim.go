@@ -33,7 +33,9 @@ import (
 // namespace until ctx is done. The node agent's part is the agent's own code: the loop of
 // package inplace, the runs' decisions as the agent reads them, Decide on each pod. Its two
 // container-runtime calls, and what the kubelet does after each, become one status write per
-// step, as the kubelet's own (kubeletStatus): stopping a pod's old workers writes the pod
+// step, as the kubelet's own (kubeletStatus), and, where the barrier is the worker
+// container's entrypoint, the agent's own records before it (of the stop; of the open,
+// which writes no status): stopping a pod's old workers writes the pod
 // restarted to its barrier (every container's lastState 137 RestartingAllContainers, the
 // barrier running again, restartCount up by one, phase Pending); opening its barrier writes
 // the barrier done with the attempt's message and the workers running. A pod's first start
@@ -158,10 +160,22 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	}
 	d := inplace.Decide(pod, attempt, barrierOpen)
 	inWorker := inWorkerBarrier(pod)
+	if d.Action == inplace.ActionStopWorkers && inWorker {
+		// The agent records the stop first (Writer.RecordStopped), the kubelet then writes
+		// the pod restarted.
+		stopped, err := k.recordStopped(ctx, pod, attempt)
+		if apierrors.IsConflict(err) {
+			return inplace.ActionWait, nil // the informer brings the fresh pod
+		}
+		if err != nil {
+			return d.Action, err
+		}
+		pod = stopped
+	}
 	meta := map[string]any{"resourceVersion": pod.ResourceVersion}
 	var status *corev1.PodStatus
 	switch {
-	case d.Action == inplace.ActionStopWorkers && inWorker:
+	case d.Action == inplace.ActionStopWorkers && inWorker, inWorker && stoppedNotRestarted(pod):
 		status = restartedInWorker(pod, metav1.Now())
 	case d.Action == inplace.ActionStopWorkers:
 		status = restartedToBarrier(pod, metav1.Now())
@@ -198,6 +212,43 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	}
 	k.actedOn.Store(pod.UID, pod.ResourceVersion)
 	return d.Action, nil
+}
+
+// recordStopped writes what the node agent writes once the runtime stopped the worker of a
+// pod whose barrier is its entrypoint (Writer.RecordStopped): its barrier record, the stop
+// for attempt n added, in a pods/status patch against the copy it read. It returns the pod
+// as written.
+func (k kwokRuntime) recordStopped(ctx context.Context, pod *corev1.Pod, n int) (*corev1.Pod, error) {
+	rec := attempt.BarrierRecord(pod)
+	if rec == nil || int(rec.StoppedFor) >= n {
+		return pod, nil
+	}
+	rec.StoppedFor = int32(n)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"annotations":     map[string]string{v1alpha1.AnnotationBarrierRecord: string(b)},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	out, err := k.c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil && !apierrors.IsConflict(err) {
+		return nil, fmt.Errorf("record the stop of pod %s/%s for attempt %d: %w", pod.Namespace, pod.Name, n, err)
+	}
+	return out, err
+}
+
+// stoppedNotRestarted says whether the agent recorded the stop of pod's worker container and
+// the status still shows that container: the kubelet owes the pod its restart (the sync that
+// recorded the stop lost its status write to a conflict).
+func stoppedNotRestarted(pod *corev1.Pod) bool {
+	b := attempt.BarrierOf(pod)
+	return b.Record != nil && b.Record.StoppedFor > b.Record.Attempt && b.Status != nil &&
+		attempt.RuntimeID(b.Status.ContainerID) == b.Record.ContainerID
 }
 
 // restartedToBarrier is the status the kubelet writes once a RestartAllContainers rule

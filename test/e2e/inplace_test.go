@@ -87,7 +87,7 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 	}
 	// Indexes 0 and 2 wait at their barriers, and index 1's new pod at its own; index 3's
 	// agent has not acted: the barrier stays shut.
-	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(ps []*corev1.Pod) (bool, error) {
+	held1, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(ps []*corev1.Pod) (bool, error) {
 		waiting := 0
 		for _, p := range ps {
 			if (p.UID == pods[0].UID || p.UID == pods[2].UID) && barrierWaits(p) {
@@ -95,8 +95,18 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 			}
 		}
 		return waiting == 2, nil
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatalf("indexes 0 and 2 not held at their barriers: %v", err)
+	}
+	if inWorker {
+		// Their agents recorded the stops of their attempt-1 workers, as the agent does
+		// before the kubelet restarts the pod (Writer.RecordStopped).
+		for _, p := range held1 {
+			if rec := attempt.BarrierRecord(p); (p.UID == pods[0].UID || p.UID == pods[2].UID) && (rec == nil || rec.Attempt != 1 || rec.StoppedFor != 2) {
+				t.Errorf("pod %s waits at its barrier with the record %+v, want its attempt-1 worker's, stopped for 2", p.Name, rec)
+			}
+		}
 	}
 	requireRunStays(ctx, t, c, ns, run.Name, 2*time.Second, "the barrier shut while index 3 runs its old worker", func(r *v1alpha1.TrainingRun) bool {
 		rec := attempt.Record(r)
