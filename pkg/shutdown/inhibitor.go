@@ -233,8 +233,8 @@ func (i *Inhibitor) release(why string) {
 	i.log.Info("released logind delay inhibitor lock", "why", why)
 }
 
-// started runs the handler for an announced shutdown, bounded by ReleaseTimeout, then lets
-// the shutdown go on.
+// started runs the handler for an announced shutdown and holds the shutdown back for it up to
+// ReleaseTimeout, then lets the shutdown go on (the handler too, if it still runs).
 func (i *Inhibitor) started(ctx context.Context) {
 	if i.shuttingDown {
 		return // a repeated announcement; the handler already ran
@@ -242,7 +242,13 @@ func (i *Inhibitor) started(ctx context.Context) {
 	i.shuttingDown = true
 	detectedAt := i.cfg.Clock.Now()
 	i.log.Info("logind announced shutdown", "detectedAt", detectedAt)
-	run := i.startHandler(ctx, detectedAt)
+	run := i.goRun(ctx, func(ctx context.Context) error {
+		err := i.cfg.Handler.ShutdownStarted(ctx, detectedAt)
+		if took := i.cfg.Clock.Since(detectedAt); took >= i.cfg.ReleaseTimeout {
+			i.log.Info("shutdown handler done after the lock's release", "took", took, "error", err)
+		}
+		return err
+	})
 	switch i.waitHandler(ctx, run) {
 	case handlerReturned:
 		if run.err != nil {
@@ -261,17 +267,19 @@ func (i *Inhibitor) started(ctx context.Context) {
 	}
 }
 
-// How a wait for a handler ended.
+// handlerEnd is how a wait for a handler's run ended (waitHandler).
+type handlerEnd int
+
 const (
-	handlerReturned = iota // it returned within the release timeout
-	handlerOutlived        // the release timeout passed first
-	handlerStopped         // the inhibitor stops
+	handlerReturned handlerEnd = iota // it returned within the release timeout
+	handlerOutlived                   // the release timeout passed first
+	handlerStopped                    // the inhibitor stops
 )
 
 // waitHandler waits for run to return, up to the release timeout. Its timer is stopped
 // before it returns, ahead of any release: a test's fake clock counts a pending timer as a
 // waiter.
-func (i *Inhibitor) waitHandler(ctx context.Context, run *handlerRun) int {
+func (i *Inhibitor) waitHandler(ctx context.Context, run *handlerRun) handlerEnd {
 	timeout := i.cfg.Clock.NewTimer(i.cfg.ReleaseTimeout)
 	defer timeout.Stop()
 	select {
@@ -284,26 +292,22 @@ func (i *Inhibitor) waitHandler(ctx context.Context, run *handlerRun) int {
 	}
 }
 
-// handlerRun is one run of Handler.ShutdownStarted.
+// handlerRun is one run of a Handler's method.
 type handlerRun struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when it returned, with err set
 	err    error
 }
 
-// startHandler runs Handler.ShutdownStarted in a goroutine of its own, with a context that
-// ends when ctx does or when the run is cancelled (a withdrawn announcement), not at the
-// release timeout. A run that outlives the release logs its end itself.
-func (i *Inhibitor) startHandler(ctx context.Context, detectedAt time.Time) *handlerRun {
+// goRun runs fn in a goroutine of its own, with a context that ends when ctx does or when the
+// run is cancelled: its caller decides what the release timeout does to it (waitHandler).
+func (i *Inhibitor) goRun(ctx context.Context, fn func(context.Context) error) *handlerRun {
 	hctx, cancel := context.WithCancel(ctx)
 	run := &handlerRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(run.done)
 		defer cancel()
-		run.err = i.cfg.Handler.ShutdownStarted(hctx, detectedAt)
-		if took := i.cfg.Clock.Since(detectedAt); took >= i.cfg.ReleaseTimeout {
-			i.log.Info("shutdown handler done after the lock's release", "took", took, "error", run.err)
-		}
+		run.err = fn(hctx)
 	}()
 	return run
 }
@@ -345,18 +349,14 @@ var errReleaseTimeout = errors.New("handler still running after the release time
 // bounded runs fn for at most ReleaseTimeout on the injected clock, cancelling its context
 // when it is abandoned.
 func (i *Inhibitor) bounded(ctx context.Context, fn func(context.Context) error) error {
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- fn(hctx) }()
-	timeout := i.cfg.Clock.NewTimer(i.cfg.ReleaseTimeout)
-	defer timeout.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timeout.C():
+	run := i.goRun(ctx, fn)
+	defer run.cancel()
+	switch i.waitHandler(ctx, run) {
+	case handlerReturned:
+		return run.err
+	case handlerOutlived:
 		return fmt.Errorf("%w (%v)", errReleaseTimeout, i.cfg.ReleaseTimeout)
-	case <-ctx.Done():
+	default:
 		return ctx.Err()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // FreeAddress is a loopback address with a port nobody listens on, for a process that must be
@@ -45,15 +46,9 @@ func freePort(ip string) (int, error) {
 // ephemeral range (Linux's default range starts at 32768: [20000, 30000)), or above the range
 // where a machine's starts too low for that.
 func portRange() (lo, hi int) {
-	first, last := 32768, 60999
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			a, errA := strconv.Atoi(f[0])
-			z, errZ := strconv.Atoi(f[1])
-			if errA == nil && errZ == nil {
-				first, last = a, z
-			}
-		}
+	first, last, ok := EphemeralRange()
+	if !ok {
+		first, last = 32768, 60999 // Linux's default
 	}
 	hi = first - 2768
 	lo = max(hi-10000, 1024)
@@ -65,4 +60,30 @@ func portRange() (lo, hi int) {
 	default:
 		return 1024, 65536 // the whole space is ephemeral: any port may be taken
 	}
+}
+
+// EphemeralRange is the kernel's range of ports for a listen on port 0 and for outgoing
+// connections, both ends included (ip_local_port_range); ok is false where it cannot be read.
+func EphemeralRange() (first, last int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	first, errA := strconv.Atoi(f[0])
+	last, errZ := strconv.Atoi(f[1])
+	return first, last, errA == nil && errZ == nil
+}
+
+// MustFreeAddress is FreeAddress for a test, which it fails if there is none.
+func MustFreeAddress(t testing.TB) string {
+	t.Helper()
+	addr, err := FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -12,18 +10,12 @@ import (
 // listen on port 0, an outgoing connection's): it lies outside the ephemeral range, and is
 // free.
 func TestFreeAddressIsOutsideTheEphemeralRange(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		t.Skip(err)
+	first, last, ok := EphemeralRange()
+	if !ok {
+		t.Skip("no readable /proc/sys/net/ipv4/ip_local_port_range")
 	}
-	f := strings.Fields(string(b))
-	first, _ := strconv.Atoi(f[0])
-	last, _ := strconv.Atoi(f[1])
 	for range 20 {
-		addr, err := FreeAddress()
-		if err != nil {
-			t.Fatal(err)
-		}
+		addr := MustFreeAddress(t)
 		_, p, _ := net.SplitHostPort(addr)
 		port, _ := strconv.Atoi(p)
 		if port >= first && port <= last {

@@ -207,7 +207,7 @@ func startGangOfOne(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, <-cha
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), envCoordinator+"="+freeAddress(t), envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
+	cmd.Env = append(os.Environ(), envCoordinator+"="+cluster.MustFreeAddress(t), envProcessID+"=0", envNumProcs+"=1", envAttempt+"=1", envAttemptFile+"=")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -230,17 +230,6 @@ func waitOutput(t *testing.T, out *syncBuffer, want string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freeAddress is where the gang of one's coordinator listens (cluster.FreeAddress: a port no
-// listen on port 0 takes meanwhile).
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	addr, err := cluster.FreeAddress()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // syncBuffer is a bytes.Buffer that the process's output and the test may use at once.

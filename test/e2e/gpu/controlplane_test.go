@@ -38,8 +38,8 @@ const adminToken = "faultline-gpu-e2e-admin"
 func startControlPlane(t *testing.T, etcdBin, apiserverBin string) *controlPlane {
 	t.Helper()
 	dir := t.TempDir()
-	etcdURL, peerURL := "http://"+freeAddress(t), "http://"+freeAddress(t)
-	apiAddr := freeAddress(t)
+	etcdURL, peerURL := "http://"+cluster.MustFreeAddress(t), "http://"+cluster.MustFreeAddress(t)
+	apiAddr := cluster.MustFreeAddress(t)
 	apiHost, apiPort, err := net.SplitHostPort(apiAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +117,6 @@ func writeServiceAccountKeys(t *testing.T, dir string) (pubPath, keyPath string)
 		}
 	}
 	return pubPath, keyPath
-}
-
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	addr, err := cluster.FreeAddress()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // listenUnix is a unix socket in a short directory: a socket's path is limited to 108 bytes,

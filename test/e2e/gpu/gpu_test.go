@@ -88,7 +88,7 @@ func TestE2ERealGPUProgramCrashIsNotInfrastructure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	httpAddr := freeAddress(t)
+	httpAddr := cluster.MustFreeAddress(t)
 	agent := cluster.StartProcess(t, agentBin,
 		"--kubeconfig", cp.Kubeconfig, "--node-name", nodeName,
 		"--pod-resources-socket", socket, "--require-gpu", "--http-address", httpAddr,
