@@ -43,6 +43,14 @@ const (
 	// written before the open (the barrier that becomes the worker leaves no termination
 	// message to tell it).
 	AnnotationBarrierRecord = GroupName + "/barrier-record"
+	// AnnotationBarrierRecords holds, on a node agent's heartbeat Lease (package
+	// agentlease), the BarrierRecords of its node's pods as one JSON object keyed by pod
+	// UID: the same records as AnnotationBarrierRecord, one write for every pod of the node
+	// an agent records at once instead of one a pod. Only the agent of the node the Lease
+	// is named for writes it (the heartbeat's admission policy), and a record counts only
+	// for a pod of that node. Where a pod has both, the later record counts
+	// (attempt.LaterRecord).
+	AnnotationBarrierRecords = GroupName + "/barrier-records"
 	// AnnotationShutdownDetectedAt is set on a Node (RFC 3339 nano) when logind announces a shutdown.
 	AnnotationShutdownDetectedAt = GroupName + "/shutdown-detected-at"
 	// AnnotationGPUResetRequestedAt is set on a Node (RFC 3339) by an operator who reset or

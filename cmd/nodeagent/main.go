@@ -93,6 +93,7 @@ func newCommand() *cobra.Command {
 	f.BoolVar(&cfg.GPU.RequireGPU, "require-gpu", false, "exit when NVML cannot be loaded instead of running without GPU monitoring")
 	f.DurationVar(&cfg.GPU.HealthInterval, "gpu-health-interval", 10*time.Second, "period of the GPU health poll")
 	f.DurationVar(&cfg.ReleaseTimeout, "release-timeout", shutdown.DefaultReleaseTimeout, "longest a shutdown is held back while pods are marked (keep below logind's InhibitDelayMaxSec); marks not in by then go on after the release")
+	f.BoolVar(&cfg.BarrierRecordsOnHeartbeat, "barrier-records-on-heartbeat", false, "keep the barrier records of the node's pods (which attempt each worker container was opened for, or stopped for) on the agent's heartbeat Lease, the node's pods in one write, instead of one write on each pod; the controller reads both, and must be of a release that reads the heartbeat's (faultline.dev/barrier-records) before an agent turns this on")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", agentlease.RenewInterval, "how often the agent renews its heartbeat Lease (a renewal holds for four): the controller's sign that the agent is on the node")
 	f.BoolVar(&cfg.TaintUnhealthyGPU, "taint-unhealthy-gpu", false, "also taint a node NoSchedule after a fatal GPU fault")
 	f.StringVar(&cfg.HTTPAddr, "http-address", ":8082", `address of /healthz, /readyz and /metrics ("" disables)`)

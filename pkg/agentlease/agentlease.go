@@ -15,10 +15,12 @@
 package agentlease
 
 import (
+	"encoding/json"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -82,4 +84,40 @@ func Heartbeat(l *coordinationv1.Lease, node string) *exitclass.Heartbeat {
 // Alive reports whether hb says an agent is there at now: it renewed within its duration.
 func Alive(hb *exitclass.Heartbeat, now time.Time) bool {
 	return hb != nil && now.Before(hb.ExpiresAt())
+}
+
+// Records are the barrier records that node's agent keeps on its heartbeat l
+// (v1alpha1.AnnotationBarrierRecords), by pod UID: none when l is not node's heartbeat, or
+// they do not parse. Only a pod of node is to be read with its record (attempt.WithRecord):
+// the agent of a node writes only that node's Lease, and records only its own pods.
+func Records(l *coordinationv1.Lease, node string) map[types.UID]v1alpha1.BarrierRecord {
+	if Heartbeat(l, node) == nil {
+		return nil
+	}
+	raw, ok := l.Annotations[v1alpha1.AnnotationBarrierRecords]
+	if !ok {
+		return nil
+	}
+	recs := map[types.UID]v1alpha1.BarrierRecord{}
+	if json.Unmarshal([]byte(raw), &recs) != nil {
+		return nil
+	}
+	return recs
+}
+
+// SetRecords makes recs the barrier records on l, its node's heartbeat; none removes them.
+func SetRecords(l *coordinationv1.Lease, recs map[types.UID]v1alpha1.BarrierRecord) error {
+	if len(recs) == 0 {
+		delete(l.Annotations, v1alpha1.AnnotationBarrierRecords)
+		return nil
+	}
+	raw, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[v1alpha1.AnnotationBarrierRecords] = string(raw)
+	return nil
 }

@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,47 @@ func BarrierRecord(pod *corev1.Pod) *v1alpha1.BarrierRecord {
 		return nil
 	}
 	return rec
+}
+
+// LaterRecord reports whether a is a later record of a pod's barrier than b (nil: none). A
+// pod's records only move on: to a later container (its restart number), and in one
+// container to a later attempt opened, then to a stop for a later one (a supervising
+// barrier: stopped for n, then opened for n, then stopped for n+1...).
+func LaterRecord(a, b *v1alpha1.BarrierRecord) bool {
+	switch {
+	case a == nil:
+		return false
+	case b == nil:
+		return true
+	case a.Restart != b.Restart:
+		return a.Restart > b.Restart
+	case a.Attempt != b.Attempt:
+		return a.Attempt > b.Attempt
+	}
+	return a.StoppedFor > b.StoppedFor
+}
+
+// WithRecord is pod with rec as its barrier record (v1alpha1.AnnotationBarrierRecord) where
+// rec is later than the record the pod carries (LaterRecord), else pod itself: how the
+// controller and the agent read a record their node's agent keeps on its heartbeat
+// (v1alpha1.AnnotationBarrierRecords) beside those on the pods. The copy shares all but its
+// annotations with pod: callers that read from a cache they must not change get a copy to
+// read.
+func WithRecord(pod *corev1.Pod, rec *v1alpha1.BarrierRecord) *corev1.Pod {
+	if rec == nil || rec.ContainerID == "" || rec.Attempt < 1 || !LaterRecord(rec, BarrierRecord(pod)) {
+		return pod
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return pod
+	}
+	cp := *pod
+	cp.Annotations = maps.Clone(pod.Annotations)
+	if cp.Annotations == nil {
+		cp.Annotations = map[string]string{}
+	}
+	cp.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+	return &cp
 }
 
 // RuntimeID is a status's containerID ("containerd://<id>") as the CRI names it.

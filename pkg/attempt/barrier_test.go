@@ -2,11 +2,14 @@ package attempt
 
 import (
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -219,5 +222,54 @@ func TestSupervisedBarrierState(t *testing.T) {
 	// kubelet restarts the container).
 	if _, waiting := BarrierOf(inWorker(0, "c0", running, record(1, 2))).Waiting(); waiting {
 		t.Error("an exec barrier's stopped worker counted as waiting")
+	}
+}
+
+// TestWithRecord: a pod is read with its node agent's record from the heartbeat only where
+// that record is later than the pod's own (records only move on: a later restart, a later
+// attempt opened, then a stop for a later one), and the pod read is never changed.
+func TestWithRecord(t *testing.T) {
+	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	rec := func(restart, attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
+		return &v1alpha1.BarrierRecord{ContainerID: fmt.Sprintf("c%d", restart), Restart: restart, Attempt: attempt, StoppedFor: stoppedFor}
+	}
+	// A supervising barrier's records, then a restart's, in the order an agent writes them.
+	order := []*v1alpha1.BarrierRecord{rec(0, 1, 0), rec(0, 1, 2), rec(0, 2, 2), rec(0, 2, 3), rec(0, 3, 3), rec(1, 3, 0), rec(1, 4, 0)}
+	for i, a := range order {
+		for j, b := range order {
+			if got := LaterRecord(a, b); got != (i > j) {
+				t.Errorf("LaterRecord(%+v, %+v) = %v, want %v", *a, *b, got, i > j)
+			}
+		}
+		if !LaterRecord(a, nil) || LaterRecord(nil, a) {
+			t.Errorf("%+v against none: want it later, and none never later", *a)
+		}
+	}
+	for name, tc := range map[string]struct {
+		own, node *v1alpha1.BarrierRecord
+		want      *v1alpha1.BarrierRecord
+	}{
+		"only the node's":                {nil, rec(0, 1, 0), rec(0, 1, 0)},
+		"the node's stop, later":         {rec(0, 1, 0), rec(0, 1, 2), rec(0, 1, 2)},
+		"the pod's, later":               {rec(0, 2, 2), rec(0, 1, 2), rec(0, 2, 2)},
+		"the node's for a later restart": {rec(0, 1, 2), rec(1, 2, 0), rec(1, 2, 0)},
+		"none on the node":               {rec(0, 1, 0), nil, rec(0, 1, 0)},
+		"the node's names no container":  {rec(0, 1, 0), &v1alpha1.BarrierRecord{Restart: 3, Attempt: 3}, rec(0, 1, 0)},
+		"the node's names no attempt":    {nil, &v1alpha1.BarrierRecord{ContainerID: "c0"}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := inWorker(0, "c0", running, tc.own)
+			before := pod.DeepCopy()
+			got := WithRecord(pod, tc.node)
+			if !equality.Semantic.DeepEqual(pod, before) {
+				t.Fatal("WithRecord changed the pod it read")
+			}
+			if r := BarrierRecord(got); !reflect.DeepEqual(r, tc.want) {
+				t.Errorf("record read = %+v, want %+v", r, tc.want)
+			}
+			if (got == pod) != reflect.DeepEqual(tc.want, tc.own) {
+				t.Errorf("a copy made %v, want one only for the node's record", got != pod)
+			}
+		})
 	}
 }

@@ -271,6 +271,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.runsOnNodes(ctx, []string{o.GetName()})
 		}), builder.WithPredicates(maintenanceFactsChanged(r.Maintenance))).
+		// An agent's records of its node's barriers (on its heartbeat) move the runs of the
+		// node's pods: a stop recorded may open a gang's barrier, an open make it Running.
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.runsOnNodes(ctx, []string{o.GetName()})
+		}), builder.WithPredicates(nodeRecordsChanged())).
 		Watches(&v1alpha1.NodeMaintenance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			if nm, ok := o.(*v1alpha1.NodeMaintenance); ok {
 				return r.runsOnNodes(ctx, nm.Spec.Nodes)

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
@@ -56,6 +58,7 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 	if err != nil {
 		return nil, err
 	}
+	pods = r.withNodeRecords(ctx, pods)
 	o.all = pods
 	for _, p := range pods {
 		n, ok := attempt.Number(p)
@@ -203,6 +206,44 @@ func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass
 		return nil
 	}
 	return agentlease.Heartbeat(l, node)
+}
+
+// withNodeRecords is pods, each read with the barrier record its node's agent keeps on its
+// heartbeat where that is later than the pod's own (agentlease.Records, attempt.WithRecord):
+// an agent records the stops and opens of its node's pods in one write there. The pods are
+// the cache's; a pod with a later record is a copy.
+func (r *Reconciler) withNodeRecords(ctx context.Context, pods []*corev1.Pod) []*corev1.Pod {
+	byNode := map[string]map[types.UID]v1alpha1.BarrierRecord{}
+	for i, p := range pods {
+		node := p.Spec.NodeName
+		if node == "" {
+			continue
+		}
+		recs, read := byNode[node]
+		if !read {
+			l := &coordinationv1.Lease{}
+			if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err == nil {
+				recs = agentlease.Records(l, node)
+			}
+			byNode[node] = recs
+		}
+		if rec, ok := recs[p.UID]; ok {
+			pods[i] = attempt.WithRecord(p, &rec)
+		}
+	}
+	return pods
+}
+
+// nodeRecordsChanged passes a heartbeat whose barrier records changed (a renewal alone
+// changes none), and a new one that has some.
+func nodeRecordsChanged() predicate.Funcs {
+	records := func(o client.Object) string { return o.GetAnnotations()[v1alpha1.AnnotationBarrierRecords] }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return records(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return records(e.ObjectOld) != records(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 func metav1IsControlledBy(obj client.Object, run *v1alpha1.TrainingRun) bool {

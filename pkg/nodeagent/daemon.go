@@ -24,6 +24,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/pkg/gpu/gpusim"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/heartbeat"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/listen"
 	"github.com/faultline-dev/faultline/pkg/shutdown"
@@ -51,6 +52,10 @@ type DaemonConfig struct {
 	TaintUnhealthyGPU bool
 	// HTTPAddr serves /healthz, /readyz and /metrics ("" disables).
 	HTTPAddr string
+	// BarrierRecordsOnHeartbeat keeps the barrier records of the node's pods on the
+	// heartbeat Lease (heartbeat.Records: one write for the node's pods at once) rather
+	// than on each pod (Writer.RecordBarrier).
+	BarrierRecordsOnHeartbeat bool
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease (zero:
 	// agentlease.RenewInterval); a renewal holds for four intervals.
 	HeartbeatInterval time.Duration
@@ -149,11 +154,13 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	// The heartbeat first: it says an agent is on this node while the rest starts (a wait
 	// for the TrainingRuns can take 20 s). It lasts as long as the agent.
-	if leases, ok := cfg.Client.(Leases); ok {
+	var hb *heartbeat.Heartbeat
+	if leases, ok := cfg.Client.(heartbeat.Leases); ok {
+		hb = heartbeat.New(heartbeat.Config{Client: leases, Node: cfg.Node, Interval: cfg.HeartbeatInterval, Logger: log})
 		heartbeatDone := make(chan struct{})
 		go func() {
 			defer close(heartbeatDone)
-			RunHeartbeat(ctx, HeartbeatConfig{Client: leases, Node: cfg.Node, Interval: cfg.HeartbeatInterval, Logger: log})
+			hb.Run(ctx)
 		}()
 		defer func() { cancel(); <-heartbeatDone }()
 	} else {
@@ -184,11 +191,18 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 	if restarter != nil {
 		defer restarter.Close()
-		restarter.Records = writer // a barrier in the worker container is opened once recorded
+		// A barrier in the worker container is opened once recorded: on each pod, or on
+		// the heartbeat, the node's pods in one write.
+		restarter.Records = writer
+		recorded := pods
+		if hb != nil && cfg.BarrierRecordsOnHeartbeat {
+			records := heartbeat.NewRecords(hb, cfg.Client, cfg.Node, pods, log.With("component", "barrier-records"))
+			restarter.Records, recorded = records, records.Lister(pods)
+		}
 		runs, ok := cfg.Client.(Runs)
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
-		} else if err := runInPlace(ctx, runs, restarter, podInformer, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log); err != nil {
+		} else if err := runInPlace(ctx, runs, restarter, podInformer, recorded, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log); err != nil {
 			// Soft, as a missing runtime: this node's pods are then recreated, never
 			// held at a barrier nobody opens.
 			log.Warn("no in-place restarts on this node", "error", err)

@@ -44,7 +44,7 @@ const inPlaceWorkers = 4
 // of each pod the runtime stopped (inplace.PodStopped). It returns once
 // the runs of the node's pods have been read (so that no decision is read from an empty
 // cache), with the loop and the exit watcher running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, reporter inplace.ExitReporter, noExits func(error), stopped func(context.Context, inplace.SandboxStop), node string, tp *tracing.Provider, log *slog.Logger) error {
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, podLister corelisters.PodLister, reporter inplace.ExitReporter, noExits func(error), stopped func(context.Context, inplace.SandboxStop), node string, tp *tracing.Provider, log *slog.Logger) error {
 	if restarter.Exits() == nil {
 		return errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
@@ -56,7 +56,6 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	if err := runwatch.Probe(pctx, runs); err != nil {
 		return fmt.Errorf("the TrainingRuns could not be listed (is faultline's CRD installed, and may the agent list them?): %w", err)
 	}
-	podLister := corelisters.NewPodLister(podInformer.GetIndexer())
 	var loop *inplace.Loop
 	watched := runwatch.New(runs, podInformer.GetStore(), slimRun, func(ns, name string) { loop.RunChanged(ns, name) }, log.With("component", "runs"))
 	decisions := inplace.StoreDecisions{Runs: watched}

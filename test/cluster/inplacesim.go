@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -26,6 +27,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/coreclient"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/heartbeat"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 )
 
@@ -59,6 +61,9 @@ type InPlaceSim struct {
 	// View, when set, is the agents' view of the runs' decisions, given the one their
 	// informer keeps: a test makes it lag.
 	View func(inplace.Decisions) inplace.Decisions
+	// RecordsOnHeartbeat keeps the agents' barrier records on their nodes' heartbeats
+	// (heartbeat.Records, the agent's --barrier-records-on-heartbeat) instead of on the pods.
+	RecordsOnHeartbeat bool
 }
 
 // SimulateInPlaceWith is SimulateInPlace, changed by sim.
@@ -82,7 +87,13 @@ func (c *Cluster) SimulateInPlaceWith(ctx context.Context, namespace string, sim
 	if sim.View != nil {
 		decisions = sim.View(decisions)
 	}
-	loop := inplace.NewLoop(kwokRuntime{c: c, hold: hold, actedOn: &sync.Map{}}, corelisters.NewPodLister(pods.GetIndexer()), decisions,
+	rt := kwokRuntime{c: c, hold: hold, actedOn: &sync.Map{}}
+	var lister corelisters.PodLister = corelisters.NewPodLister(pods.GetIndexer())
+	if sim.RecordsOnHeartbeat {
+		rt.records = &nodeRecords{core: runs, pods: lister, byNode: map[string]*heartbeat.Records{}}
+		lister = rt.records
+	}
+	loop := inplace.NewLoop(rt, lister, decisions,
 		slog.Default().With("component", "inplace-sim", "namespace", namespace))
 	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun) // as the agent does
 	if _, err := runInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -141,6 +152,8 @@ type kwokRuntime struct {
 	// from. The informer's copy lags the write: until the written status arrives (and
 	// queues the pod again), a sync of the same copy would act twice.
 	actedOn *sync.Map
+	// records, when set, keeps the agents' barrier records on their nodes' heartbeats.
+	records *nodeRecords
 }
 
 // OpenBarrier is Sync with the gang's barrier open: the loop calls it for every open it
@@ -160,6 +173,9 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	}
 	d := inplace.Decide(pod, attempt, barrierOpen)
 	inWorker := inWorkerBarrier(pod)
+	if k.records != nil && inWorker {
+		return k.syncOnHeartbeat(ctx, pod, d, attempt)
+	}
 	if d.Action == inplace.ActionStopWorkers && inWorker {
 		// The agent records the stop first (Writer.RecordStopped), the kubelet then writes
 		// the pod restarted.
@@ -212,6 +228,114 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	}
 	k.actedOn.Store(pod.UID, pod.ResourceVersion)
 	return d.Action, nil
+}
+
+// syncOnHeartbeat carries d out for pod, whose barrier is its worker's entrypoint, with the
+// agent's records on its node's heartbeat: a stop is recorded there (heartbeat.Records), and
+// then, unless the barrier supervises its worker (it waits again in the same container), the
+// kubelet writes the pod restarted; an open is recorded there and writes nothing else.
+func (k kwokRuntime) syncOnHeartbeat(ctx context.Context, pod *corev1.Pod, d inplace.Decision, n int) (inplace.Action, error) {
+	recs := k.records.of(pod.Spec.NodeName)
+	supervised := attempt.BarrierOf(pod).Supervises
+	switch {
+	case d.Action == inplace.ActionStopWorkers:
+		if err := recs.RecordStopped(ctx, pod, d.Containers[0], n); err != nil {
+			return d.Action, conflictIsWait(err)
+		}
+		if supervised {
+			return d.Action, nil
+		}
+		pod = recs.Pod(pod)
+	case !supervised && stoppedNotRestarted(pod):
+	case d.Action == inplace.ActionOpenBarrier:
+		if err := recs.RecordBarrier(ctx, pod, recordOf(pod, n)); err != nil {
+			return d.Action, conflictIsWait(err)
+		}
+		return d.Action, nil
+	default:
+		return d.Action, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion}, "status": restartedInWorker(pod, metav1.Now())})
+	if err != nil {
+		return d.Action, err
+	}
+	_, err = k.c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return d.Action, conflictIsWait(fmt.Errorf("%s pod %s/%s: %w", d.Action, pod.Namespace, pod.Name, err))
+	}
+	k.actedOn.Store(pod.UID, pod.ResourceVersion)
+	return d.Action, nil
+}
+
+// conflictIsWait is no error for a conflict: the informer brings the fresh pod, which queues
+// it again.
+func conflictIsWait(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// nodeRecords are the simulated agents' records, each node's on its heartbeat, and the pods
+// as they read them (a lister of pods with their node's records).
+type nodeRecords struct {
+	core   *coreclient.Client
+	pods   corelisters.PodLister
+	mu     sync.Mutex
+	byNode map[string]*heartbeat.Records
+}
+
+func (r *nodeRecords) of(node string) *heartbeat.Records {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if recs, ok := r.byNode[node]; ok {
+		return recs
+	}
+	// Each write renews the heartbeat, for as long as the simulated one holds.
+	hb := heartbeat.New(heartbeat.Config{Client: r.core, Node: node, Interval: simulatedHeartbeat / 4, Duration: simulatedHeartbeat})
+	recs := heartbeat.NewRecords(hb, r.core, node, r.pods, slog.Default().With("component", "inplace-sim-records", "node", node))
+	r.byNode[node] = recs
+	return recs
+}
+
+func (r *nodeRecords) pod(p *corev1.Pod) *corev1.Pod {
+	if p.Spec.NodeName == "" {
+		return p
+	}
+	return r.of(p.Spec.NodeName).Pod(p)
+}
+
+func (r *nodeRecords) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	pods, err := r.pods.List(sel)
+	for i := range pods {
+		pods[i] = r.pod(pods[i])
+	}
+	return pods, err
+}
+
+func (r *nodeRecords) Pods(namespace string) corelisters.PodNamespaceLister {
+	return nodeRecordsIn{r: r, ns: r.pods.Pods(namespace)}
+}
+
+type nodeRecordsIn struct {
+	r  *nodeRecords
+	ns corelisters.PodNamespaceLister
+}
+
+func (l nodeRecordsIn) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	pods, err := l.ns.List(sel)
+	for i := range pods {
+		pods[i] = l.r.pod(pods[i])
+	}
+	return pods, err
+}
+
+func (l nodeRecordsIn) Get(name string) (*corev1.Pod, error) {
+	p, err := l.ns.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	return l.r.pod(p), nil
 }
 
 // recordStopped writes what the node agent writes once the runtime stopped the worker of a
@@ -442,4 +566,34 @@ func (c *Cluster) AgentHeartbeat(ctx context.Context, node string, d time.Durati
 		return fmt.Errorf("heartbeat of node %s: %w", node, err)
 	}
 	return nil
+}
+
+// WithNodeRecords is pods, each read with the barrier record its node's agent keeps on its
+// heartbeat where that is later than its own (attempt.WithRecord), as the controller reads
+// them.
+func (c *Cluster) WithNodeRecords(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	byNode := map[string]map[types.UID]v1alpha1.BarrierRecord{}
+	out := make([]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p
+		node := p.Spec.NodeName
+		if node == "" {
+			continue
+		}
+		recs, read := byNode[node]
+		if !read {
+			l, err := c.Client.CoordinationV1().Leases(agentlease.Namespace).Get(ctx, agentlease.Name(node), metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("read the barrier records of node %s: %w", node, err)
+			}
+			if err == nil {
+				recs = agentlease.Records(l, node)
+			}
+			byNode[node] = recs
+		}
+		if rec, ok := recs[p.UID]; ok {
+			out[i] = attempt.WithRecord(p, &rec)
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,7 +32,7 @@ const kwokBarrierImage = "localhost/faultline/barrier:kwok"
 // with restartMode InPlace, jobAttempt 1 and the moved index recorded.
 func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, false)
+	inPlaceRestartOnKwok(t, false, false)
 }
 
 // TestE2EInPlaceRestartOnKwokBarrierInWorker is the same restart with the controller's
@@ -40,12 +42,34 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 // (faultline.dev/barrier-record) is what says which attempt a pod's worker runs.
 func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, true)
+	inPlaceRestartOnKwok(t, true, false)
 }
 
-func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
-	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker)}
+// TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat is the same restart with barriers that
+// supervise their workers (--barrier-supervises) and the agents' records on their nodes'
+// heartbeats (the agent's --barrier-records-on-heartbeat): a restart in place writes no pod
+// of the nodes it keeps, neither the kubelet (the barrier stops its worker and waits again in
+// the same container) nor the agent (a node's stops, then its opens, are one write of its
+// heartbeat); the controller reads the records there.
+func TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat(t *testing.T) {
+	t.Parallel()
+	inPlaceRestartOnKwok(t, true, true)
+}
+
+// inPlaceRestartOnKwok: with onHeartbeat, the barriers supervise their workers and the
+// records are on the heartbeats.
+func inPlaceRestartOnKwok(t *testing.T, inWorker, onHeartbeat bool) {
+	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker), fmt.Sprintf("--barrier-supervises=%v", onHeartbeat)}
 	ctx, c, ns, _ := scenario(t, args...)
+	// The pods as the controller reads them: with their nodes' records.
+	recorded := func(ps []*corev1.Pod) []*corev1.Pod {
+		t.Helper()
+		out, err := c.WithNodeRecords(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 	nodes, onPool := nodePool(ctx, t, c, ns, 2)
 	for _, n := range nodes {
 		if err := c.MakeInPlaceCapable(ctx, n); err != nil {
@@ -54,7 +78,10 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 	}
 	var held atomic.Value // the name of a pod whose agent does not act
 	held.Store("")
-	if err := c.SimulateInPlace(ctx, ns, func(p *corev1.Pod) bool { return p.Name == held.Load().(string) }); err != nil {
+	if err := c.SimulateInPlaceWith(ctx, ns, cluster.InPlaceSim{
+		Hold:               func(p *corev1.Pod) bool { return p.Name == held.Load().(string) },
+		RecordsOnHeartbeat: onHeartbeat,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	run, pods := runningRun(ctx, t, c, ns, newRun("inplace", 4, withoutGPUs(), onPool, func(r *v1alpha1.TrainingRun) {
@@ -69,7 +96,10 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 	if _, place := attempt.BarrierContainer(&job.Spec.Template.Spec); place != want {
 		t.Fatalf("attempt 1's Job has its barrier at %v, want %v: the run does not restart in place as asked", place, want)
 	}
-	for _, p := range pods {
+	for _, p := range recorded(slices.Collect(maps.Values(pods))) {
+		if onHeartbeat && p.Annotations[v1alpha1.AnnotationBarrierRecord] == "" {
+			t.Errorf("pod %s has no record on its node's heartbeat", p.Name)
+		}
 		if n, _ := attempt.Running(p); n != 1 || inWorker && !attempt.BarrierOf(p).OpenedFor(1) {
 			t.Errorf("pod %s runs attempt %d (opened for 1: %v), want 1, opened", p.Name, n, attempt.BarrierOf(p).OpenedFor(1))
 		}
@@ -89,7 +119,7 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 	// agent has not acted: the barrier stays shut.
 	held1, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(ps []*corev1.Pod) (bool, error) {
 		waiting := 0
-		for _, p := range ps {
+		for _, p := range recorded(ps) {
 			if (p.UID == pods[0].UID || p.UID == pods[2].UID) && barrierWaits(p) {
 				waiting++
 			}
@@ -102,7 +132,7 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 	if inWorker {
 		// Their agents recorded the stops of their attempt-1 workers, as the agent does
 		// before the kubelet restarts the pod (Writer.RecordStopped).
-		for _, p := range held1 {
+		for _, p := range recorded(held1) {
 			if rec := attempt.BarrierRecord(p); (p.UID == pods[0].UID || p.UID == pods[2].UID) && (rec == nil || rec.Attempt != 1 || rec.StoppedFor != 2) {
 				t.Errorf("pod %s waits at its barrier with the record %+v, want its attempt-1 worker's, stopped for 2", p.Name, rec)
 			}
@@ -145,7 +175,7 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 			continue
 		}
 		p := byIndex[i][0]
-		n, _ := attempt.Running(&p)
+		n, _ := attempt.Running(recorded([]*corev1.Pod{&p})[0])
 		if n != 2 {
 			t.Errorf("index %d pod %s runs attempt %d, want 2", i, p.Name, n)
 		}
@@ -157,6 +187,10 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker bool) {
 		}
 		if p.UID != pods[i].UID || p.Spec.NodeName != pods[i].Spec.NodeName {
 			t.Errorf("index %d: pod %s on %s, want attempt 1's %s on %s, restarted in place", i, p.Name, p.Spec.NodeName, pods[i].Name, pods[i].Spec.NodeName)
+		}
+		if onHeartbeat && i != 3 && p.ResourceVersion != pods[i].ResourceVersion {
+			t.Errorf("index %d: pod %s written during its restart in place (resourceVersion %s, then %s): want its stop and open on its node's heartbeat alone",
+				i, p.Name, pods[i].ResourceVersion, p.ResourceVersion)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package nodeagent
+package heartbeat
 
 import (
 	"context"
@@ -27,6 +27,8 @@ type fakeLeases struct {
 	failWrites int
 	err        error
 	writes     chan struct{}
+	// gate, when set, holds every write until it is closed.
+	gate chan struct{}
 }
 
 var _ Leases = &fakeLeases{}
@@ -50,6 +52,9 @@ func (f *fakeLeases) UpdateLease(_ context.Context, l *coordinationv1.Lease) (*c
 }
 
 func (f *fakeLeases) write(l *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
+	if f.gate != nil {
+		<-f.gate
+	}
 	f.mu.Lock()
 	defer func() {
 		f.mu.Unlock()
@@ -94,7 +99,7 @@ func TestHeartbeatRenewsAndRecovers(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		RunHeartbeat(ctx, HeartbeatConfig{Client: api, Node: "gpu-1", Interval: 10 * time.Second, Clock: clk,
+		Run(ctx, Config{Client: api, Node: "gpu-1", Interval: 10 * time.Second, Clock: clk,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}()
 	wait := func(what string) {

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/faultline-dev/faultline/api/scheme"
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+)
+
+// TestInPlaceOpensOnTheNodesRecords: a gang of supervising barriers restarted in place, each
+// worker recorded on its pod as running attempt 1; the agents record the stops for attempt 2
+// on their heartbeats (agentlease.Records), one write per node. The gang's barrier opens on
+// those records, and only on the records of a pod's own node: a record of gpu-0's pod on
+// gpu-1's heartbeat (an agent writing for a pod of another node) counts for nothing.
+func TestInPlaceOpensOnTheNodesRecords(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// on names, for each pod, the node whose heartbeat carries its stop; "" none.
+		on   [2]string
+		open bool
+	}{
+		{"every stop on its node's heartbeat", [2]string{"gpu-0", "gpu-1"}, true},
+		{"one stop not recorded yet", [2]string{"gpu-0", ""}, false},
+		{"one stop on another node's heartbeat", [2]string{"gpu-1", "gpu-1"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Second)
+			decided := metav1.NewTime(now.Add(-2 * time.Second))
+			run := &v1alpha1.TrainingRun{
+				ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+				Spec: v1alpha1.TrainingRunSpec{
+					Workers: 2, Framework: v1alpha1.FrameworkNone,
+					FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+						{Name: "worker", Image: "trainer", Command: []string{"train"}}}}},
+				},
+				Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Restarts: v1alpha1.RestartCounts{Infrastructure: 1}, Attempts: []v1alpha1.AttemptRecord{
+					{Attempt: 1, EndTime: &decided},
+					{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided},
+				}},
+			}
+			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+			job.UID = "uid-job-1"
+			objs := []client.Object{run, job}
+			leases := map[string]map[types.UID]v1alpha1.BarrierRecord{}
+			for i := range 2 {
+				p, err := attempt.Pod(job, i, attempt.PodOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				node := fmt.Sprintf("gpu-%d", i)
+				p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
+				p.Spec.NodeName = node
+				p.Status.Phase = corev1.PodRunning
+				id := fmt.Sprintf("c%d", i)
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: decided}}}}
+				ran := v1alpha1.BarrierRecord{ContainerID: id, Attempt: 1}
+				raw, _ := json.Marshal(ran)
+				p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+				objs = append(objs, p, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+				if on := c.on[i]; on != "" {
+					stopped := ran
+					stopped.StoppedFor = 2
+					if leases[on] == nil {
+						leases[on] = map[types.UID]v1alpha1.BarrierRecord{}
+					}
+					leases[on][p.UID] = stopped
+				}
+			}
+			for i := range 2 {
+				node := fmt.Sprintf("gpu-%d", i)
+				l := agentlease.New(node, now, agentlease.Duration)
+				if err := agentlease.SetRecords(l, leases[node]); err != nil {
+					t.Fatal(err)
+				}
+				objs = append(objs, l)
+			}
+			cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
+			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+			got, _ := reconcileRun(t, r, cl, run)
+			if opened := attempt.Record(got).BarrierOpenedAt != nil; opened != c.open {
+				t.Errorf("the gang's barrier open: %v, want %v (conditions %+v)", opened, c.open, got.Status.Conditions)
+			}
+			// The cache's pods are read, never written: the records stay on the heartbeats.
+			p := &corev1.Pod{}
+			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: "ml", Name: attempt.PodName(job, 0, 1)}, p); err != nil {
+				t.Fatal(err)
+			}
+			if rec := attempt.BarrierRecord(p); rec == nil || rec.StoppedFor != 0 {
+				t.Errorf("pod 0's own record %+v: want attempt 1's, unchanged", rec)
+			}
+		})
+	}
+}
