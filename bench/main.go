@@ -64,6 +64,7 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
+	supervise := flag.Bool("inplace-supervise", false, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-supervises), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat); else the barrier is an init container and the simulated kubelets write each step")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
@@ -74,7 +75,7 @@ func main() {
 	if err != nil {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
-	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS, hangTimeout: *hangTimeout,
+	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS, hangTimeout: *hangTimeout, inPlaceSupervise: *supervise,
 		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow,
 			gpusPerNode: *steadyGPUs, schedulerQPS: *steadySchedulerQPS}}
@@ -157,6 +158,9 @@ var systemDescriptions = map[string]string{
 	flagJobSetDefault:    "JobSet v0.12.0 with its default policy (maxRestarts 3, backoffLimit 0)",
 }
 
+// inPlaceSupervisedDescription is faultline (in place)'s with -inplace-supervise.
+const inPlaceSupervisedDescription = "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can, its workers with a command, their barrier their container's entrypoint supervising them (launcher controller --barrier-supervises); the bench plays each node's agent (its own decisions, its records on its node's heartbeat as nodeagent --barrier-records-on-heartbeat keeps them) and kubelet, which writes nothing for a pod restarted in place (its container goes on); kwok starts new pods, as for every system"
+
 // render writes the plots next to the report and returns the report.
 func render(sessions []*session, cfg config, path string, took time.Duration) (string, error) {
 	var b strings.Builder
@@ -172,7 +176,11 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 		strings.Join(os.Args[1:], " "), measured, took.Round(time.Second))
 	var described []string
 	for _, sys := range cfg.systems {
-		described = append(described, systemDescriptions[sys])
+		d := systemDescriptions[sys]
+		if sys == flagFaultlineInPlace && cfg.inPlaceSupervise {
+			d = inPlaceSupervisedDescription
+		}
+		described = append(described, d)
 	}
 	fmt.Fprintf(&b, "Systems: %s.", strings.Join(described, "; "))
 	if cfg.measuresFloor() {

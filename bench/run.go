@@ -57,6 +57,9 @@ type config struct {
 	// hangTimeout is the framework's timeout that ends a hung worker for the systems that
 	// wait for it (scenario hung): added to their measured restart, not waited.
 	hangTimeout time.Duration
+	// inPlaceSupervise: the in-place system's barriers supervise their workers and the
+	// simulated agents keep their records on their nodes' heartbeats (no pod write per step).
+	inPlaceSupervise bool
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
@@ -220,7 +223,7 @@ func session1(ctx context.Context, cfg config, bin binaries, shape sessionShape,
 		// The simulated agents go with the session's cluster, not with the whole bench.
 		simCtx, stopSim := context.WithCancel(ctx)
 		defer stopSim()
-		if err := c.SimulateInPlace(simCtx, namespace, nil); err != nil {
+		if err := c.SimulateInPlaceWith(simCtx, namespace, cluster.InPlaceSim{RecordsOnHeartbeat: cfg.inPlaceSupervise}); err != nil {
 			return nil, err
 		}
 	}
@@ -257,6 +260,9 @@ func (b *bench) startController(ctx context.Context) error {
 	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
 		// No container runs it: kwok plays the kubelet (stages/pod-*-barrier.yaml).
 		b.ctrl.Args = append(b.ctrl.Args, "--barrier-image", benchBarrierImage)
+		if b.cfg.inPlaceSupervise {
+			b.ctrl.Args = append(b.ctrl.Args, "--barrier-supervises")
+		}
 	}
 	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
 	if err != nil {
@@ -277,7 +283,7 @@ func (b *bench) systems() []system {
 		case flagFaultlineKueue:
 			out = append(out, faultlineKueue{faultline{runs: b.runs}})
 		case flagFaultlineInPlace:
-			out = append(out, faultlineInPlace{faultline{runs: b.runs, mode: v1alpha1.RestartModeInPlace}})
+			out = append(out, faultlineInPlace{faultline: faultline{runs: b.runs, mode: v1alpha1.RestartModeInPlace}, supervise: b.cfg.inPlaceSupervise})
 		case flagJob:
 			out = append(out, bareJob{c: b.c})
 		case flagJobSet:
@@ -333,6 +339,8 @@ func gpuWorker() corev1.PodSpec {
 		// would be the worker's entrypoint, whose open the node agent records on the pod,
 		// which the bench's admission policies let only the agent of the pod's node write:
 		// the simulated node side (cluster.SimulateInPlace) writes as the cluster's admin.
+		// With -inplace-supervise the in-place runs get one (faultlineInPlace.create), and
+		// the records go on the nodes' heartbeats.
 		Containers: []corev1.Container{{Name: "worker", Image: "trainer:latest", Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")},
 		}}},

@@ -46,7 +46,7 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 	if err := s.create(ctx, name, n); err != nil {
 		return nil, fmt.Errorf("create %s %s: %w", s.name(), name, err)
 	}
-	pods, err := b.c.WaitPods(ctx, namespace, s.selector(name), generation(s, n, 0, nil))
+	pods, err := b.waitPods(ctx, s, name, generation(s, n, 0, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +57,15 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 		}
 	}
 	return byIndex, nil
+}
+
+// waitPods waits until cond holds for the gang's pods, read with their nodes' barrier
+// records where s keeps them on the heartbeats.
+func (b *bench) waitPods(ctx context.Context, s system, name string, cond func([]*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
+	if r, ok := s.(interface{ recordsOnHeartbeat() bool }); ok && r.recordsOnHeartbeat() {
+		return b.c.WaitPodsWithRecords(ctx, namespace, s.selector(name), cond)
+	}
+	return b.c.WaitPods(ctx, namespace, s.selector(name), cond)
 }
 
 // generation holds once n pods of the generation after restarts are Running, none of
@@ -483,7 +492,7 @@ func (b *bench) restartedOrFailed(ctx context.Context, s system, name string, n 
 	}
 	done := make(chan result, 2)
 	go func() {
-		_, err := b.c.WaitPods(ctx, namespace, s.selector(name), generation(s, n, 1, failed))
+		_, err := b.waitPods(ctx, s, name, generation(s, n, 1, failed))
 		done <- result{true, err}
 	}()
 	go func() {

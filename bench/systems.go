@@ -130,9 +130,25 @@ func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
 // on nodes that can: the workers on healthy nodes restart in their pods, the shut-down node's
 // indexes get new pods. kwok plays the kubelet's part and the bench the node agent's
 // (cluster.SimulateInPlace: the agent's own decisions, its runtime calls as labels).
-type faultlineInPlace struct{ faultline }
+type faultlineInPlace struct {
+	faultline
+	// supervise: the workers have a command, so their barrier is its entrypoint, and it
+	// supervises them (bench -inplace-supervise).
+	supervise bool
+}
 
 func (faultlineInPlace) name() string { return sysFaultlineInPlace }
+
+func (s faultlineInPlace) create(ctx context.Context, name string, n int) error {
+	run := s.run(name, n)
+	if s.supervise {
+		run.Spec.Template.Spec.Containers[0].Command = []string{"/train"}
+	}
+	return s.runs.Create(ctx, run)
+}
+
+// recordsOnHeartbeat: its pods' barrier records are on their nodes' heartbeats.
+func (s faultlineInPlace) recordsOnHeartbeat() bool { return s.supervise }
 
 // current: a pod restarted in place keeps the label of the attempt it was made for; it runs
 // the attempt its barrier last opened for.

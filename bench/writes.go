@@ -25,12 +25,15 @@ const (
 	writeEvent     = "events"
 	writeJob       = "Jobs"
 	writeRun       = "runs"
+	writeLease     = "Leases"
 	writeOther     = "other"
 )
 
 // writeKinds are the columns of the writes table, in order.
 // runs: the systems' own objects (TrainingRuns, JobSets), status included.
-var writeKinds = []string{writePodCreate, writePodDelete, writePodPatch, writePodStatus, writeBinding, writeEvent, writeJob, writeRun, writeOther}
+// Leases: the nodes' and the node agents' heartbeats, and what the agents keep on theirs
+// (their pods' barrier records, nodeagent --barrier-records-on-heartbeat).
+var writeKinds = []string{writePodCreate, writePodDelete, writePodPatch, writePodStatus, writeBinding, writeEvent, writeJob, writeRun, writeLease, writeOther}
 
 // writeCounts counts successful writes by kind (writeKinds).
 type writeCounts map[string]float64
@@ -91,6 +94,8 @@ func writeKind(resource, subresource, verb string) string {
 		return writeJob
 	case resource == v1alpha1.ResourceTrainingRun || resource == cluster.JobSetGVR.Resource:
 		return writeRun
+	case resource == "leases":
+		return writeLease
 	case resource != "pods":
 		return writeOther
 	case subresource == "status":
@@ -116,7 +121,7 @@ func (b *bench) apiWrites(ctx context.Context) (writeCounts, error) {
 
 // writesTable: every write the API server took from the fault until every worker ran again
 // (from the Job's creation, for the floor), whoever sent it, the median of the rounds kind by
-// kind. The machine does nothing else meanwhile but heartbeats and leases (in other).
+// kind. The machine does nothing else meanwhile but heartbeats (Leases).
 func (r *session) writesTable(b *strings.Builder, scenario string) {
 	systems := r.systems(scenario)
 	measured := false

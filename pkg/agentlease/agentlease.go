@@ -19,11 +19,13 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -120,4 +122,27 @@ func SetRecords(l *coordinationv1.Lease, recs map[types.UID]v1alpha1.BarrierReco
 	}
 	l.Annotations[v1alpha1.AnnotationBarrierRecords] = string(raw)
 	return nil
+}
+
+// WithRecords is pods as the controller reads them: each with the record its node's agent
+// keeps on its heartbeat where that is later than its own (attempt.WithRecord); lease gives a
+// node's heartbeat, nil if none. pods is changed in place (a pod with a later record is a
+// copy: the pods read are never written).
+func WithRecords(pods []*corev1.Pod, lease func(node string) *coordinationv1.Lease) []*corev1.Pod {
+	byNode := map[string]map[types.UID]v1alpha1.BarrierRecord{}
+	for i, p := range pods {
+		node := p.Spec.NodeName
+		if node == "" {
+			continue
+		}
+		recs, read := byNode[node]
+		if !read {
+			recs = Records(lease(node), node)
+			byNode[node] = recs
+		}
+		if rec, ok := recs[p.UID]; ok {
+			pods[i] = attempt.WithRecord(p, &rec)
+		}
+	}
+	return pods
 }

@@ -424,6 +424,25 @@ func (b Barrier) OpenedFor(n int32) bool {
 	return ok && m >= n
 }
 
+// RecordedRunning reports whether the node agent's record says the pod's worker runs attempt
+// n (or later) where the kubelet's status does not show it yet: a barrier in the worker
+// container that the agent opened for n, its container running as the status shows it, or
+// a container the status does not show yet (the agent opens on the runtime's start event,
+// the kubelet reports the start after its relist and a status write: on a node starting 16
+// pods, 2-3 s later). Not for a container the status shows ended, or one that waits again.
+func (b Barrier) RecordedRunning(n int32) bool {
+	if b.Place != BarrierInWorker || b.Record == nil || b.Record.Attempt < n || b.waitsAgain() {
+		return false
+	}
+	switch current, gone := b.record(); {
+	case gone:
+		return false
+	case current:
+		return b.Status.State.Running != nil
+	}
+	return true // the status lags the record
+}
+
 // Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
 // or, for a pod that restarts in place, the later one its barrier last opened for (the
 // barrier's termination message, which the kubelet keeps in the status while those workers

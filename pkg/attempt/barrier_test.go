@@ -273,3 +273,33 @@ func TestWithRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordedRunning: the agent's record of an open counts a worker as running before the
+// kubelet's status shows its container (the status lags the runtime's start), and never
+// once the status shows it ended, a later container, or the barrier waiting again.
+func TestRecordedRunning(t *testing.T) {
+	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	ended := &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}
+	rec := func(id string, restart, attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
+		return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt, StoppedFor: stoppedFor}
+	}
+	supervised := func(p *corev1.Pod) *corev1.Pod { p.Spec.Containers[0].Command[1] = barrier.CommandSupervise; return p }
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"opened for 2, shown running":            {inWorker(0, "c0", running, rec("c0", 0, 2, 0)), true},
+		"opened for 2, no status yet":            {inWorker(0, "", nil, rec("c0", 0, 2, 0)), true},
+		"opened for 2, an earlier one shown":     {inWorker(0, "cX", running, rec("c1", 1, 2, 0)), true},
+		"opened for 2, shown ended":              {inWorker(0, "c0", ended, rec("c0", 0, 2, 0)), false},
+		"opened for 2, a later one shown":        {inWorker(1, "c1", running, rec("c0", 0, 2, 0)), false},
+		"opened for 1 only":                      {inWorker(0, "c0", running, rec("c0", 0, 1, 0)), false},
+		"no record":                              {inWorker(0, "c0", running, nil), false},
+		"supervised, opened for 2":               {supervised(inWorker(0, "c0", running, rec("c0", 0, 2, 2))), true},
+		"supervised, stopped for 3: waits again": {supervised(inWorker(0, "c0", running, rec("c0", 0, 2, 3))), false},
+	} {
+		if got := BarrierOf(tc.pod).RecordedRunning(2); got != tc.want {
+			t.Errorf("%s: RecordedRunning(2) = %v, want %v", name, got, tc.want)
+		}
+	}
+}

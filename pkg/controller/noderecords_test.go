@@ -110,3 +110,66 @@ func TestInPlaceOpensOnTheNodesRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestInPlaceRunningOnTheNodesRecords: once the gang's barrier opened, a moved index's new
+// pod whose agent recorded its open (on its heartbeat) counts as ready before its kubelet
+// shows it started: the run is Running on the records. A worker with a readiness probe
+// waits for the kubelet's Ready, which only the kubelet can tell.
+func TestInPlaceRunningOnTheNodesRecords(t *testing.T) {
+	for _, probe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readiness probe %v", probe), func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Second)
+			opened := metav1.NewTime(now.Add(-2 * time.Second))
+			run := &v1alpha1.TrainingRun{
+				ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+				Spec: v1alpha1.TrainingRunSpec{
+					Workers: 2, Framework: v1alpha1.FrameworkNone,
+					FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+						{Name: "worker", Image: "trainer", Command: []string{"train"}}}}},
+				},
+				Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Restarts: v1alpha1.RestartCounts{Infrastructure: 1}, Attempts: []v1alpha1.AttemptRecord{
+					{Attempt: 1, EndTime: &opened},
+					{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, MovedIndexes: []int32{1}, StartTime: &opened, BarrierOpenedAt: &opened},
+				}},
+			}
+			if probe {
+				run.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+			}
+			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+			job.UID = "uid-job-1"
+			// Index 0 kept in place on gpu-0, Ready all along; index 1's new pod on gpu-0, made
+			// for attempt 2, its status not written since its kubelet bound it.
+			kept, err := attempt.Pod(job, 0, attempt.PodOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved, err := attempt.Pod(job, 1, attempt.PodOptions{Attempt: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept.UID, moved.UID = "uid-0", "uid-1-2"
+			kept.Spec.NodeName, moved.Spec.NodeName = "gpu-0", "gpu-0"
+			kept.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://c0", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: opened}}}}}
+			moved.Status = corev1.PodStatus{Phase: corev1.PodPending}
+			l := agentlease.New("gpu-0", now, agentlease.Duration)
+			if err := agentlease.SetRecords(l, map[types.UID]v1alpha1.BarrierRecord{
+				kept.UID:  {ContainerID: "c0", Attempt: 2, StoppedFor: 2},
+				moved.UID: {ContainerID: "c1", Attempt: 2},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+				WithObjects(run, job, kept, moved, l, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}).
+				WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
+			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+			got, _ := reconcileRun(t, r, cl, run)
+			if running := got.Status.Phase == v1alpha1.PhaseRunning; running == probe {
+				t.Errorf("phase %s, ready workers %d; want Running %v", got.Status.Phase, got.Status.ReadyWorkers, !probe)
+			}
+		})
+	}
+}

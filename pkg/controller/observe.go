@@ -213,25 +213,13 @@ func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass
 // an agent records the stops and opens of its node's pods in one write there. The pods are
 // the cache's; a pod with a later record is a copy.
 func (r *Reconciler) withNodeRecords(ctx context.Context, pods []*corev1.Pod) []*corev1.Pod {
-	byNode := map[string]map[types.UID]v1alpha1.BarrierRecord{}
-	for i, p := range pods {
-		node := p.Spec.NodeName
-		if node == "" {
-			continue
+	return agentlease.WithRecords(pods, func(node string) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err != nil {
+			return nil
 		}
-		recs, read := byNode[node]
-		if !read {
-			l := &coordinationv1.Lease{}
-			if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err == nil {
-				recs = agentlease.Records(l, node)
-			}
-			byNode[node] = recs
-		}
-		if rec, ok := recs[p.UID]; ok {
-			pods[i] = attempt.WithRecord(p, &rec)
-		}
-	}
-	return pods
+		return l
+	})
 }
 
 // nodeRecordsChanged passes a heartbeat whose barrier records changed (a renewal alone
@@ -266,6 +254,24 @@ func podLive(p *corev1.Pod) bool {
 func workerRuns(p *corev1.Pod, n int32) bool {
 	b := attempt.BarrierOf(p)
 	return b.Place != attempt.BarrierInWorker || b.OpenedFor(n)
+}
+
+// recordedReady says whether pod counts as ready for attempt n on its node agent's word
+// before its kubelet's: its barrier in the worker container opened for n, in a container
+// the runtime started (attempt.Barrier.RecordedRunning), and nothing but a started container
+// makes it Ready (no readiness or startup probe). A pod restarted in place shows Ready all
+// along; a moved index's new pod is shown Ready by its kubelet's status write, which on a
+// node starting many pods comes seconds after the runtime's start.
+func recordedReady(p *corev1.Pod, n int32) bool {
+	if p.DeletionTimestamp != nil || !podLive(p) || !attempt.BarrierOf(p).RecordedRunning(n) {
+		return false
+	}
+	for _, c := range p.Spec.Containers {
+		if c.ReadinessProbe != nil || c.StartupProbe != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func podReady(p *corev1.Pod) bool {

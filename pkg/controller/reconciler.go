@@ -287,7 +287,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	ready, bound := int32(0), int32(0)
 	workers := obs.workers()
 	for _, p := range workers {
-		if podReady(p) && workerRuns(p, st.Attempt) {
+		if podReady(p) && workerRuns(p, st.Attempt) || recordedReady(p, st.Attempt) {
 			ready++
 		}
 		if p.Spec.NodeName != "" {

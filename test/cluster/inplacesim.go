@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -572,28 +573,16 @@ func (c *Cluster) AgentHeartbeat(ctx context.Context, node string, d time.Durati
 // heartbeat where that is later than its own (attempt.WithRecord), as the controller reads
 // them.
 func (c *Cluster) WithNodeRecords(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	byNode := map[string]map[types.UID]v1alpha1.BarrierRecord{}
-	out := make([]*corev1.Pod, len(pods))
-	for i, p := range pods {
-		out[i] = p
-		node := p.Spec.NodeName
-		if node == "" {
-			continue
+	var err error
+	out := agentlease.WithRecords(slices.Clone(pods), func(node string) *coordinationv1.Lease {
+		l, gerr := c.Client.CoordinationV1().Leases(agentlease.Namespace).Get(ctx, agentlease.Name(node), metav1.GetOptions{})
+		if gerr != nil && !apierrors.IsNotFound(gerr) && err == nil {
+			err = fmt.Errorf("read the barrier records of node %s: %w", node, gerr)
 		}
-		recs, read := byNode[node]
-		if !read {
-			l, err := c.Client.CoordinationV1().Leases(agentlease.Namespace).Get(ctx, agentlease.Name(node), metav1.GetOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("read the barrier records of node %s: %w", node, err)
-			}
-			if err == nil {
-				recs = agentlease.Records(l, node)
-			}
-			byNode[node] = recs
+		if gerr != nil {
+			return nil
 		}
-		if rec, ok := recs[p.UID]; ok {
-			out[i] = attempt.WithRecord(p, &rec)
-		}
-	}
-	return out, nil
+		return l
+	})
+	return out, err
 }

@@ -25,16 +25,7 @@ import (
 // (sorted by name) as soon as cond holds for it. The condition sees every change, so a test
 // can also record what it observed on the way (e.g. two live pods of one index).
 func (c *Cluster) WaitPods(ctx context.Context, namespace string, selector labels.Selector, cond func(pods []*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector.String()
-			return c.Client.CoreV1().Pods(namespace).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector.String()
-			return c.Client.CoreV1().Pods(namespace).Watch(ctx, o)
-		},
-	}
+	lw := c.podListWatch(namespace, selector)
 	live := map[types.UID]*corev1.Pod{}
 	snapshot := func() []*corev1.Pod {
 		out := make([]*corev1.Pod, 0, len(live))
@@ -204,4 +195,78 @@ func (c *Cluster) WaitAgentHeartbeat(ctx context.Context, node string, since tim
 		return fmt.Errorf("node agent of %s: no heartbeat since %s (last renewed %s): %w", node, since.UTC().Format(time.RFC3339), renewed, err)
 	}
 	return nil
+}
+
+// WaitPodsWithRecords is WaitPods for pods read as the controller reads them: each with the
+// barrier record its node's agent keeps on its heartbeat (WithNodeRecords), the condition
+// seeing every change of the pods and of the heartbeats. With the records there, a pod's
+// worker is opened without any write of the pod.
+func (c *Cluster) WaitPodsWithRecords(ctx context.Context, namespace string, selector labels.Selector, cond func(pods []*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pods := cache.NewSharedIndexInformer(c.podListWatch(namespace, selector), &corev1.Pod{}, 0, cache.Indexers{})
+	leases := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(c.Client.CoordinationV1().RESTClient(), "leases", agentlease.Namespace, fields.Everything()),
+		&coordinationv1.Lease{}, 0, cache.Indexers{})
+	changed := make(chan struct{}, 1)
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick(changed) },
+		UpdateFunc: func(any, any) { kick(changed) },
+		DeleteFunc: func(any) { kick(changed) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods, leases} {
+		if _, err := inf.AddEventHandler(notify); err != nil {
+			return nil, err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, leases.HasSynced) {
+		return nil, fmt.Errorf("wait for pods %q in %s: %w", selector, namespace, ctx.Err())
+	}
+	read := func() []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, o := range pods.GetStore().List() {
+			out = append(out, o.(*corev1.Pod))
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+		return agentlease.WithRecords(out, func(node string) *coordinationv1.Lease {
+			o, ok, _ := leases.GetStore().GetByKey(agentlease.Namespace + "/" + agentlease.Name(node))
+			if !ok {
+				return nil
+			}
+			return o.(*coordinationv1.Lease)
+		})
+	}
+	kick(changed)
+	for {
+		select {
+		case <-ctx.Done():
+			return read(), fmt.Errorf("wait for pods %q in %s: %w", selector, namespace, ctx.Err())
+		case <-changed:
+			snap := read()
+			if ok, err := cond(snap); ok || err != nil {
+				return snap, err
+			}
+		}
+	}
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// podListWatch lists and watches the pods of namespace that match selector.
+func (c *Cluster) podListWatch(namespace string, selector labels.Selector) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector.String()
+			return c.Client.CoreV1().Pods(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector.String()
+			return c.Client.CoreV1().Pods(namespace).Watch(ctx, o)
+		},
+	}
 }

@@ -279,11 +279,12 @@ func createdWorkers(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, r
 }
 
 // waitIndexes waits until the pods that selector selects and keep keeps cover workers indexes,
-// and returns them by index.
+// and returns them by index: each read with its node's barrier record where its agent keeps
+// it on its heartbeat (-real-agent-records-on-heartbeat), as the controller reads it.
 func waitIndexes(ctx context.Context, t testing.TB, c *cluster.Cluster, ns string, selector labels.Selector, workers int, what string, keep func(*corev1.Pod) bool) map[int]*corev1.Pod {
 	t.Helper()
 	var byIndex map[int]*corev1.Pod
-	pods, err := c.WaitPods(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) {
+	pods, err := c.WaitPodsWithRecords(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
 			if keep(p) {

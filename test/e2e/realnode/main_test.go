@@ -48,7 +48,8 @@ var (
 	realTraces = flag.Bool("real-traces", true, "the real nodes' kubelets, the controllers and the agents export their spans to the package's collector")
 	// The kubelets' gates beyond their defaults, to measure what one changes: EventedPLEG=true
 	// (docs/benchmarks.md).
-	realKubeletGates = flag.String("real-kubelet-feature-gates", "", "comma-separated Gate=bool for the real nodes' kubelets, beyond their defaults (e.g. EventedPLEG=true)")
+	realRecordsOnHeartbeat = flag.Bool("real-agent-records-on-heartbeat", false, "the node agents keep their pods' barrier records on their heartbeats (nodeagent --barrier-records-on-heartbeat)")
+	realKubeletGates       = flag.String("real-kubelet-feature-gates", "", "comma-separated Gate=bool for the real nodes' kubelets, beyond their defaults (e.g. EventedPLEG=true)")
 )
 
 func TestMain(m *testing.M) {
@@ -163,8 +164,12 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 		return err
 	}
 	started := time.Now()
+	args := []string{"--release-timeout", "5s"}
+	if *realRecordsOnHeartbeat {
+		args = append(args, "--barrier-records-on-heartbeat")
+	}
 	a, err := c.StartRealNodeAgent(actx, n, cluster.AgentOptions{
-		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: []string{"--release-timeout", "5s"},
+		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: args,
 	})
 	if err != nil {
 		return err
