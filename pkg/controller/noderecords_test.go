@@ -41,19 +41,7 @@ func TestInPlaceOpensOnTheNodesRecords(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Second)
 			decided := metav1.NewTime(now.Add(-2 * time.Second))
-			run := &v1alpha1.TrainingRun{
-				ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
-				Spec: v1alpha1.TrainingRunSpec{
-					Workers: 2, Framework: v1alpha1.FrameworkNone,
-					FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
-					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
-						{Name: "worker", Image: "trainer", Command: []string{"train"}}}}},
-				},
-				Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Restarts: v1alpha1.RestartCounts{Infrastructure: 1}, Attempts: []v1alpha1.AttemptRecord{
-					{Attempt: 1, EndTime: &decided},
-					{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided},
-				}},
-			}
+			run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
 			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
 			job.UID = "uid-job-1"
 			objs := []client.Object{run, job}
@@ -120,19 +108,8 @@ func TestInPlaceRunningOnTheNodesRecords(t *testing.T) {
 		t.Run(fmt.Sprintf("readiness probe %v", probe), func(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Second)
 			opened := metav1.NewTime(now.Add(-2 * time.Second))
-			run := &v1alpha1.TrainingRun{
-				ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
-				Spec: v1alpha1.TrainingRunSpec{
-					Workers: 2, Framework: v1alpha1.FrameworkNone,
-					FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
-					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
-						{Name: "worker", Image: "trainer", Command: []string{"train"}}}}},
-				},
-				Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Restarts: v1alpha1.RestartCounts{Infrastructure: 1}, Attempts: []v1alpha1.AttemptRecord{
-					{Attempt: 1, EndTime: &opened},
-					{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, MovedIndexes: []int32{1}, StartTime: &opened, BarrierOpenedAt: &opened},
-				}},
-			}
+			run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1,
+				MovedIndexes: []int32{1}, StartTime: &opened, BarrierOpenedAt: &opened}, opened)
 			if probe {
 				run.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 			}
@@ -171,5 +148,21 @@ func TestInPlaceRunningOnTheNodesRecords(t *testing.T) {
 				t.Errorf("phase %s, ready workers %d; want Running %v", got.Status.Phase, got.Status.ReadyWorkers, !probe)
 			}
 		})
+	}
+}
+
+// supervisedRun is ml/llm, two workers with a command (their barrier can be their
+// entrypoint), restarting in place from attempt 1, ended at ended, into second.
+func supervisedRun(second v1alpha1.AttemptRecord, ended metav1.Time) *v1alpha1.TrainingRun {
+	return &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm", Generation: 1},
+		Spec: v1alpha1.TrainingRunSpec{
+			Workers: 2, Framework: v1alpha1.FrameworkNone,
+			FailurePolicy: v1alpha1.FailurePolicy{RestartMode: v1alpha1.RestartModeInPlace},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+				{Name: "worker", Image: "trainer", Command: []string{"train"}}}}},
+		},
+		Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting, Restarts: v1alpha1.RestartCounts{Infrastructure: 1},
+			Attempts: []v1alpha1.AttemptRecord{{Attempt: 1, EndTime: &ended}, second}},
 	}
 }
