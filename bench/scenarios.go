@@ -62,7 +62,7 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 // waitPods waits until cond holds for the gang's pods, read with their nodes' barrier
 // records where s keeps them on the heartbeats.
 func (b *bench) waitPods(ctx context.Context, s system, name string, cond func([]*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
-	if r, ok := s.(interface{ recordsOnHeartbeat() bool }); ok && r.recordsOnHeartbeat() {
+	if in, ok := s.(faultlineInPlace); ok && in.supervise {
 		return b.c.WaitPodsWithRecords(ctx, namespace, s.selector(name), cond)
 	}
 	return b.c.WaitPods(ctx, namespace, s.selector(name), cond)

@@ -133,7 +133,8 @@ func (s faultlineKueue) create(ctx context.Context, name string, n int) error {
 type faultlineInPlace struct {
 	faultline
 	// supervise: the workers have a command, so their barrier is its entrypoint, and it
-	// supervises them (bench -inplace-supervise).
+	// supervises them; the simulated agents keep their records on their nodes' heartbeats
+	// (bench -inplace-supervise).
 	supervise bool
 }
 
@@ -146,9 +147,6 @@ func (s faultlineInPlace) create(ctx context.Context, name string, n int) error 
 	}
 	return s.runs.Create(ctx, run)
 }
-
-// recordsOnHeartbeat: its pods' barrier records are on their nodes' heartbeats.
-func (s faultlineInPlace) recordsOnHeartbeat() bool { return s.supervise }
 
 // current: a pod restarted in place keeps the label of the attempt it was made for; it runs
 // the attempt its barrier last opened for.

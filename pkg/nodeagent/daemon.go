@@ -195,14 +195,24 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		// the heartbeat, the node's pods in one write.
 		restarter.Records = writer
 		recorded := pods
+		var recordsErr error
 		if hb != nil && cfg.BarrierRecordsOnHeartbeat {
 			records := heartbeat.NewRecords(hb, cfg.Client, cfg.Node, pods, log.With("component", "barrier-records"))
 			restarter.Records, recorded = records, records.Lister(pods)
+			// Read before the loop reads a pod: an agent started again mid-restart goes on
+			// from the records its predecessor wrote, not from the pods' own.
+			lctx, cancel := context.WithTimeout(ctx, runsSyncTimeout)
+			recordsErr = records.Load(lctx)
+			cancel()
 		}
 		runs, ok := cfg.Client.(Runs)
+		err := recordsErr
+		if ok && err == nil {
+			err = runInPlace(ctx, runs, restarter, podInformer, recorded, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log)
+		}
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
-		} else if err := runInPlace(ctx, runs, restarter, podInformer, recorded, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log); err != nil {
+		} else if err != nil {
 			// Soft, as a missing runtime: this node's pods are then recreated, never
 			// held at a barrier nobody opens.
 			log.Warn("no in-place restarts on this node", "error", err)

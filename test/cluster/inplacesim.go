@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -92,7 +91,7 @@ func (c *Cluster) SimulateInPlaceWith(ctx context.Context, namespace string, sim
 	var lister corelisters.PodLister = corelisters.NewPodLister(pods.GetIndexer())
 	if sim.RecordsOnHeartbeat {
 		rt.records = &nodeRecords{core: runs, pods: lister, byNode: map[string]*heartbeat.Records{}}
-		lister = rt.records
+		lister = heartbeat.ReadingLister(lister, rt.records.pod)
 	}
 	loop := inplace.NewLoop(rt, lister, decisions,
 		slog.Default().With("component", "inplace-sim", "namespace", namespace))
@@ -277,8 +276,7 @@ func conflictIsWait(err error) error {
 	return err
 }
 
-// nodeRecords are the simulated agents' records, each node's on its heartbeat, and the pods
-// as they read them (a lister of pods with their node's records).
+// nodeRecords are the simulated agents' records, each node's on its heartbeat.
 type nodeRecords struct {
 	core   *coreclient.Client
 	pods   corelisters.PodLister
@@ -304,39 +302,6 @@ func (r *nodeRecords) pod(p *corev1.Pod) *corev1.Pod {
 		return p
 	}
 	return r.of(p.Spec.NodeName).Pod(p)
-}
-
-func (r *nodeRecords) List(sel labels.Selector) ([]*corev1.Pod, error) {
-	pods, err := r.pods.List(sel)
-	for i := range pods {
-		pods[i] = r.pod(pods[i])
-	}
-	return pods, err
-}
-
-func (r *nodeRecords) Pods(namespace string) corelisters.PodNamespaceLister {
-	return nodeRecordsIn{r: r, ns: r.pods.Pods(namespace)}
-}
-
-type nodeRecordsIn struct {
-	r  *nodeRecords
-	ns corelisters.PodNamespaceLister
-}
-
-func (l nodeRecordsIn) List(sel labels.Selector) ([]*corev1.Pod, error) {
-	pods, err := l.ns.List(sel)
-	for i := range pods {
-		pods[i] = l.r.pod(pods[i])
-	}
-	return pods, err
-}
-
-func (l nodeRecordsIn) Get(name string) (*corev1.Pod, error) {
-	p, err := l.ns.Get(name)
-	if err != nil {
-		return nil, err
-	}
-	return l.r.pod(p), nil
 }
 
 // recordStopped writes what the node agent writes once the runtime stopped the worker of a

@@ -199,8 +199,9 @@ func (c *Cluster) WaitAgentHeartbeat(ctx context.Context, node string, since tim
 
 // WaitPodsWithRecords is WaitPods for pods read as the controller reads them: each with the
 // barrier record its node's agent keeps on its heartbeat (WithNodeRecords), the condition
-// seeing every change of the pods and of the heartbeats. With the records there, a pod's
-// worker is opened without any write of the pod.
+// judging the pods after each change of them or of the heartbeats (changes that come
+// together are judged once: unlike WaitPods, it does not see every step on the way). With
+// the records there, a pod's worker is opened without any write of the pod.
 func (c *Cluster) WaitPodsWithRecords(ctx context.Context, namespace string, selector labels.Selector, cond func(pods []*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

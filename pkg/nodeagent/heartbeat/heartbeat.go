@@ -26,7 +26,7 @@ type Leases interface {
 	UpdateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
 }
 
-// Config configures RunHeartbeat.
+// Config configures a Heartbeat.
 type Config struct {
 	Client Leases
 	Node   string
@@ -35,15 +35,6 @@ type Config struct {
 	Interval, Duration time.Duration
 	Clock              clock.WithTicker
 	Logger             *slog.Logger
-}
-
-// Run renews the node's heartbeat Lease at once and then every interval, until ctx
-// is done: the controller's sign that an agent is on this node now. A renewal that fails is
-// logged and tried again at the next tick; nothing here stops the agent. The Lease is left
-// to expire when the agent stops, as the kubelet leaves its own: an agent restarted by a
-// rolling update renews it again within the Lease's duration.
-func Run(ctx context.Context, cfg Config) {
-	New(cfg).Run(ctx)
 }
 
 // Heartbeat writes its node's heartbeat Lease: its renewals (Run), and what else the agent
@@ -78,7 +69,11 @@ func New(cfg Config) *Heartbeat {
 	return &Heartbeat{cfg: cfg, log: log}
 }
 
-// Run renews the Lease at once and then every interval, until ctx is done (Run).
+// Run renews the node's heartbeat Lease at once and then every interval, until ctx is
+// done: the controller's sign that an agent is on this node now. A renewal that fails is
+// logged and tried again at the next tick; nothing here stops the agent. The Lease is left
+// to expire when the agent stops, as the kubelet leaves its own: an agent restarted by a
+// rolling update renews it again within the Lease's duration.
 func (h *Heartbeat) Run(ctx context.Context) {
 	t := h.cfg.Clock.NewTicker(h.cfg.Interval)
 	defer t.Stop()
@@ -130,22 +125,12 @@ func (h *Heartbeat) Update(ctx context.Context, change func(*coordinationv1.Leas
 }
 
 func (h *Heartbeat) write(ctx context.Context, now time.Time, change func(*coordinationv1.Lease) error) (*coordinationv1.Lease, error) {
+	create := false
 	if h.lease == nil {
 		l, err := h.cfg.Client.GetLease(ctx, agentlease.Namespace, agentlease.Name(h.cfg.Node))
 		switch {
 		case apierrors.IsNotFound(err):
-			l = agentlease.New(h.cfg.Node, now, h.cfg.Duration)
-			if change != nil {
-				if err := change(l); err != nil {
-					return nil, err
-				}
-			}
-			created, err := h.cfg.Client.CreateLease(ctx, l)
-			if err != nil {
-				return nil, err
-			}
-			h.lease = created
-			return created, nil
+			l, create = agentlease.New(h.cfg.Node, now, h.cfg.Duration), true
 		case err != nil:
 			return nil, err
 		}
@@ -158,7 +143,11 @@ func (h *Heartbeat) write(ctx context.Context, now time.Time, change func(*coord
 			return nil, err
 		}
 	}
-	written, err := h.cfg.Client.UpdateLease(ctx, next)
+	write := h.cfg.Client.UpdateLease
+	if create {
+		write = h.cfg.Client.CreateLease
+	}
+	written, err := write(ctx, next)
 	if err != nil {
 		return nil, err
 	}

@@ -99,8 +99,8 @@ func TestHeartbeatRenewsAndRecovers(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Run(ctx, Config{Client: api, Node: "gpu-1", Interval: 10 * time.Second, Clock: clk,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		New(Config{Client: api, Node: "gpu-1", Interval: 10 * time.Second, Clock: clk,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Run(ctx)
 	}()
 	wait := func(what string) {
 		t.Helper()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -267,7 +268,7 @@ func apply(recs map[types.UID]v1alpha1.BarrierRecord, a *recordAsk, live map[typ
 // which of them are there, not being deleted, by UID.
 func (r *Records) confirm(ctx context.Context, batch []*recordAsk) (map[types.UID]bool, error) {
 	live := map[types.UID]bool{}
-	if !slicesContainsOpen(batch) {
+	if !slices.ContainsFunc(batch, func(a *recordAsk) bool { return a.open }) {
 		return live, nil
 	}
 	list, err := r.kube.ListPods(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.node).String()})
@@ -280,15 +281,6 @@ func (r *Records) confirm(ctx context.Context, batch []*recordAsk) (map[types.UI
 		}
 	}
 	return live, nil
-}
-
-func slicesContainsOpen(batch []*recordAsk) bool {
-	for _, a := range batch {
-		if a.open {
-			return true
-		}
-	}
-	return false
 }
 
 // onNode are the UIDs of the node's pods: in the informer, or asked for now. The records of
@@ -310,45 +302,51 @@ func (r *Records) onNode(batch []*recordAsk) map[types.UID]bool {
 
 // Lister is pods, each pod read with its record on the Lease (Pod).
 func (r *Records) Lister(pods corelisters.PodLister) corelisters.PodLister {
-	return recordedPods{pods: pods, r: r}
+	return ReadingLister(pods, r.Pod)
 }
 
-type recordedPods struct {
+// ReadingLister is pods, each pod given as read makes it (the pods are the cache's: read
+// returns pod itself, or a copy).
+func ReadingLister(pods corelisters.PodLister, read func(*corev1.Pod) *corev1.Pod) corelisters.PodLister {
+	return readingPods{pods: pods, read: read}
+}
+
+type readingPods struct {
 	pods corelisters.PodLister
-	r    *Records
+	read func(*corev1.Pod) *corev1.Pod
 }
 
-func (l recordedPods) List(sel labels.Selector) ([]*corev1.Pod, error) {
+func (l readingPods) List(sel labels.Selector) ([]*corev1.Pod, error) {
 	pods, err := l.pods.List(sel)
 	return l.each(pods), err
 }
 
-func (l recordedPods) Pods(namespace string) corelisters.PodNamespaceLister {
-	return recordedNamespace{pods: l.pods.Pods(namespace), r: l.r}
+func (l readingPods) Pods(namespace string) corelisters.PodNamespaceLister {
+	return readingNamespace{pods: l.pods.Pods(namespace), l: l}
 }
 
-func (l recordedPods) each(pods []*corev1.Pod) []*corev1.Pod {
+func (l readingPods) each(pods []*corev1.Pod) []*corev1.Pod {
 	out := make([]*corev1.Pod, len(pods))
 	for i, p := range pods {
-		out[i] = l.r.Pod(p)
+		out[i] = l.read(p)
 	}
 	return out
 }
 
-type recordedNamespace struct {
+type readingNamespace struct {
 	pods corelisters.PodNamespaceLister
-	r    *Records
+	l    readingPods
 }
 
-func (l recordedNamespace) List(sel labels.Selector) ([]*corev1.Pod, error) {
-	pods, err := l.pods.List(sel)
-	return recordedPods{r: l.r}.each(pods), err
+func (n readingNamespace) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	pods, err := n.pods.List(sel)
+	return n.l.each(pods), err
 }
 
-func (l recordedNamespace) Get(name string) (*corev1.Pod, error) {
-	p, err := l.pods.Get(name)
+func (n readingNamespace) Get(name string) (*corev1.Pod, error) {
+	p, err := n.pods.Get(name)
 	if err != nil {
 		return nil, err
 	}
-	return l.r.Pod(p), nil
+	return n.l.read(p), nil
 }
