@@ -7,13 +7,16 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
@@ -132,15 +135,25 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	// The moved indexes' old pods, gone from the cache: the API server must not have them
 	// either, or an agent that has not seen their deletion would open them beside their
 	// indexes' new pods.
-	left, err := r.livePodsAt(ctx, run.Namespace, run.Name, func(p *metav1.PartialObjectMetadata) bool {
-		k, _ := attempt.Number(p)
-		i, _ := attempt.Index(p)
-		return attempt.OfRun(p, run) && k < n && slices.Contains(moved, int32(i))
-	}, obs.all, obs.nodes)
+	list, err := r.podsAt(ctx, run.Namespace, run.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if left > 0 {
+	if livePods(list, func(p *metav1.PartialObjectMetadata) bool {
+		k, _ := attempt.Number(p)
+		i, _ := attempt.Index(p)
+		return attempt.OfRun(p, run) && k < n && slices.Contains(moved, int32(i))
+	}, obs.all, obs.nodes) > 0 {
+		return ctrl.Result{RequeueAfter: recheck}, nil
+	}
+	// Nor may the API server have a later barrier record than the cache read: the workers
+	// counted as stopped are stopped as of now, not as of the cache.
+	at, err := r.recordsAt(ctx, workers, list)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if p := inplacegate.RecordBehind(workers, at); p != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("the cache lags a barrier record: not opening yet", "pod", p.Name, "cached", attempt.BarrierRecord(p), "apiServer", at[p.UID])
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
@@ -172,6 +185,44 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, v1alpha1.ActionCreateAttempt, "attempt %d: every old worker stopped, barrier open; %d workers restarted in place, %s",
 		n, int(run.Spec.Workers)-len(moved), movedText(moved))
 	return ctrl.Result{}, nil
+}
+
+// recordsAt are the barrier records of pods as the API server has them, by UID: each pod's
+// own (list: the run's pods' metadata, read from it) or, where later, its node's heartbeat's,
+// from one list of the heartbeats. Nothing is read for a gang with no barrier in a worker
+// container, the only one with records.
+func (r *Reconciler) recordsAt(ctx context.Context, pods []*corev1.Pod, list []metav1.PartialObjectMetadata) (map[types.UID]*v1alpha1.BarrierRecord, error) {
+	nodeOf := map[types.UID]string{}
+	for _, p := range pods {
+		if _, place := attempt.BarrierContainer(&p.Spec); place == attempt.BarrierInWorker {
+			nodeOf[p.UID] = p.Spec.NodeName
+		}
+	}
+	if len(nodeOf) == 0 {
+		return nil, nil
+	}
+	leases := &coordinationv1.LeaseList{}
+	if err := r.APIReader.List(ctx, leases, client.InNamespace(agentlease.Namespace), client.MatchingLabels(agentlease.Labels())); err != nil {
+		return nil, fmt.Errorf("list the node agents' heartbeats: %w", err)
+	}
+	byName := map[string]*coordinationv1.Lease{}
+	for i := range leases.Items {
+		byName[leases.Items[i].Name] = &leases.Items[i]
+	}
+	var fresh []*corev1.Pod
+	for _, m := range list {
+		if node, ok := nodeOf[m.UID]; ok {
+			fresh = append(fresh, &corev1.Pod{ObjectMeta: m.ObjectMeta, Spec: corev1.PodSpec{NodeName: node}})
+		}
+	}
+	fresh = agentlease.WithRecords(fresh, func(node string) *coordinationv1.Lease { return byName[agentlease.Name(node)] })
+	at := make(map[types.UID]*v1alpha1.BarrierRecord, len(fresh))
+	for _, p := range fresh {
+		if rec := attempt.BarrierRecord(p); rec != nil {
+			at[p.UID] = rec
+		}
+	}
+	return at, nil
 }
 
 // inPlaceMoved are the indexes of the current attempt, restarting in place, that get new

@@ -166,3 +166,76 @@ func supervisedRun(second v1alpha1.AttemptRecord, ended metav1.Time) *v1alpha1.T
 			Attempts: []v1alpha1.AttemptRecord{{Attempt: 1, EndTime: &ended}, second}},
 	}
 }
+
+// TestInPlaceOpensOnlyOnTheAPIServersRecords: the cache shows index 1's new container (restart
+// 1) waiting at its barrier, its record naming the container before (attempt 1): stopped for
+// attempt 2. Its agent has just recorded that it opened that new container for attempt 1,
+// on the pod or on its heartbeat, and the cache has not caught up: the worker runs attempt
+// 1, and the gang's barrier for attempt 2 must not open. It opens where the API server has
+// what the cache has.
+func TestInPlaceOpensOnlyOnTheAPIServersRecords(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// onPod, onLease: where the API server has index 1's later record.
+		onPod, onLease, open bool
+	}{
+		{name: "the API server has what the cache has", open: true},
+		{name: "a later record on the pod", onPod: true},
+		{name: "a later record on its node's heartbeat", onLease: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now().UTC().Truncate(time.Second)
+			decided := metav1.NewTime(now.Add(-2 * time.Second))
+			run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
+			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+			job.UID = "uid-job-1"
+			cached, at := []client.Object{run, job}, []client.Object{run.DeepCopy(), job.DeepCopy()}
+			records := []v1alpha1.BarrierRecord{{ContainerID: "c0", Attempt: 1, StoppedFor: 2}, {ContainerID: "c1-0", Attempt: 1}}
+			opened := v1alpha1.BarrierRecord{ContainerID: "c1-1", Restart: 1, Attempt: 1}
+			for i := range 2 {
+				p, err := attempt.Pod(job, i, attempt.PodOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				node := fmt.Sprintf("gpu-%d", i)
+				p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
+				p.Spec.NodeName = node
+				p.Status.Phase = corev1.PodRunning
+				id := []string{"c0", "c1-1"}[i]
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id, RestartCount: int32(i),
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: decided}}}}
+				raw, _ := json.Marshal(records[i])
+				p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+				fresh := p.DeepCopy()
+				if i == 1 && c.onPod {
+					raw, _ := json.Marshal(opened)
+					fresh.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+				}
+				l := agentlease.New(node, now, agentlease.Duration)
+				freshLease := l.DeepCopy()
+				if i == 1 && c.onLease {
+					if err := agentlease.SetRecords(freshLease, map[types.UID]v1alpha1.BarrierRecord{p.UID: opened}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+				cached = append(cached, p, l, n)
+				at = append(at, fresh, freshLease, n.DeepCopy())
+			}
+			build := func(objs []client.Object) client.Client {
+				return fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+					WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
+			}
+			cl := build(cached)
+			r := &Reconciler{Client: cl, APIReader: build(at), Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+			got, res := reconcileRun(t, r, cl, run)
+			if opened := attempt.Record(got).BarrierOpenedAt != nil; opened != c.open {
+				t.Errorf("the gang's barrier open: %v, want %v (conditions %+v)", opened, c.open, got.Status.Conditions)
+			}
+			if !c.open && res.RequeueAfter == 0 {
+				t.Errorf("not opened, and no look again: %+v", res)
+			}
+		})
+	}
+}

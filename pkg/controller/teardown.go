@@ -374,23 +374,38 @@ func (r *Reconciler) dropTrackingFinalizer(ctx context.Context, p *corev1.Pod) e
 }
 
 // livePodsAt counts, at the API server, the pods under a run's name for which match holds and
-// that may still run: the cache may lag behind deletions, and may not show a pod created a
-// moment ago. Their metadata is enough: a worker's spec carries the framework's rendezvous,
-// which grows with the gang. Whether a pod has ended comes from the cache's copy (a phase
-// never leaves Succeeded or Failed); a pod the cache does not have counts as live.
+// that may still run (podsAt, livePods).
 func (r *Reconciler) livePodsAt(ctx context.Context, namespace, run string, match func(*metav1.PartialObjectMetadata) bool, cached []*corev1.Pod, nodes map[string]exitclass.NodeFacts) (int, error) {
+	list, err := r.podsAt(ctx, namespace, run)
+	if err != nil {
+		return 0, err
+	}
+	return livePods(list, match, cached, nodes), nil
+}
+
+// podsAt lists, at the API server, the pods under a run's name: the cache may lag behind
+// deletions, and may not show a pod created a moment ago. Their metadata is enough: a
+// worker's spec carries the framework's rendezvous, which grows with the gang.
+func (r *Reconciler) podsAt(ctx context.Context, namespace, run string) ([]metav1.PartialObjectMetadata, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.APIReader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.LabelRun: run}); err != nil {
-		return 0, fmt.Errorf("list pods of %s: %w", run, err)
+		return nil, fmt.Errorf("list pods of %s: %w", run, err)
 	}
+	return list.Items, nil
+}
+
+// livePods counts the pods of list for which match holds and that may still run. Whether a
+// pod has ended comes from the cache's copy (a phase never leaves Succeeded or Failed); a pod
+// the cache does not have counts as live.
+func livePods(list []metav1.PartialObjectMetadata, match func(*metav1.PartialObjectMetadata) bool, cached []*corev1.Pod, nodes map[string]exitclass.NodeFacts) int {
 	byUID := make(map[types.UID]*corev1.Pod, len(cached))
 	for _, p := range cached {
 		byUID[p.UID] = p
 	}
 	live := 0
-	for i := range list.Items {
-		p := &list.Items[i]
+	for i := range list {
+		p := &list[i]
 		if !match(p) {
 			continue
 		}
@@ -399,5 +414,5 @@ func (r *Reconciler) livePodsAt(ctx context.Context, namespace, run string, matc
 		}
 		live++
 	}
-	return live, nil
+	return live
 }

@@ -26,6 +26,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -204,4 +205,19 @@ func BarrierUnpullable(pods []*corev1.Pod) (*corev1.Pod, *corev1.ContainerStateW
 		}
 	}
 	return nil, nil
+}
+
+// RecordBehind returns a pod of pods whose barrier is its worker's entrypoint and whose
+// record the API server has a later one of (at, by the pod's UID: its own record or its
+// node's heartbeat's, as read from the API server itself), nil if none. The gang's barrier
+// opens only when none is: the cache, read a moment after an agent recorded an open (it
+// records, then opens), would show that pod's container waiting at its barrier, and count as
+// stopped a worker that runs an older attempt.
+func RecordBehind(pods []*corev1.Pod, at map[types.UID]*v1alpha1.BarrierRecord) *corev1.Pod {
+	for _, p := range pods {
+		if _, place := attempt.BarrierContainer(&p.Spec); place == attempt.BarrierInWorker && attempt.LaterRecord(at[p.UID], attempt.BarrierRecord(p)) {
+			return p
+		}
+	}
+	return nil
 }

@@ -71,6 +71,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	decisions := inplace.StoreDecisions{Runs: watched}
 	loop = inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
 	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun)
+	restarter.Confirm = inplace.ConfirmEach(runs.GetTrainingRun)
 	loop.Traced = traceInPlace(tp, watched, node)
 	exits := inplace.NewExitWatcher(restarter.Exits(), podLister, decisions, reporter, node, log.With("component", "worker-exits"))
 	exits.Unsupported = noExits

@@ -82,12 +82,29 @@ type GetRun func(ctx context.Context, namespace, name string) (*v1alpha1.Trainin
 // pod.
 func ConfirmWith(get GetRun) Confirm {
 	var reads singleflight.Group
+	return confirmBy(get, func(key string, read func() (any, error)) (any, error) {
+		v, err, _ := reads.Do(key, read)
+		return v, err
+	})
+}
+
+// ConfirmEach is a Confirm whose every call reads the pod's run with get, sharing no read:
+// what it says is as of after the call began. A read in flight, begun before the caller's
+// last write, may not say what the run had become by then: the agent asks this once it has
+// recorded an open, before the open (Restarter.Confirm).
+func ConfirmEach(get GetRun) Confirm {
+	return confirmBy(get, func(_ string, read func() (any, error)) (any, error) { return read() })
+}
+
+// confirmBy is a Confirm that reads the pod's run with get, through do (the run's
+// namespace/name as its key).
+func confirmBy(get GetRun, do func(key string, read func() (any, error)) (any, error)) Confirm {
 	return func(ctx context.Context, pod *corev1.Pod) (int, bool, bool, error) {
 		name := pod.Labels[v1alpha1.LabelRun]
 		if name == "" {
 			return 0, false, false, nil
 		}
-		v, err, _ := reads.Do(pod.Namespace+"/"+name, func() (any, error) { return get(ctx, pod.Namespace, name) })
+		v, err := do(pod.Namespace+"/"+name, func() (any, error) { return get(ctx, pod.Namespace, name) })
 		if apierrors.IsNotFound(err) {
 			return 0, false, false, nil
 		}

@@ -259,6 +259,68 @@ func TestOpenBarrierInWorkerRecordsFirst(t *testing.T) {
 	}
 }
 
+// The loop confirms the go signal before the agent records an open; the run may have moved
+// on by the time the record is written, and the controller, reading the records just before
+// the record, may have counted the container as waiting. The open follows a read of the run
+// made after the record, and only where that read still says the gang's barrier is open for
+// the attempt; a container this agent saw open is not asked about again.
+func TestOpenBarrierInWorkerConfirmsAfterItsRecord(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		pod          *corev1.Pod
+		seenOpen     bool
+		live         int
+		open         bool
+		err          error
+		opened       bool
+		wantErr      bool
+		reads, execs int
+	}{
+		"still open for the attempt: opened": {
+			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 1)), live: 2, open: true, opened: true, reads: 1, execs: 1,
+		},
+		"moved on to the next attempt: recorded, not opened": {
+			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 1)), live: 3, reads: 1,
+		},
+		"the read fails: not opened, retried": {
+			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 1)), err: errors.New("timeout"), wantErr: true, reads: 1,
+		},
+		"recorded before, not seen open: read again": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 2)), live: 3, reads: 1,
+		},
+		"seen open by this agent: not read again": {
+			pod: inWorkerPod(1, "c1", &running, record("c1", 1, 2)), seenOpen: true, live: 3, opened: true, execs: 1,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("c1", 1)}}
+			recs := &records{rt: rt}
+			r := New(rt, nil)
+			r.ProcRoot = ""
+			r.Records = recs
+			if tc.seenOpen {
+				r.opened.add(openedKey("c1", 2))
+			}
+			reads, recordedBefore := 0, 0
+			r.Confirm = func(context.Context, *corev1.Pod) (int, bool, bool, error) {
+				reads++
+				recordedBefore = len(recs.written)
+				return tc.live, tc.live == 2, true, tc.err
+			}
+			opened, err := r.OpenBarrier(ctx, tc.pod, 2)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			if opened != tc.opened || reads != tc.reads || len(rt.Execs) != tc.execs {
+				t.Errorf("opened %v after %d reads and %d execs, want %v after %d and %d", opened, reads, len(rt.Execs), tc.opened, tc.reads, tc.execs)
+			}
+			if reads > 0 && recordedBefore != len(recs.written) {
+				t.Errorf("read the run with %d records written: the read follows the record", recordedBefore)
+			}
+		})
+	}
+}
+
 // A container recorded for the attempt is made sure of once, whether it was opened before
 // (an agent that stopped between its record and its open opens it now): then never again.
 func TestSyncMakesSureOfARecordedOpenOnce(t *testing.T) {

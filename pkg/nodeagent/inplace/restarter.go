@@ -78,6 +78,12 @@ type Restarter struct {
 	// Records writes the record of a barrier in the worker container before its open; nil
 	// opens none of those.
 	Records BarrierRecorder
+	// Confirm, when set, reads the pod's decision from the API server after the record of
+	// an open and before the open (ConfirmEach), for a worker container this agent has not
+	// seen open: the loop's confirmation came before the record, and the controller, having
+	// read the records a moment before it, may have moved the run on meanwhile, counting
+	// that container as waiting (TestOpenBarrierInWorkerConfirmsAfterItsRecord).
+	Confirm Confirm
 	// opened are the worker containers whose barrier this agent has seen open for their
 	// recorded attempt (Sync makes sure of the others once).
 	opened openedSet
@@ -305,7 +311,7 @@ func (r *Restarter) recordStopped(ctx context.Context, pod *corev1.Pod, d Decisi
 // in its container; the step's Via says which.
 //
 // A barrier in the worker container is opened only once the agent's record of the open is
-// on the pod (openRecorded).
+// on the pod (openRecorded), and the API server, read after it, still says so (Confirm).
 func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bool, error) {
 	if d := Decide(pod, n, true); d.Action == ActionNone && d.Recorded == "" {
 		r.log.Debug("no barrier to open", "pod", podRef(pod), "attempt", n, "reason", d.Reason)
@@ -320,6 +326,9 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bo
 	for _, c := range running {
 		if place == attempt.BarrierInWorker {
 			if ok, err := r.openRecorded(ctx, pod, c, n); !ok || err != nil {
+				return opened, err
+			}
+			if ok, err := r.stillDecided(ctx, pod, c.Id, n); !ok || err != nil {
 				return opened, err
 			}
 		}
@@ -378,6 +387,26 @@ func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtim
 	next := v1alpha1.BarrierRecord{ContainerID: c.Id, Restart: int32(c.GetMetadata().GetAttempt()), Attempt: int32(n)}
 	if err := r.Records.RecordBarrier(ctx, pod, next); err != nil {
 		return false, err
+	}
+	return true, nil
+}
+
+// stillDecided says whether the API server, read after container id of pod was recorded
+// opened for attempt n, still has the gang's barrier open for n (Confirm): a run that moved
+// on meanwhile leaves the container waiting, and its record of an open it never had is
+// stopped for the next attempt as any other.
+func (r *Restarter) stillDecided(ctx context.Context, pod *corev1.Pod, id string, n int) (bool, error) {
+	if r.Confirm == nil || r.opened.has(openedKey(id, n)) {
+		return true, nil
+	}
+	live, open, ok, err := r.Confirm(ctx, pod)
+	if err != nil {
+		return false, fmt.Errorf("confirm the go signal of container %s of pod %s after its record: %w", id, podRef(pod), err)
+	}
+	if !ok || !open || live != n {
+		r.log.Info("the run moved on after the record of an open: not opening", "pod", podRef(pod), "container", id,
+			"recorded", n, "attempt", live, "barrierOpen", open, "decided", ok)
+		return false, nil
 	}
 	return true, nil
 }
