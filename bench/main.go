@@ -64,7 +64,7 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
-	supervise := flag.Bool("inplace-supervise", false, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-supervises), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat); else the barrier is an init container and the simulated kubelets write each step")
+	supervise := flag.Bool("inplace-supervise", true, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-supervises), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat): the defaults; false: workers without a command, whose barrier is an init container, the simulated kubelets writing each step")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)

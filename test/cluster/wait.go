@@ -3,7 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/faultline-dev/faultline/pkg/agentlease"
@@ -11,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -249,6 +253,87 @@ func (c *Cluster) WaitPodsWithRecords(ctx context.Context, namespace string, sel
 			}
 		}
 	}
+}
+
+// WatchPodsWithRecords watches, from now until ctx ends, the pods of namespace that selector
+// selects and the node agents' heartbeats, and returns what it saw so far: each change of a
+// pod, and each pod of a node whose heartbeat's records changed, read as the controller reads
+// it (with its node's barrier record, agentlease.WithRecords), in the order the API server
+// wrote them. The order is the writes' resourceVersions: this cluster keeps pods and Leases
+// in one etcd, whose revision orders every write (a cluster that stores Leases apart would
+// not). A test checks by it what happened before what, the records on heartbeats or not.
+func (c *Cluster) WatchPodsWithRecords(ctx context.Context, namespace string, selector labels.Selector) (func() ([]*corev1.Pod, error), error) {
+	pods, err := c.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	leases, err := c.Client.CoordinationV1().Leases(agentlease.Namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		pods.Stop()
+		return nil, err
+	}
+	type change struct {
+		rv  uint64
+		obj runtime.Object
+	}
+	var (
+		mu      sync.Mutex
+		changes []change
+		bad     error
+	)
+	for _, w := range []watch.Interface{pods, leases} {
+		go func() {
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-w.ResultChan():
+					if !ok {
+						return
+					}
+					m, err := meta.Accessor(e.Object)
+					if err != nil || e.Type == watch.Error || e.Type == watch.Deleted {
+						continue
+					}
+					rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+					mu.Lock()
+					if err != nil && bad == nil {
+						bad = fmt.Errorf("%T %s: resourceVersion %q is not etcd's revision", e.Object, m.GetName(), m.GetResourceVersion())
+					}
+					changes = append(changes, change{rv, e.Object})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	return func() ([]*corev1.Pod, error) {
+		mu.Lock()
+		seen, err := slices.Clone(changes), bad
+		mu.Unlock()
+		sort.SliceStable(seen, func(i, j int) bool { return seen[i].rv < seen[j].rv })
+		latest := map[string]*corev1.Pod{}
+		heartbeats := map[string]*coordinationv1.Lease{}
+		var out []*corev1.Pod
+		for _, ch := range seen {
+			var changed []*corev1.Pod
+			switch o := ch.obj.(type) {
+			case *corev1.Pod:
+				latest[o.Name] = o
+				changed = []*corev1.Pod{o}
+			case *coordinationv1.Lease:
+				heartbeats[o.Name] = o
+				for _, p := range latest {
+					if agentlease.Name(p.Spec.NodeName) == o.Name {
+						changed = append(changed, p)
+					}
+				}
+				sort.Slice(changed, func(i, j int) bool { return changed[i].Name < changed[j].Name })
+			}
+			out = append(out, agentlease.WithRecords(changed, func(node string) *coordinationv1.Lease { return heartbeats[agentlease.Name(node)] })...)
+		}
+		return out, err
+	}, nil
 }
 
 func kick(ch chan struct{}) {

@@ -93,12 +93,13 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 // kubelet left, beside the workers restarting in place.
 const floor = "floor"
 
-// inPlaceInWorker is restartMode InPlace under a controller with --barrier-in-worker: the
-// barrier is the worker container's entrypoint (its command set to the test worker's).
+// inPlaceInWorker is restartMode InPlace under a controller with --barrier-in-worker and
+// --barrier-supervises=false: the barrier is the worker container's entrypoint (its command
+// set to the test worker's) and becomes the worker.
 const inPlaceInWorker = "InPlace,barrier=in-worker"
 
-// inPlaceSupervised is inPlaceInWorker with --barrier-supervises: the barrier stays, the
-// worker its child, and a restart in place restarts no container.
+// inPlaceSupervised is inPlaceInWorker with --barrier-supervises (the default): the barrier
+// stays, the worker its child, and a restart in place restarts no container.
 const inPlaceSupervised = "InPlace,barrier=supervise"
 
 type restartResult struct {
@@ -114,11 +115,8 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	var args []string
 	opts := []runOption{withRestartMode(mode)}
 	if barrier == inPlaceInWorker || barrier == inPlaceSupervised {
-		args = append(args, "--barrier-in-worker")
+		args = append(args, "--barrier-in-worker", fmt.Sprintf("--barrier-supervises=%v", barrier == inPlaceSupervised))
 		opts = append(opts, withCommand(cluster.WorkerProgram))
-	}
-	if barrier == inPlaceSupervised {
-		args = append(args, "--barrier-supervises")
 	}
 	ctrl := startController(b, c, ns, args...)
 	defer ctrl.Stop()

@@ -1,28 +1,29 @@
 package realnode
 
 import (
+	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
-// TestRealInPlaceBarrierInWorker (issue 41): with the controller's --barrier-in-worker, the
-// barrier is the worker container's own entrypoint (faultline-barrier from an image volume
-// of its image, `exec -- /worker`), and a restart in place keeps every guarantee of the
-// init container's.
+// TestRealInPlaceBarrierInWorker (issue 41): with the controller's --barrier-in-worker and
+// --barrier-supervises=false, the barrier is the worker container's own entrypoint
+// (faultline-barrier from an image volume of its image, `exec -- /worker`) and becomes the
+// worker, and a restart in place keeps every guarantee of the init container's.
 //
 // A 4-worker run across both real nodes, restartMode InPlace. Attempt 1: every pod has one
 // container and no init container; each worker runs only once its node agent recorded the
-// open (faultline.dev/barrier-record names the container the status shows, for attempt 1).
+// open (its record, on its node's heartbeat or on the pod, names the container the status
+// shows, for attempt 1).
 // The test SIGTERMs index 1's worker through its node's containerd: an Unknown exit 143,
 // which the agent reports for attempt 1 from its record, and the run restarts in place
 // (no index moves). The coordinator (index 0) outlives its stop by 3 s. The test's watch
@@ -39,8 +40,8 @@ func TestRealInPlaceBarrierInWorker(t *testing.T) {
 	barrierInWorkerRestart(t, false)
 }
 
-// TestRealInPlaceBarrierSupervised (issue 41): the same with --barrier-supervises: the
-// barrier stays in the worker's container with the worker as its child (`supervise --
+// TestRealInPlaceBarrierSupervised (issue 41): the same with --barrier-supervises (the
+// default): the barrier stays in the worker's container with the worker as its child (`supervise --
 // /worker`). The agents stop the other three workers through their barriers, which end them
 // and wait again in the same containers: attempt 2 runs in the very containers of attempt 1
 // (restart count unchanged, recorded for attempt 2 after a record of the stop for it),
@@ -57,35 +58,21 @@ func TestRealInPlaceBarrierSupervised(t *testing.T) {
 func barrierInWorkerRestart(t *testing.T, supervise bool) {
 	ctx, c, ns := scenario(t, 4*time.Minute)
 	name, mode := "inworker", "exec"
-	args := []string{"--barrier-in-worker"}
 	if supervise {
 		name, mode = "supervised", "supervise"
-		args = append(args, "--barrier-supervises")
 	}
-	startController(t, c, ns, args...)
+	startController(t, c, ns, "--barrier-in-worker", fmt.Sprintf("--barrier-supervises=%v", supervise))
 
 	run := realRun(name, 4, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
 		"--sigterm-delay", "3s", "--sigterm-delay-index", "0",
 		"--fail-index", "1", "--fail-attempt", "2", "--fail", "exit", "--fail-on-usr1"},
 		withRestartMode(v1alpha1.RestartModeInPlace), withCommand(cluster.WorkerProgram))
-	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRun + "=" + run.Name})
+	// The pods' changes with their records, wherever the agents keep them (on the pods, or
+	// on their heartbeats: -real-agent-records-on-heartbeat), in the API server's order.
+	seen, err := c.WatchPodsWithRecords(ctx, ns, labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run.Name}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
-	var (
-		mu   sync.Mutex
-		seen []*corev1.Pod
-	)
-	go func() {
-		for e := range w.ResultChan() {
-			if p, ok := e.Object.(*corev1.Pod); ok {
-				mu.Lock()
-				seen = append(seen, p)
-				mu.Unlock()
-			}
-		}
-	}()
 
 	run = createRun(ctx, t, c, ns, run)
 	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
@@ -132,14 +119,16 @@ func barrierInWorkerRestart(t *testing.T, supervise bool) {
 	}
 
 	// The barrier, in the API server's order: every old worker stopped before any record
-	// of attempt 2 (the agent records before it opens). A worker is stopped once the
+	// of attempt 2 (the agent records before it opens), the records read where the agents
+	// keep them. A worker is stopped once the
 	// kubelet's status shows it, or once its agent's record says it stopped it for attempt
 	// 2, which the agent writes after the runtime's StopContainer returned: the controller
 	// opens the gang's barrier on that record. The workers the agents stopped (all but the
 	// victim's, which ended on its own) were recorded so.
-	mu.Lock()
-	events := slices.Clone(seen)
-	mu.Unlock()
+	events, err := seen()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stopped, recordedStop, lastStop, firstOpen := map[int]bool{}, map[int]bool{}, -1, -1
 	for seq, p := range events {
 		i := attempt.IndexOrNone(p)

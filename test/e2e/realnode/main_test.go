@@ -46,10 +46,12 @@ var (
 	// benchmark measures without it, to show what it costs (docs/benchmarks.md), and breaks
 	// nothing down.
 	realTraces = flag.Bool("real-traces", true, "the real nodes' kubelets, the controllers and the agents export their spans to the package's collector")
+	// realRecordsOnHeartbeat: the agents' records where they keep them by default (false:
+	// on each pod, to measure what the heartbeat's one write a node saves).
+	realRecordsOnHeartbeat = flag.Bool("real-agent-records-on-heartbeat", true, "the node agents keep their pods' barrier records on their heartbeats (nodeagent --barrier-records-on-heartbeat, its default); false: on each pod")
 	// The kubelets' gates beyond their defaults, to measure what one changes: EventedPLEG=true
 	// (docs/benchmarks.md).
-	realRecordsOnHeartbeat = flag.Bool("real-agent-records-on-heartbeat", false, "the node agents keep their pods' barrier records on their heartbeats (nodeagent --barrier-records-on-heartbeat)")
-	realKubeletGates       = flag.String("real-kubelet-feature-gates", "", "comma-separated Gate=bool for the real nodes' kubelets, beyond their defaults (e.g. EventedPLEG=true)")
+	realKubeletGates = flag.String("real-kubelet-feature-gates", "", "comma-separated Gate=bool for the real nodes' kubelets, beyond their defaults (e.g. EventedPLEG=true)")
 )
 
 func TestMain(m *testing.M) {
@@ -164,10 +166,7 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 		return err
 	}
 	started := time.Now()
-	args := []string{"--release-timeout", "5s"}
-	if *realRecordsOnHeartbeat {
-		args = append(args, "--barrier-records-on-heartbeat")
-	}
+	args := []string{"--release-timeout", "5s", fmt.Sprintf("--barrier-records-on-heartbeat=%v", *realRecordsOnHeartbeat)}
 	a, err := c.StartRealNodeAgent(actx, n, cluster.AgentOptions{
 		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: args,
 	})
