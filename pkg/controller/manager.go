@@ -26,6 +26,7 @@ import (
 	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
@@ -231,6 +232,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	return mgr.Start(ctx)
 }
 
+// podSeen notes what a pod's change says before any reconcile of its run does (that runs
+// after the work queue's wait, which is part of the latency): the agent's evidence, where the
+// trace's settle phase starts, and the first failure of the run's attempt seen, where the
+// decision's latency starts; the pod read as the reconciler reads it, with its node's
+// barrier record (the attempt a pod restarted in place ran, which its labels do not say).
+func (r *Reconciler) podSeen(ctx context.Context, o client.Object) {
+	r.noteEvidence(o)
+	if p, ok := o.(*corev1.Pod); ok {
+		if _, place := attempt.BarrierContainer(&p.Spec); place == attempt.BarrierInWorker {
+			o = r.withNodeRecords(ctx, []*corev1.Pod{p})[0]
+		}
+	}
+	r.failures.saw(o, r.Clock.Now())
+}
+
 // SetupWithManager registers the reconciler: it wakes on its runs, their Jobs and the pods
 // of their Jobs (the first failed pod starts a decision, not the Job's terminal condition).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
@@ -242,10 +258,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	}
 	podToRun := func(ctx context.Context, o client.Object) []reconcile.Request {
-		// The trace's settle phase starts when the agent's evidence arrives, which the
-		// informer knows before any reconcile does.
-		r.noteEvidence(o)
-		r.failures.saw(o, r.Clock.Now())
+		r.podSeen(ctx, o)
 		return runOf(ctx, o)
 	}
 	jobToRun := func(ctx context.Context, o client.Object) []reconcile.Request {

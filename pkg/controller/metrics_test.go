@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,8 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 func decisionSamples(t *testing.T) (uint64, float64) {
@@ -85,5 +91,34 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 	f.decided(run, t0.Add(12*time.Second))
 	if n3, _ := decisionSamples(t); n3 != n1 {
 		t.Fatal("a deleted run's attempt was still remembered")
+	}
+}
+
+// A worker whose barrier supervises it, restarted in place and then failed on its own: its
+// pod's labels and own record say attempt 1, its node's heartbeat records its open for
+// attempt 3 (the container before the one its status shows waiting). Its failure starts the
+// clock of attempt 3, as the reconciler reads the pod.
+func TestFailureSeenWithTheNodesRecord(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2}, metav1.NewTime(now))
+	run.Status.Attempt = 3
+	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+	p, err := attempt.Pod(job, 0, attempt.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.UID, p.Spec.NodeName = "uid-0", "gpu-0"
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://c1", RestartCount: 1,
+		State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}}
+	l := agentlease.New("gpu-0", now, agentlease.Duration)
+	if err := agentlease.SetRecords(l, map[types.UID]v1alpha1.BarrierRecord{p.UID: {ContainerID: "c0", Attempt: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(l).Build()
+	r := &Reconciler{Client: cl, Clock: clocktesting.NewFakeClock(now)}
+	r.podSeen(context.Background(), p)
+	if seen, ok := r.failures.firstSeen(run); !ok || !seen.Equal(now) {
+		t.Errorf("attempt 3's first failure seen at %v (%v), want %v", seen, ok, now)
 	}
 }
