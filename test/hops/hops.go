@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/otlp"
 )
@@ -52,8 +53,11 @@ type APIMoments struct {
 // PodTimes are the moments of one pod's way back, zero when not seen.
 type PodTimes struct {
 	Pod
-	// StopBegan, Stopped: the agent's stop of the old workers (its first inplace.stop).
-	StopBegan, Stopped time.Time
+	// StopBegan, Stopped: the agent's stop of the old workers (its first inplace.stop), and
+	// how it reached a supervised worker (tracing.KeyBarrierSignal: socket, or runtime where
+	// the socket was out of reach, with why).
+	StopBegan, Stopped  time.Time
+	StopVia, StopReason string
 	// Removed: the kubelet's last removal of an old container of the pod.
 	Removed time.Time
 	// Synced, SandboxReady (a new pod): the kubelet's first sync of the pod (it reached its
@@ -133,6 +137,7 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 				// found the old workers gone (the kubelet restarting the pod already).
 				if t.StopBegan.IsZero() || s.Start().Before(t.StopBegan) {
 					t.StopBegan, t.Stopped = s.Start(), s.End()
+					t.StopVia, t.StopReason = s.Attr(string(tracing.KeyBarrierSignal)), s.Attr(string(tracing.KeyBarrierSignalReason))
 				}
 			case tracing.SpanInPlaceOpen:
 				// The open that gave the go signal (it says how), else the first: a pod
@@ -313,7 +318,7 @@ var Hops = []Hop{
 	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", of(newPod, between(synced, sandboxReady))},
 	{"sandbox → its barrier started", "kubelet (create, start)", of(newPod, between(sandboxReady, barrierStarted))},
 	{"barrier open and started → the agent opens", "kubelet (relist, status write), the agent's watches", between(laterOf(barrierOpen, barrierStarted), openBegan)},
-	{"the agent's open (confirmation, go signal)", "API (a read; in the worker, the record's write), the barrier's socket (or an exec)", between(openBegan, opened)},
+	{"the agent's open (confirmation, go signal)", "API (a read; in the worker, the record's write and a read after it), the barrier's socket (or an exec)", between(openBegan, opened)},
 	{"opened → worker started (init container)", "kubelet (relist, create, start)", of(initBarrier, between(opened, workerStarted))},
 	{"worker started → the gang Running", "kubelet status write, controller, API", between(workerStarted, running)},
 }
@@ -368,7 +373,25 @@ func Table(ep Episode) string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s |\n", st.Name, st.Who, st.Pods, round(st.Median), round(st.Worst))
 	}
 	fmt.Fprintf(&b, "\ndecision → barrier open %s, → every worker Running %s\n", round(ep.BarrierOpen.Sub(ep.Decided)), round(ep.Running.Sub(ep.Decided)))
+	if n, why := stoppedByRuntime(ep); n > 0 {
+		fmt.Fprintf(&b, "%d supervised workers stopped through the runtime, their barriers' sockets out of reach (the first: %s)\n", n, why)
+	}
 	return b.String()
+}
+
+// stoppedByRuntime counts ep's supervised workers that the agent stopped through the
+// runtime, not their barriers' sockets (a container restart the restart need not have
+// made), and says why for the first.
+func stoppedByRuntime(ep Episode) (n int, why string) {
+	for _, t := range ep.Pods {
+		if t.StopVia == inplace.ViaRuntime {
+			if n == 0 {
+				why = t.StopReason
+			}
+			n++
+		}
+	}
+	return n, why
 }
 
 func round(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }

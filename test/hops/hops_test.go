@@ -8,6 +8,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/faultline-dev/faultline/pkg/nodeagent/inplace"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 	"github.com/faultline-dev/faultline/test/otlp"
 )
@@ -82,7 +83,9 @@ func TestBreakdown(t *testing.T) {
 	// A pod restarted in place whose barrier is its worker's entrypoint: one start, the
 	// container's; the open's end is its worker's start. The kubelet's next start of it
 	// (a later restart) is no worker start of this one.
-	sp.add(tracing.ServiceAgent, tr, "w1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "inworker")
+	// Its barrier supervised the worker, its socket out of reach: stopped through the runtime.
+	sp.add(tracing.ServiceAgent, tr, "w1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "inworker",
+		string(tracing.KeyBarrierSignal), inplace.ViaRuntime, string(tracing.KeyBarrierSignalReason), "no /proc")
 	sp.add(tracing.ServiceAgent, tr, "w2", "r", tracing.SpanInPlaceOpen, 5250*time.Millisecond, 5350*time.Millisecond, string(tracing.KeyPodUID), "inworker", string(tracing.KeyBarrierSignal), "socket")
 	sp.add("kubelet", "ee", "w3", "", kubeletSync, 2*s, 4*s, string(tracing.KeyPodUID), "inworker")
 	sp.add("kubelet", "ee", "w3a", "w3", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
@@ -154,6 +157,9 @@ func TestBreakdown(t *testing.T) {
 	}
 	if table := Table(ep); !strings.Contains(table, "| ·· made → bound | scheduler, API | 1 | 300ms | 300ms |") || strings.Contains(table, "| 0 |") {
 		t.Errorf("the table lacks the moved index's hop through the scheduler, or has a hop no pod has:\n%s", table)
+	}
+	if table := Table(ep); !strings.Contains(table, "1 supervised workers stopped through the runtime, their barriers' sockets out of reach (the first: no /proc)") {
+		t.Errorf("the table does not say that a supervised worker was stopped through the runtime:\n%s", table)
 	}
 	if !ep.Complete() {
 		t.Errorf("every moment of every pod is there, Complete says not: %+v", ep.Pods)

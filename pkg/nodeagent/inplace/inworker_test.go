@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // inWorkerPod is a pod whose barrier is its worker container's entrypoint, as
@@ -394,5 +395,24 @@ func TestStopOldWorkersRecordsTheStop(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A supervised worker is stopped through its barrier's socket; out of reach, through the
+// runtime's stop of its container, which the kubelet then restarts: slower, and the step
+// (its trace) says so, and why.
+func TestStopOldWorkersSaysHowASupervisedWorkerStopped(t *testing.T) {
+	pod := inWorkerPod(0, "c0", &running, record("c0", 0, 1))
+	pod.Spec.Containers[0].Command[1] = barrier.CommandSupervise
+	rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("c0", 0)}}
+	r := New(rt, nil)
+	r.Records = &records{rt: rt}
+	r.ProcRoot = "" // the node's processes out of sight: no socket
+	sctx, notes := withNotes(context.Background())
+	if _, err := r.StopOldWorkers(sctx, pod, 2); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.Stops) != 1 || notes.via != ViaRuntime || notes.reason == "" {
+		t.Errorf("%d runtime stops, noted via %q (%q); want 1, via %q and why", len(rt.Stops), notes.via, notes.reason, ViaRuntime)
 	}
 }

@@ -72,9 +72,9 @@ type Step struct {
 	// Start and End: when it began (an open: before its confirmation) and ended (a stop:
 	// when the runtime had stopped the old workers, before the agent's record of it).
 	Start, End time.Time
-	// Via is how an open reached the barrier (ViaSocket, ViaExec); "" for a stop, or an
-	// open that opened nothing. ViaReason says why an open went by exec (the barrier's
-	// socket out of reach, and why).
+	// Via is how an open reached the barrier (ViaSocket, ViaExec), or a stop a supervised
+	// worker (ViaSocket, ViaRuntime); "" for another stop, or an open that opened nothing.
+	// ViaReason says why it did not go through the barrier's socket.
 	Via, ViaReason string
 	Err            error
 }

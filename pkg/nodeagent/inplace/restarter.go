@@ -100,9 +100,13 @@ type Restarter struct {
 }
 
 // How a barrier got its go signal (Step.Via): through its socket, or an exec of its open.
+// How a stop reached a supervised worker: through its barrier's socket, or, that out of
+// reach, through the runtime's stop of its container (ViaRuntime), which the kubelet then
+// restarts.
 const (
-	ViaSocket = "socket"
-	ViaExec   = "exec"
+	ViaSocket  = "socket"
+	ViaExec    = "exec"
+	ViaRuntime = "runtime"
 )
 
 // errNoSocket: the agent cannot reach a barrier's socket (openBySocket); it execs.
@@ -258,12 +262,16 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 			// container is stopped as any other, and the kubelet restarts it.
 			err := r.stopBySocket(ctx, c.Id, n, time.Duration(grace)*time.Second)
 			if err == nil {
+				noteVia(ctx, ViaSocket, "")
 				stopped = append(stopped, c.Id)
 				continue
 			}
 			if !errors.Is(err, errNoSocket) && !errors.Is(err, barrier.ErrNotWaiting) {
 				return stopped, fmt.Errorf("stop the worker of container %s of pod %s through its barrier: %w", c.Id, podRef(pod), err)
 			}
+			// On the step's trace too: a restart that restarts containers it need not is
+			// slower by the kubelet's relist and restart, and says why.
+			noteVia(ctx, ViaRuntime, err.Error())
 			r.log.Info("stopping a supervised worker's container: its barrier is not reachable", "pod", podRef(pod), "container", c.Id, "reason", err)
 		}
 		// SIGTERM, then SIGKILL after the grace period: the worker's exit (143 or 137) is
