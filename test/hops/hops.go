@@ -162,6 +162,12 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 			}
 			_, t.SandboxReady = firstAfter(calls, criSandbox, ep.Decided)
 			t.BarrierStarting, t.BarrierStarted = firstAfter(calls, criStart, ep.Decided)
+		case t.InPlace && t.StopVia == inplace.ViaSocket:
+			// A worker stopped through its barrier's socket: the barrier waits again, in
+			// the container that ran it, once it answered the stop. No removal and no start
+			// of the kubelet's is a step of this restart (one after it is the kubelet's
+			// garbage collection of an older container).
+			t.BarrierStarting, t.BarrierStarted = t.Stopped, t.Stopped
 		case !t.Stopped.IsZero():
 			// The old containers removed, then the first start: the barrier's. From the
 			// stop's beginning: the kubelet may see the exit, and remove, before the
@@ -213,7 +219,10 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 // Complete: every moment of every pod was seen (a restart whose new pods all ran).
 func (ep Episode) Complete() bool {
 	for _, t := range ep.Pods {
-		if t.BarrierStarted.IsZero() || t.Opened.IsZero() || t.WorkerStarted.IsZero() || t.InPlace && (t.Stopped.IsZero() || t.Removed.IsZero()) {
+		// A worker stopped through its barrier's socket waits again in the container that
+		// ran it: no removal of the kubelet's.
+		kept := t.InPlace && t.StopVia == inplace.ViaSocket
+		if t.BarrierStarted.IsZero() || t.Opened.IsZero() || t.WorkerStarted.IsZero() || t.InPlace && (t.Stopped.IsZero() || !kept && t.Removed.IsZero()) {
 			return false
 		}
 	}
@@ -267,6 +276,8 @@ var (
 	inPlace     = func(t PodTimes) bool { return t.InPlace }
 	newPod      = func(t PodTimes) bool { return !t.InPlace }
 	initBarrier = func(t PodTimes) bool { return !t.InWorker }
+	// stoppedBySocket: a worker its barrier stopped and waits again (it supervises it).
+	stoppedBySocket = func(t PodTimes) bool { return t.InPlace && t.StopVia == inplace.ViaSocket }
 )
 
 var (
@@ -303,6 +314,7 @@ var Hops = []Hop{
 	{"exit → the kubelet removed the old containers", "kubelet (relist, kill, remove)", of(inPlace, between(stopped, removed))},
 	{"removed → the gang's barrier open", "kubelet status write, controller (every pod), API", of(inPlace, between(removed, barrierOpen))},
 	{"removed → barrier started", "kubelet (create, start)", of(inPlace, between(removed, barrierStarted))},
+	{"stopped by its barrier → the gang's barrier open", "the agent's record of the stop, controller (every pod), API", of(stoppedBySocket, between(stopped, barrierOpen))},
 	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", of(newPod, between(decided, barrierStarted))},
 	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", of(newPod, between(decided, synced))},
 	{"·· decision → the old pod's exit reported", "the node shutting down: its kubelet's kill, its agent's report", of(newPod, between(decided, oldExit))},

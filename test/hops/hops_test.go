@@ -83,6 +83,14 @@ func TestBreakdown(t *testing.T) {
 	// A pod restarted in place whose barrier is its worker's entrypoint: one start, the
 	// container's; the open's end is its worker's start. The kubelet's next start of it
 	// (a later restart) is no worker start of this one.
+	// A supervised worker stopped through its barrier's socket: its container goes on, and
+	// the kubelet's removal of an older one (its garbage collection) is no step of the restart.
+	sp.add(tracing.ServiceAgent, tr, "s1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1300*time.Millisecond, string(tracing.KeyPodUID), "supervised",
+		string(tracing.KeyBarrierSignal), inplace.ViaSocket)
+	sp.add(tracing.ServiceAgent, tr, "s2", "r", tracing.SpanInPlaceOpen, 5250*time.Millisecond, 5350*time.Millisecond, string(tracing.KeyPodUID), "supervised", string(tracing.KeyBarrierSignal), "socket")
+	sp.add("kubelet", "gg", "s3", "", kubeletSync, 2*s, 4*s, string(tracing.KeyPodUID), "supervised")
+	sp.add("kubelet", "gg", "s3a", "s3", "runtime.v1.RuntimeService/RemoveContainer", 2300*time.Millisecond, 2400*time.Millisecond)
+
 	// Its barrier supervised the worker, its socket out of reach: stopped through the runtime.
 	sp.add(tracing.ServiceAgent, tr, "w1", "r", tracing.SpanInPlaceStop, 1200*time.Millisecond, 1500*time.Millisecond, string(tracing.KeyPodUID), "inworker",
 		string(tracing.KeyBarrierSignal), inplace.ViaRuntime, string(tracing.KeyBarrierSignalReason), "no /proc")
@@ -104,11 +112,15 @@ func TestBreakdown(t *testing.T) {
 	sp.add("kubelet", "ff", "g1a", "g1", "runtime.v1.RuntimeService/StopContainer", 820*time.Millisecond, 900*time.Millisecond)
 	sp.add("kubelet", "ff", "g1b", "g1", "runtime.v1.RuntimeService/StopContainer", 810*time.Millisecond, 950*time.Millisecond)
 	sp.add("kubelet", "ff", "g1c", "g1", "runtime.v1.RuntimeService/StopPodSandbox", 960*time.Millisecond, 1100*time.Millisecond)
-	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1", API: moved, OldUID: "gone"}, {UID: "early", Name: "r-2", InPlace: true}, {UID: "inworker", Name: "r-3", InPlace: true, InWorker: true}})
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "old", Name: "r-0", InPlace: true}, {UID: "new", Name: "r-1", API: moved, OldUID: "gone"}, {UID: "early", Name: "r-2", InPlace: true}, {UID: "inworker", Name: "r-3", InPlace: true, InWorker: true}, {UID: "supervised", Name: "r-4", InPlace: true, InWorker: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, fresh, early, inWorker := ep.Pods[0], ep.Pods[1], ep.Pods[2], ep.Pods[3]
+	old, fresh, early, inWorker, supervised := ep.Pods[0], ep.Pods[1], ep.Pods[2], ep.Pods[3], ep.Pods[4]
+	if !supervised.Removed.IsZero() || !supervised.BarrierStarted.Equal(supervised.Stopped) {
+		t.Errorf("a worker stopped through its barrier's socket: removed %s, barrier waiting %s; want no removal, waiting at the stop's end %s (its container went on)",
+			supervised.Removed.Sub(t0), supervised.BarrierStarted.Sub(t0), supervised.Stopped.Sub(t0))
+	}
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, c := range []struct {
 		what      string
@@ -139,21 +151,22 @@ func TestBreakdown(t *testing.T) {
 		Hops[0].Name:  200 * time.Millisecond,  // decision → stop
 		Hops[2].Name:  900 * time.Millisecond,  // exit → removed
 		Hops[3].Name:  2600 * time.Millisecond, // removed → the gang's barrier open
-		Hops[5].Name:  3600 * time.Millisecond, // the new pod's barrier
-		Hops[6].Name:  2 * s,                   // decision → the new pod at its kubelet
-		Hops[17].Name: 800 * time.Millisecond,  // its sandbox
-		Hops[18].Name: 800 * time.Millisecond,  // sandbox → its barrier
-		Hops[19].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
-		Hops[21].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
+		Hops[5].Name:  3700 * time.Millisecond, // stopped by its barrier → the gang's barrier open
+		Hops[6].Name:  3600 * time.Millisecond, // the new pod's barrier
+		Hops[7].Name:  2 * s,                   // decision → the new pod at its kubelet
+		Hops[18].Name: 800 * time.Millisecond,  // its sandbox
+		Hops[19].Name: 800 * time.Millisecond,  // sandbox → its barrier
+		Hops[20].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
+		Hops[22].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
 	}
 	for _, st := range stats {
 		if w, ok := want[st.Name]; ok && st.Worst != w {
 			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
 		}
 	}
-	if stats[0].Pods != 3 || stats[5].Pods != 1 || stats[17].Pods != 1 || stats[19].Pods != 4 || stats[21].Pods != 3 || stats[22].Pods != 4 {
-		t.Errorf("pods per hop %d, %d, %d, %d, %d, %d; want 3 in place, 1 moved, 1 moved, 4 in all, 3 with the init container, 4 in all",
-			stats[0].Pods, stats[5].Pods, stats[17].Pods, stats[19].Pods, stats[21].Pods, stats[22].Pods)
+	if stats[0].Pods != 4 || stats[5].Pods != 1 || stats[6].Pods != 1 || stats[18].Pods != 1 || stats[20].Pods != 5 || stats[22].Pods != 3 || stats[23].Pods != 5 {
+		t.Errorf("pods per hop %d, %d, %d, %d, %d, %d, %d; want 4 in place, 1 stopped by its barrier, 1 moved, 1 moved, 5 in all, 3 with the init container, 5 in all",
+			stats[0].Pods, stats[5].Pods, stats[6].Pods, stats[18].Pods, stats[20].Pods, stats[22].Pods, stats[23].Pods)
 	}
 	if table := Table(ep); !strings.Contains(table, "| ·· made → bound | scheduler, API | 1 | 300ms | 300ms |") || strings.Contains(table, "| 0 |") {
 		t.Errorf("the table lacks the moved index's hop through the scheduler, or has a hop no pod has:\n%s", table)

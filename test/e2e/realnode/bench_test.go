@@ -126,6 +126,10 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	run := createRun(ctx, b, c, ns, realRun(name, int32(workers), []string{"--heartbeats-only", "--heartbeat-timeout", "10s"}, opts...))
 	waitRun(ctx, b, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
 	first := waitWorkers(ctx, b, c, ns, run.Name, 1, workers)
+	// The gang registered, its rendezvous over: a worker counts as Running once its agent
+	// opened it, and a task that dies during the rendezvous fails the others (their
+	// coordination service's error, exit 1), which would restart their containers.
+	registeredTasks(ctx, b, c, ns, run.Name, 1, workers)
 	up := c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
 	var down *cluster.RealNode
 	for _, n := range c.Real.Nodes {
