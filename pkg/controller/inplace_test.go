@@ -96,17 +96,7 @@ func fallbackFixture(t *testing.T) (*Reconciler, client.Client, *v1alpha1.Traini
 	}
 	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier"})
 	job.UID = "uid-job-1"
-	var pods []*corev1.Pod
-	for i := range 2 {
-		p, err := attempt.Pod(job, i, attempt.PodOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
-		p.Spec.NodeName = fmt.Sprintf("gpu-%d", i)
-		p.Status.Phase = corev1.PodRunning
-		pods = append(pods, p)
-	}
+	pods := runningPods(t, job, 2)
 	pods[0].Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.BarrierContainer,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: barrier.OpenedMessage(2)}}}}
 	pods[0].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: opened}}}}
@@ -424,4 +414,22 @@ func (d *deleteRecorder) Delete(ctx context.Context, obj client.Object, opts ...
 	}
 	d.grace[obj.GetName()] = o.GracePeriodSeconds
 	return d.Client.Delete(ctx, obj, opts...)
+}
+
+// runningPods are job's pods of indexes 0 to n-1, Running, pod i bound to gpu-i with the UID
+// uid-llm-i.
+func runningPods(t *testing.T, job *batchv1.Job, n int) []*corev1.Pod {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range n {
+		p, err := attempt.Pod(job, i, attempt.PodOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
+		p.Spec.NodeName = fmt.Sprintf("gpu-%d", i)
+		p.Status.Phase = corev1.PodRunning
+		pods = append(pods, p)
+	}
+	return pods
 }

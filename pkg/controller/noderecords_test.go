@@ -40,30 +40,14 @@ func TestInPlaceOpensOnTheNodesRecords(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Second)
-			decided := metav1.NewTime(now.Add(-2 * time.Second))
-			run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
-			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
-			job.UID = "uid-job-1"
+			ran := []v1alpha1.BarrierRecord{{ContainerID: "c0", Attempt: 1}, {ContainerID: "c1", Attempt: 1}}
+			run, job, pods := decidedGang(t, now, []string{"c0", "c1"}, []int32{0, 0}, ran)
 			objs := []client.Object{run, job}
 			leases := map[string]map[types.UID]v1alpha1.BarrierRecord{}
-			for i := range 2 {
-				p, err := attempt.Pod(job, i, attempt.PodOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				node := fmt.Sprintf("gpu-%d", i)
-				p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
-				p.Spec.NodeName = node
-				p.Status.Phase = corev1.PodRunning
-				id := fmt.Sprintf("c%d", i)
-				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id,
-					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: decided}}}}
-				ran := v1alpha1.BarrierRecord{ContainerID: id, Attempt: 1}
-				raw, _ := json.Marshal(ran)
-				p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
-				objs = append(objs, p, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+			for i, p := range pods {
+				objs = append(objs, p, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.Spec.NodeName}})
 				if on := c.on[i]; on != "" {
-					stopped := ran
+					stopped := ran[i]
 					stopped.StoppedFor = 2
 					if leases[on] == nil {
 						leases[on] = map[types.UID]v1alpha1.BarrierRecord{}
@@ -185,40 +169,24 @@ func TestInPlaceOpensOnlyOnTheAPIServersRecords(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Second)
-			decided := metav1.NewTime(now.Add(-2 * time.Second))
-			run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
-			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
-			job.UID = "uid-job-1"
-			cached, at := []client.Object{run, job}, []client.Object{run.DeepCopy(), job.DeepCopy()}
-			records := []v1alpha1.BarrierRecord{{ContainerID: "c0", Attempt: 1, StoppedFor: 2}, {ContainerID: "c1-0", Attempt: 1}}
+			run, job, pods := decidedGang(t, now, []string{"c0", "c1-1"}, []int32{0, 1},
+				[]v1alpha1.BarrierRecord{{ContainerID: "c0", Attempt: 1, StoppedFor: 2}, {ContainerID: "c1-0", Attempt: 1}})
 			opened := v1alpha1.BarrierRecord{ContainerID: "c1-1", Restart: 1, Attempt: 1}
-			for i := range 2 {
-				p, err := attempt.Pod(job, i, attempt.PodOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				node := fmt.Sprintf("gpu-%d", i)
-				p.UID = types.UID(fmt.Sprintf("uid-llm-%d", i))
-				p.Spec.NodeName = node
-				p.Status.Phase = corev1.PodRunning
-				id := []string{"c0", "c1-1"}[i]
-				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id, RestartCount: int32(i),
-					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: decided}}}}
-				raw, _ := json.Marshal(records[i])
-				p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+			cached, at := []client.Object{run, job}, []client.Object{run.DeepCopy(), job.DeepCopy()}
+			for i, p := range pods {
 				fresh := p.DeepCopy()
 				if i == 1 && c.onPod {
 					raw, _ := json.Marshal(opened)
 					fresh.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
 				}
-				l := agentlease.New(node, now, agentlease.Duration)
+				l := agentlease.New(p.Spec.NodeName, now, agentlease.Duration)
 				freshLease := l.DeepCopy()
 				if i == 1 && c.onLease {
 					if err := agentlease.SetRecords(freshLease, map[types.UID]v1alpha1.BarrierRecord{p.UID: opened}); err != nil {
 						t.Fatal(err)
 					}
 				}
-				n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+				n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.Spec.NodeName}}
 				cached = append(cached, p, l, n)
 				at = append(at, fresh, freshLease, n.DeepCopy())
 			}
@@ -238,4 +206,24 @@ func TestInPlaceOpensOnlyOnTheAPIServersRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decidedGang is a gang of two supervising barriers, attempt 2 decided in place 2 s before
+// now: its pods on gpu-0 and gpu-1, each its worker container ids[i] running (its restart
+// count restarts[i]) and recs[i] recorded on the pod.
+func decidedGang(t *testing.T, now time.Time, ids []string, restarts []int32, recs []v1alpha1.BarrierRecord) (*v1alpha1.TrainingRun, *batchv1.Job, []*corev1.Pod) {
+	t.Helper()
+	decided := metav1.NewTime(now.Add(-2 * time.Second))
+	run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
+	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+	job.UID = "uid-job-1"
+	pods := runningPods(t, job, len(ids))
+	for i, p := range pods {
+		id := ids[i]
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id, RestartCount: restarts[i],
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: decided}}}}
+		raw, _ := json.Marshal(recs[i])
+		p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+	}
+	return run, job, pods
 }
