@@ -176,6 +176,9 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	if k.records != nil && inWorker {
 		return k.syncOnHeartbeat(ctx, pod, d, attempt)
 	}
+	// A barrier that supervises its worker stops it and waits again in the same container:
+	// the kubelet restarts nothing.
+	restarts := inWorker && !supervised(pod)
 	if d.Action == inplace.ActionStopWorkers && inWorker {
 		// The agent records the stop first (Writer.RecordStopped), the kubelet then writes
 		// the pod restarted.
@@ -183,7 +186,7 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 		if apierrors.IsConflict(err) {
 			return inplace.ActionWait, nil // the informer brings the fresh pod
 		}
-		if err != nil {
+		if err != nil || !restarts {
 			return d.Action, err
 		}
 		pod = stopped
@@ -191,7 +194,7 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	meta := map[string]any{"resourceVersion": pod.ResourceVersion}
 	var status *corev1.PodStatus
 	switch {
-	case d.Action == inplace.ActionStopWorkers && inWorker, inWorker && stoppedNotRestarted(pod):
+	case d.Action == inplace.ActionStopWorkers && inWorker, restarts && stoppedNotRestarted(pod):
 		status = restartedInWorker(pod, metav1.Now())
 	case d.Action == inplace.ActionStopWorkers:
 		status = restartedToBarrier(pod, metav1.Now())
@@ -236,17 +239,17 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 // kubelet writes the pod restarted; an open is recorded there and writes nothing else.
 func (k kwokRuntime) syncOnHeartbeat(ctx context.Context, pod *corev1.Pod, d inplace.Decision, n int) (inplace.Action, error) {
 	recs := k.records.of(pod.Spec.NodeName)
-	supervised := attempt.BarrierOf(pod).Supervises
+	supervises := supervised(pod)
 	switch {
 	case d.Action == inplace.ActionStopWorkers:
 		if err := recs.RecordStopped(ctx, pod, d.Containers[0], n); err != nil {
 			return d.Action, conflictIsWait(err)
 		}
-		if supervised {
+		if supervises {
 			return d.Action, nil
 		}
 		pod = recs.Pod(pod)
-	case !supervised && stoppedNotRestarted(pod):
+	case !supervises && stoppedNotRestarted(pod):
 	case d.Action == inplace.ActionOpenBarrier:
 		if err := recs.RecordBarrier(ctx, pod, recordOf(pod, n)); err != nil {
 			return d.Action, conflictIsWait(err)
@@ -374,6 +377,10 @@ func removedByRestartAll(now metav1.Time) corev1.ContainerState {
 	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
 }
+
+// supervised says whether pod's barrier is its worker container's entrypoint and supervises
+// the worker (it waits again in the same container after a stop).
+func supervised(pod *corev1.Pod) bool { return attempt.BarrierOf(pod).Supervises }
 
 // inWorkerBarrier says whether pod's barrier is its worker container's entrypoint.
 func inWorkerBarrier(pod *corev1.Pod) bool {

@@ -32,7 +32,7 @@ const kwokBarrierImage = "localhost/faultline/barrier:kwok"
 // with restartMode InPlace, jobAttempt 1 and the moved index recorded.
 func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, false, false)
+	inPlaceRestartOnKwok(t, inPlaceKwok{})
 }
 
 // TestE2EInPlaceRestartOnKwokBarrierInWorker is the same restart with the controller's
@@ -42,7 +42,7 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 // (faultline.dev/barrier-record) is what says which attempt a pod's worker runs.
 func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, true, false)
+	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true})
 }
 
 // TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat is the same restart with barriers that
@@ -53,13 +53,24 @@ func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
 // heartbeat); the controller reads the records there.
 func TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, true, true)
+	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true, supervise: true, onHeartbeat: true})
 }
 
-// inPlaceRestartOnKwok: with onHeartbeat, the barriers supervise their workers and the
-// records are on the heartbeats.
-func inPlaceRestartOnKwok(t *testing.T, inWorker, onHeartbeat bool) {
-	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker), fmt.Sprintf("--barrier-supervises=%v", onHeartbeat)}
+// TestE2EInPlaceRestartOnKwokSupervisedRecordsOnPods is the same restart with barriers that
+// supervise their workers and the agents' records on the pods (nodeagent
+// --barrier-records-on-heartbeat=false): the kept workers' containers are not restarted.
+func TestE2EInPlaceRestartOnKwokSupervisedRecordsOnPods(t *testing.T) {
+	t.Parallel()
+	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true, supervise: true})
+}
+
+// inPlaceKwok is how inPlaceRestartOnKwok's barriers and records are: the barrier the
+// worker's entrypoint, supervising it, the records on the nodes' heartbeats.
+type inPlaceKwok struct{ inWorker, supervise, onHeartbeat bool }
+
+func inPlaceRestartOnKwok(t *testing.T, how inPlaceKwok) {
+	inWorker, onHeartbeat := how.inWorker, how.onHeartbeat
+	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker), fmt.Sprintf("--barrier-supervises=%v", how.supervise)}
 	ctx, c, ns, _ := scenario(t, args...)
 	// The pods as the controller reads them: with their nodes' records.
 	recorded := func(ps []*corev1.Pod) []*corev1.Pod {
@@ -188,11 +199,24 @@ func inPlaceRestartOnKwok(t *testing.T, inWorker, onHeartbeat bool) {
 		if p.UID != pods[i].UID || p.Spec.NodeName != pods[i].Spec.NodeName {
 			t.Errorf("index %d: pod %s on %s, want attempt 1's %s on %s, restarted in place", i, p.Name, p.Spec.NodeName, pods[i].Name, pods[i].Spec.NodeName)
 		}
+		if was, is := workerRestarts(pods[i]), workerRestarts(&p); how.supervise && is != was {
+			t.Errorf("index %d: pod %s's worker container restarted %d times, then %d: want it kept (its barrier supervises it)", i, p.Name, was, is)
+		}
 		if onHeartbeat && i != 3 && p.ResourceVersion != pods[i].ResourceVersion {
 			t.Errorf("index %d: pod %s written during its restart in place (resourceVersion %s, then %s): want its stop and open on its node's heartbeat alone",
 				i, p.Name, pods[i].ResourceVersion, p.ResourceVersion)
 		}
 	}
+}
+
+// workerRestarts is the restart count of p's worker container as its status shows it.
+func workerRestarts(p *corev1.Pod) int32 {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == p.Spec.Containers[0].Name {
+			return cs.RestartCount
+		}
+	}
+	return 0
 }
 
 // barrierWaits reports whether p is held at its barrier: the kubelet restarted its containers
