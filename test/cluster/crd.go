@@ -14,6 +14,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,6 +77,39 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
 			return err
 		}
 		c.logf("CRD %s established", name)
+	}
+	return nil
+}
+
+// DeleteCRDs deletes every CRD in the *.yaml files of dir that the cluster has, with its
+// custom resources, and waits until each is gone: for a test that must meet a cluster without
+// them, run again in the same package (go test -count).
+func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
+	docs, err := readCRDs(dir)
+	if err != nil {
+		return err
+	}
+	client, err := apiextensions.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("apiextensions clientset: %w", err)
+	}
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, doc := range docs {
+		err := crds.Delete(ctx, doc.name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("delete CRD %s: %w", doc.name, err)
+		}
+		lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
+			fields.OneTermEqualSelector("metadata.name", doc.name))
+		if _, err := watchtools.UntilWithSync(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(store cache.Store) (bool, error) {
+			return len(store.List()) == 0, nil
+		}, func(e watch.Event) (bool, error) { return e.Type == watch.Deleted, nil }); err != nil {
+			return fmt.Errorf("wait for CRD %s to be gone: %w", doc.name, err)
+		}
+		c.logf("CRD %s deleted", doc.name)
 	}
 	return nil
 }

@@ -73,6 +73,29 @@ func TestE2EAgentSeesOnlyItsNode(t *testing.T) {
 	mine := createPods(ctx, t, c, ns, nodeA, "mine", 1, 0)[0]
 	createPods(ctx, t, c, ns, nodeB, "theirs", 1, 0)
 
+	// What each agent may read: its node's pods; the runs with pods on its node, each by
+	// namespace and name (idle on A only once its pod is there); the probe, which names none.
+	allowed := map[string][]string{
+		nodeA: {runwatch.Selector("", ""), runwatch.Selector(ns, "mine")},
+		nodeB: {runwatch.Selector("", ""), runwatch.Selector(ns, "theirs")},
+	}
+	// Pods another test left on these nodes (this test's run before, go test -count): their
+	// runs are on the agents' nodes too, which they may read.
+	for node := range allowed {
+		left, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range left.Items {
+			if run := p.Labels[v1alpha1.LabelRun]; run != "" {
+				allowed[node] = append(allowed[node], runwatch.Selector(p.Namespace, run))
+			}
+		}
+	}
+	// A request received before now is no read of this test's agents: another test's
+	// agents', or those of this test's run before (go test -count) on the same nodes, whose
+	// watches end, and are logged, later.
+	audit := &agentAudit{path: c.AuditLog(), ns: ns, allowed: allowed, since: time.Now()}
 	sock := serveRuntime(t, eventsRuntime{})
 	for _, node := range []string{nodeA, nodeB} {
 		startAgent(t, c, node, "--cri-endpoint", "unix://"+sock)
@@ -83,13 +106,6 @@ func TestE2EAgentSeesOnlyItsNode(t *testing.T) {
 			t.Fatalf("node %s: the agent does not restart pods in place, so it watches no run: %v", node, err)
 		}
 	}
-	// What each agent may read: its node's pods; the runs with pods on its node, each by
-	// namespace and name (idle on A only once its pod is there); the probe, which names none.
-	allowed := map[string][]string{
-		nodeA: {runwatch.Selector("", ""), runwatch.Selector(ns, "mine")},
-		nodeB: {runwatch.Selector("", ""), runwatch.Selector(ns, "theirs")},
-	}
-	audit := &agentAudit{path: c.AuditLog(), ns: ns, allowed: allowed}
 	audit.wait(ctx, t, "the agent of "+nodeA+" watching mine, and that of "+nodeB+" theirs", func() bool {
 		return audit.watching(nodeA, "mine") && audit.watching(nodeB, "theirs")
 	})
@@ -123,9 +139,10 @@ func serveRuntime(t *testing.T, rt runtimeapi.RuntimeServiceServer) string {
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the test reads.
 type auditEvent struct {
-	Stage      string `json:"stage"`
-	RequestURI string `json:"requestURI"`
-	Verb       string `json:"verb"`
+	Received   time.Time `json:"requestReceivedTimestamp"`
+	Stage      string    `json:"stage"`
+	RequestURI string    `json:"requestURI"`
+	Verb       string    `json:"verb"`
 	User       struct {
 		Extra map[string][]string `json:"extra"`
 	} `json:"user"`
@@ -160,6 +177,8 @@ type agentAudit struct {
 	path    string
 	ns      string
 	allowed map[string][]string
+	// since: the events of requests received before are not read.
+	since   time.Time
 	events  []auditEvent
 	checked int
 }
@@ -179,7 +198,9 @@ func (a *agentAudit) read() ([]string, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("audit log %s: %w", a.path, err)
 		}
-		a.events = append(a.events, e)
+		if !e.Received.Before(a.since) {
+			a.events = append(a.events, e)
+		}
 	}
 	var wrong []string
 	for _, e := range a.events[min(a.checked, len(a.events)):] {

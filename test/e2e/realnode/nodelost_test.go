@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -98,25 +99,31 @@ func TestRealNodeLostRestartsTheGang(t *testing.T) {
 // operator's statement that it is down), or takes the taint off.
 func outOfService(ctx context.Context, t *testing.T, c *cluster.Cluster, node string, on bool) {
 	t.Helper()
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var taints []corev1.Taint
-	for _, tn := range n.Spec.Taints {
-		if tn.Key != corev1.TaintNodeOutOfService {
-			taints = append(taints, tn)
+	// Against the node as read, again on a conflict: the node lifecycle controller writes
+	// the taints of a node it lost (unreachable) at about this time, and those must stay.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if on {
-		taints = append(taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	}
-	patch := map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": taints}}
-	data, err := json.Marshal(patch)
+		var taints []corev1.Taint
+		for _, tn := range n.Spec.Taints {
+			if tn.Key != corev1.TaintNodeOutOfService {
+				taints = append(taints, tn)
+			}
+		}
+		if on {
+			taints = append(taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		}
+		patch := map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": taints}}
+		data, err := json.Marshal(patch)
+		if err != nil {
+			return err
+		}
+		_, err = c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("taint %s out-of-service=%t: %v", node, on, err)
 	}
 }
