@@ -31,13 +31,9 @@ import (
 // waits until each one is Established and served by discovery, so that its resources can be
 // used at once.
 func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
-	docs, err := readCRDs(dir)
+	docs, client, err := c.crdsIn(dir)
 	if err != nil {
 		return err
-	}
-	client, err := apiextensions.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("apiextensions clientset: %w", err)
 	}
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	var names []string
@@ -55,9 +51,7 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
 	}
 	for _, name := range names {
 		var crd *apiextensionsv1.CustomResourceDefinition
-		lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
-			fields.OneTermEqualSelector("metadata.name", name))
-		_, err := watchtools.UntilWithSync(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, nil, func(e watch.Event) (bool, error) {
+		_, err := watchtools.UntilWithSync(ctx, crdListWatch(client, name), &apiextensionsv1.CustomResourceDefinition{}, nil, func(e watch.Event) (bool, error) {
 			obj, ok := e.Object.(*apiextensionsv1.CustomResourceDefinition)
 			if !ok || e.Type == watch.Deleted {
 				return false, nil
@@ -85,13 +79,9 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
 // custom resources, and waits until each is gone: for a test that must meet a cluster without
 // them, run again in the same package (go test -count).
 func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
-	docs, err := readCRDs(dir)
+	docs, client, err := c.crdsIn(dir)
 	if err != nil {
 		return err
-	}
-	client, err := apiextensions.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("apiextensions clientset: %w", err)
 	}
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, doc := range docs {
@@ -102,9 +92,7 @@ func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
 		if err != nil {
 			return fmt.Errorf("delete CRD %s: %w", doc.name, err)
 		}
-		lw := cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
-			fields.OneTermEqualSelector("metadata.name", doc.name))
-		if _, err := watchtools.UntilWithSync(ctx, lw, &apiextensionsv1.CustomResourceDefinition{}, func(store cache.Store) (bool, error) {
+		if _, err := watchtools.UntilWithSync(ctx, crdListWatch(client, doc.name), &apiextensionsv1.CustomResourceDefinition{}, func(store cache.Store) (bool, error) {
 			return len(store.List()) == 0, nil
 		}, func(e watch.Event) (bool, error) { return e.Type == watch.Deleted, nil }); err != nil {
 			return fmt.Errorf("wait for CRD %s to be gone: %w", doc.name, err)
@@ -112,6 +100,25 @@ func (c *Cluster) DeleteCRDs(ctx context.Context, dir string) error {
 		c.logf("CRD %s deleted", doc.name)
 	}
 	return nil
+}
+
+// crdsIn reads the CRDs of dir's *.yaml files, and a client of the cluster's CRDs.
+func (c *Cluster) crdsIn(dir string) ([]crdDoc, *apiextensions.Clientset, error) {
+	docs, err := readCRDs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := apiextensions.NewForConfig(c.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apiextensions clientset: %w", err)
+	}
+	return docs, client, nil
+}
+
+// crdListWatch lists and watches the CRD named name.
+func crdListWatch(client *apiextensions.Clientset, name string) *cache.ListWatch {
+	return cache.NewListWatchFromClient(client.ApiextensionsV1().RESTClient(), "customresourcedefinitions", "",
+		fields.OneTermEqualSelector("metadata.name", name))
 }
 
 // waitDiscovery waits until the API server's discovery serves the CRD's resource: clients
