@@ -507,6 +507,13 @@ func TestClassifyFaultEvidence(t *testing.T) {
 			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
 			wantEvidence: []string{"fault evidence from x: Gremlins (not a cause faultline knows; ignored)"},
 		},
+		"evidence claiming LimitExceeded is no eviction": {
+			pods: []*corev1.Pod{worker(3, 137, at(1)).faultEvidence(v1alpha1.FaultEvidence{
+				Source: "nvml-event", Node: "gpu-3", Cause: v1alpha1.CauseLimitExceeded, DetectedAt: at(0.9).Format(time.RFC3339Nano),
+			}).obj()},
+			want:         unknown("r-3", 3, 137),
+			wantEvidence: []string{"LimitExceeded (only the kubelet's eviction in the pod's status proves LimitExceeded; ignored)"},
+		},
 		"unreadable detectedAt is not attested": {
 			pods: []*corev1.Pod{worker(3, 1, at(1)).bareCondition(v1alpha1.CauseGPUFault, at(0.5)).faultEvidence(v1alpha1.FaultEvidence{
 				Source: "nvml-event", Node: "gpu-3", Cause: v1alpha1.CauseGPUFault, DetectedAt: "yesterday", GPU: &v1alpha1.GPUEvidence{XID: 48},

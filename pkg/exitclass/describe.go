@@ -139,7 +139,9 @@ func (f *podFailure) faultEvidenceLine() string {
 	}
 	line += quote(fe.Detail)
 	switch {
-	case f.evidenceClaim() == "" && (fe.GPU == nil || fe.GPU.XID == 0):
+	case f.evidenceClaim() == "" && f.xid == 0 && fe.Cause == v1alpha1.CauseLimitExceeded:
+		line += " (only the kubelet's eviction in the pod's status proves " + string(fe.Cause) + "; ignored)"
+	case f.evidenceClaim() == "" && f.xid == 0:
 		line += " (not a cause faultline knows; ignored)"
 	case f.feWhy != "":
 		line += " (not attested: it " + f.feWhy + "; ignored)"

@@ -103,7 +103,8 @@
 //     application but never prove infrastructure. With a GPU XID, LookupXID decides what it
 //     claims: AppGPUError (a program-caused XID, Application) counts when attested (the
 //     pod's node, a time inside its life); GPUFault needs rule 1. A Secondary XID (45)
-//     decides nothing. Without an XID its cause field is the claim. Unattested or
+//     decides nothing. Without an XID its cause field is the claim, except LimitExceeded:
+//     that names the kubelet's eviction, which only the pod's status proves (rule 4). Unattested or
 //     infrastructure-only evidence is noted and ignored; malformed JSON never panics: it
 //     becomes an evidence line saying the annotation is unreadable.
 //  3. Condition DisruptionTarget=True, unless it was set more than a second (the granularity
@@ -140,7 +141,8 @@
 //  8. The node Gone or NotReady → NodeLost (the verdict says how long an unreachable node
 //     had been so, the pod's toleration and its agent's heartbeat).
 //  9. A hint matching the termination message of the pod's failing container (or the
-//     agent's report of it, above): an application cause counts as that application cause.
+//     agent's report of it, above): an application cause counts as that application cause
+//     (a hint may not claim LimitExceeded: CompileHints refuses it).
 //     Hints are tried in order; the first match wins. A PeerFailure hint marks the pod as a
 //     peer (below) and decides nothing else; when its pattern has the named group
 //     HintGroupPeer (and HintGroupRole), the match also names the worker that failed (see
@@ -165,7 +167,8 @@
 // time and is not compared.
 //
 // Rules 1-9 are evidence; a pod decided by one of them with a cause of class Infrastructure
-// or Application is conclusive. AppExit from rule 10 is not: the node agent may still be
+// or Application is conclusive. What counts as application evidence is defined once, beside
+// claimable in evidence.go, and the fuzz test's oracle reads the same definition. AppExit from rule 10 is not: the node agent may still be
 // writing the evidence that explains it.
 //
 // # Root cause across the gang

@@ -301,7 +301,7 @@ func (f *podFailure) decide() {
 		f.set(v1alpha1.CauseGPUFault, basisNodeGPU)
 	case f.known && (f.facts.Gone || f.facts.NotReady):
 		f.set(v1alpha1.CauseNodeLost, basisNodeLost)
-	case f.hint != nil && !f.peerHint && isRootCause(f.hint.Cause):
+	case f.hint != nil && !f.peerHint && claimable(f.hint.Cause):
 		f.set(f.hint.Cause, basisHint)
 	case f.term.exitCode != 0 && !f.term.statusUnknown && !isNonSpecificExit(f.term.exitCode) && !f.peerHint:
 		// A specific exit code is the program's own doing, but only evidence arriving before
@@ -321,9 +321,29 @@ func (f *podFailure) set(c v1alpha1.Cause, b basis) {
 	f.conclusive = c.Class() != v1alpha1.ClassUnknown
 }
 
-// isRootCause: a cause a condition, annotation or hint may assert for a pod.
-func isRootCause(c v1alpha1.Cause) bool {
-	return c.Class() != v1alpha1.ClassUnknown
+// Application evidence is what lets a verdict conclude Application before the settle
+// deadline. The classifier's rules and its fuzz test's oracle both read it from here, so that
+// a new rule cannot conclude on less:
+//   - the runtime's OOMKilled on the failing container (rule 6);
+//   - the kubelet's eviction of the pod for a limit of its own (rule 4: evictedForOwnLimit);
+//   - the pod's own words, a hint on its termination message or its evidence annotation,
+//     asserting an application cause they may claim (rules 2 and 9: claimable), or a
+//     program-caused XID in the annotation, attested (rule 2).
+
+// claimable: a cause a hint or the evidence annotation may assert for a pod. Every root cause
+// but LimitExceeded, which names the kubelet's eviction of the pod for a limit of its own:
+// only the kubelet's write of the pod's status proves that (evictedForOwnLimit), never the
+// pod's metadata or its program's output.
+func claimable(c v1alpha1.Cause) bool {
+	return c.Class() != v1alpha1.ClassUnknown && c != v1alpha1.CauseLimitExceeded
+}
+
+// evictedForOwnLimit: the kubelet evicted the pod for exceeding a limit of its own. Its
+// eviction manager writes status reason Evicted with one of three messages and, unlike a
+// node-pressure eviction, no DisruptionTarget condition (pkg/kubelet/eviction,
+// localStorageEviction → evictPod with no condition).
+func evictedForOwnLimit(pod *corev1.Pod) bool {
+	return pod.Status.Reason == statusReasonEvicted && ownLimitEviction.MatchString(pod.Status.Message)
 }
 
 // isInfraCause: a cause the InfrastructureFault condition may carry. The Job's
@@ -366,7 +386,7 @@ func (f *podFailure) evidenceClaim() v1alpha1.Cause {
 		}
 		return info.Cause
 	}
-	if isRootCause(f.fe.Cause) {
+	if claimable(f.fe.Cause) {
 		return f.fe.Cause
 	}
 	return ""
@@ -453,7 +473,7 @@ func isShutdownStatusReason(r string) bool {
 // statusReasonCause maps pod.Status.Reason to a cause, or "".
 func (f *podFailure) statusReasonCause() v1alpha1.Cause {
 	switch r := f.pod.Status.Reason; {
-	case r == statusReasonEvicted && ownLimitEviction.MatchString(f.pod.Status.Message):
+	case evictedForOwnLimit(f.pod):
 		return v1alpha1.CauseLimitExceeded
 	case r == statusReasonEvicted:
 		return v1alpha1.CauseEviction

@@ -60,6 +60,13 @@ var (
 	fuzzStatusReasons = []string{"", statusReasonEvicted, statusReasonPreempting, statusReasonTerminated,
 		statusReasonShutdown, statusReasonNodeShutdown, statusReasonNodeLost,
 		statusReasonUnexpectedAdmissionError, statusReasonOutOfGPU, "DeadlineExceeded"}
+	// The kubelet's eviction messages (pkg/kubelet/eviction/helpers.go), "" first so that
+	// an input that ran dry keeps none.
+	fuzzStatusMessages = []string{"", "", "",
+		`Container c exceeded its local ephemeral storage limit "1Gi". `,
+		`Pod ephemeral local storage usage exceeds the total limit of containers 2Gi. `,
+		`Usage of EmptyDir volume "scratch" exceeds the limit "1Gi". `,
+		"The node was low on resource: ephemeral-storage. ", "The node had condition: [DiskPressure]. "}
 	fuzzDisruptions = []string{corev1.PodReasonTerminationByKubelet, corev1.PodReasonPreemptionByScheduler,
 		reasonEvictionByEvictionAPI, reasonDeletionByTaintManager, reasonDeletionByPodGC, "Other"}
 	fuzzXIDs         = []uint64{0, 13, 31, 45, 48, 63, 79, 94, 999}
@@ -166,6 +173,11 @@ func fuzzObservation(data []byte) Observation {
 				Status: pick(r, corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse), Reason: v1alpha1.ProgressSignalLog,
 				Message: "no output", LastTransitionTime: metav1.NewTime(r.timeOrZero())})
 		}
+	}
+	// Read last too: the kubelet's message beside the status reason, an eviction's for a
+	// limit of the pod's own or for node pressure.
+	for _, p := range obs.Pods {
+		p.Status.Message = pick(r, fuzzStatusMessages...)
 	}
 	return obs
 }
@@ -381,12 +393,16 @@ func oracleLostUnreachable(p *corev1.Pod, facts NodeFacts, now time.Time) bool {
 	return !forever && !now.Before(since.Add(tolerate))
 }
 
-// oracleAppEvidence: the pod carries explicit application evidence of some kind: OOMKilled,
-// an application hint matching a termination message, or fault evidence naming a program
-// XID or an application cause.
+// oracleAppEvidence: the pod carries explicit application evidence of some kind, as the
+// package defines it beside claimable: OOMKilled, the kubelet's eviction for a limit of the
+// pod's own, an application hint matching a termination message, or fault evidence naming a
+// program XID or an application cause it may claim.
 func oracleAppEvidence(p *corev1.Pod, hints []Hint) bool {
 	isApp := func(c v1alpha1.Cause) bool {
-		return c == v1alpha1.CauseAppExit || c == v1alpha1.CauseOOMKilled || c == v1alpha1.CauseAppGPUError
+		return c.Class() == v1alpha1.ClassApplication && claimable(c)
+	}
+	if evictedForOwnLimit(p) {
+		return true
 	}
 	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		t := cs.State.Terminated

@@ -147,6 +147,9 @@ func CompileHints(patterns []HintPattern) ([]Hint, error) {
 		if p.Cause == v1alpha1.CauseUnknown || p.Cause == v1alpha1.CauseNoProgress || !slices.Contains(v1alpha1.AllCauses, p.Cause) {
 			return nil, fmt.Errorf("hint %d from %q, pattern %q: cause %q is not a hint cause", i, p.Source, p.Pattern, p.Cause)
 		}
+		if p.Cause != v1alpha1.CausePeerFailure && !claimable(p.Cause) {
+			return nil, fmt.Errorf("hint %d from %q, pattern %q: cause %q is the kubelet's eviction, which only the pod's status proves; use %s for the program's own account", i, p.Source, p.Pattern, p.Cause, v1alpha1.CauseAppExit)
+		}
 		re, err := regexp.Compile(p.Pattern)
 		if err != nil {
 			return nil, fmt.Errorf("hint %d from %q, pattern %q: %w", i, p.Source, p.Pattern, err)

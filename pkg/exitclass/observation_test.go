@@ -27,6 +27,10 @@ func TestCompileHintsErrors(t *testing.T) {
 			patterns: []HintPattern{{Pattern: "x", Cause: v1alpha1.CauseUnknown, Source: "jax"}},
 			want:     []string{`pattern "x"`, `cause "Unknown" is not a hint cause`},
 		},
+		"LimitExceeded, which only the kubelet's eviction proves": {
+			patterns: []HintPattern{{Pattern: "No space left on device", Cause: v1alpha1.CauseLimitExceeded, Source: "jax"}},
+			want:     []string{`cause "LimitExceeded" is the kubelet's eviction`, "use AppExit"},
+		},
 		"cause that does not exist": {
 			patterns: []HintPattern{{Pattern: "x", Cause: "Cosmic", Source: "jax"}},
 			want:     []string{`cause "Cosmic" is not a hint cause`},
