@@ -28,4 +28,10 @@ type BarrierRecord struct {
 	// gang's barrier for StoppedFor on it, and reads the container's end, while the status
 	// still shows it, as the end of Attempt, not a failure of StoppedFor.
 	StoppedFor int32 `json:"stoppedFor,omitempty"`
+	// OpenedAt is when the agent recorded the open of Attempt (RFC 3339 with nanoseconds),
+	// right before it gave it: the start of the worker's incarnation for that attempt,
+	// which every rule that asks "during this worker's life" reads (attempt.WorkerStart).
+	// A supervising barrier keeps one container across attempts, so the container's start
+	// is attempt 1's for the life of the pod.
+	OpenedAt string `json:"openedAt,omitempty"`
 }

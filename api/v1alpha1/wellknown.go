@@ -259,6 +259,11 @@ const (
 	// ProgressSignalLog: the worker's output, its containers' logs under /var/log/pods, has
 	// not grown (the zero-configuration signal: every program writes something).
 	ProgressSignalLog = "LogSilent"
+	// ProgressUnknownLog: the agent cannot read a running worker's log (its directory
+	// missing or unreadable: the agent's --pod-log-dir is not the kubelet's podLogsDir, or
+	// not mounted), so its progress is unknown: NoProgress is then Unknown, with this
+	// reason and a message naming the node and the path, never True.
+	ProgressUnknownLog = "LogUnreadable"
 )
 
 // TaintGPUUnhealthy is the NoSchedule taint the node agent may put on a node with a fatal

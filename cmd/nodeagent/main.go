@@ -86,6 +86,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster)")
 	f.StringVar(&cfg.Node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	f.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", nodeagent.DefaultPodResourcesSocket, "the kubelet's PodResources API socket")
+	f.StringVar(&cfg.PodLogDir, "pod-log-dir", nodeagent.DefaultPodLogDir, "the kubelet's pod log directory (its podLogsDir), mounted into the agent: where the progress watch reads when each worker last wrote; a worker whose log cannot be read there has progress Unknown, never silence")
 	f.StringVar(&cfg.CRIEndpoint, "cri-endpoint", inplace.DefaultEndpoint, `the container runtime's CRI socket, for restarts in place ("" or unreachable: none on this node)`)
 	f.StringVar(&cfg.DBusAddress, "dbus-address", os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"), "system bus address (default $DBUS_SYSTEM_BUS_ADDRESS, else the standard socket)")
 	f.StringVar(&cfg.GPU.LibraryPath, "nvml-library", "", "path of libnvidia-ml.so.1 (default: found under --driver-root)")

@@ -443,6 +443,73 @@ func (b Barrier) RecordedRunning(n int32) bool {
 	return true // the status lags the record
 }
 
+// WorkerStart is when the worker in pod's container name, which started at started, began
+// its current attempt: the one definition of "this worker's life" that every rule reads
+// (fatal evidence, a node's shutdown announcement and GPU health, progress). Where the
+// barrier is that container's entrypoint the container starts as the barrier, which waits,
+// and a supervising one keeps it across attempts: there the worker's incarnation starts at
+// the agent's recorded open of the attempt the record names (BarrierRecord.OpenedAt), when
+// the record names that container and says when; elsewhere at the container's start.
+func (b Barrier) WorkerStart(name string, started time.Time) time.Time {
+	if b.Place != BarrierInWorker || name != b.Container || b.Record == nil || b.Record.OpenedAt == "" {
+		return started
+	}
+	if current, _ := b.record(); !current {
+		return started
+	}
+	opened, err := time.Parse(time.RFC3339Nano, b.Record.OpenedAt)
+	if err != nil || opened.Before(started) {
+		return started
+	}
+	return opened
+}
+
+// Worker is a container of a pod that runs the pod's worker, and when its current attempt
+// began (Barrier.WorkerStart).
+type Worker struct {
+	Container string
+	Since     time.Time
+}
+
+// RunningWorkers are the containers of pod that run a worker, in the status's order, each
+// with when its current attempt began (the pod's start, else its creation, where the kubelet
+// has not said when the container started). Init containers are not workers (a barrier
+// among them runs before the worker), nor is a barrier in the worker's container that
+// waits: a gang held at its barriers runs no worker, and its silence there is no stall.
+func RunningWorkers(pod *corev1.Pod) []Worker {
+	var out []Worker
+	var b Barrier
+	barrierRead := false
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		r := cs.State.Running
+		if r == nil {
+			continue
+		}
+		if !barrierRead {
+			b, barrierRead = BarrierOf(pod), true
+		}
+		if b.Place == BarrierInWorker && cs.Name == b.Container {
+			if _, waits := b.Waiting(); waits {
+				continue
+			}
+		}
+		at := r.StartedAt.Time
+		if at.IsZero() {
+			at = podStart(pod)
+		}
+		out = append(out, Worker{Container: cs.Name, Since: b.WorkerStart(cs.Name, at)})
+	}
+	return out
+}
+
+func podStart(pod *corev1.Pod) time.Time {
+	if t := pod.Status.StartTime; t != nil && !t.IsZero() {
+		return t.Time
+	}
+	return pod.CreationTimestamp.Time
+}
+
 // Running is the attempt whose workers pod runs, or last ran: the attempt it was made for,
 // or, for a pod that restarts in place, the later one its barrier last opened for (the
 // barrier's termination message, which the kubelet keeps in the status while those workers

@@ -83,11 +83,15 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 			}
 			return 1, err
 		}
-		status, stopped := s.run(pid, attempt)
-		if !stopped {
+		status, stoppedFor := s.run(pid, attempt)
+		if stoppedFor == 0 {
 			return status, nil
 		}
-		start = attempt
+		// Stopped for a later attempt: the gang has moved on to it, so no open of an
+		// attempt before it may start the worker again (a stale agent's, or one of an
+		// attempt the gang abandoned).
+		s.stoppedFor = stoppedFor
+		start = stoppedFor - 1
 	}
 }
 
@@ -108,6 +112,9 @@ type supervisor struct {
 	done  chan struct{}
 	// signals are the forwarded signals the barrier got.
 	signals chan os.Signal
+	// stoppedFor is the latest attempt a stop was for (0: none): no open of an earlier one
+	// starts the worker again.
+	stoppedFor int
 }
 
 // accept hands every connection to the loop until the listener closes.
@@ -157,7 +164,9 @@ func (s *supervisor) reap() {
 }
 
 // waitOpen serves the socket until an open of an attempt after start: it returns that
-// attempt, written to the attempt file. A stop finds nothing running and is answered so.
+// attempt, written to the attempt file. A stop finds nothing running and is answered so; a
+// stop for a later attempt than start raises start as a stop of a running worker does. An
+// open it refuses is answered stale, with the attempt it was stopped for (the agent logs it).
 func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 	for {
 		select {
@@ -173,8 +182,18 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 				continue
 			}
 			if req.verb == verbStop {
+				if req.attempt > s.stoppedFor {
+					s.stoppedFor = req.attempt
+				}
+				start = max(start, s.stoppedFor-1)
 				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
 				conn.Close()
+				continue
+			}
+			if req.attempt < s.stoppedFor {
+				fmt.Fprintf(conn, "%s %d %d (stopped for attempt %d: no earlier attempt opens)\n", verbStale, req.attempt, start, s.stoppedFor)
+				conn.Close()
+				s.log.Warn("go signal refused: the worker was stopped for a later attempt", "attempt", req.attempt, "stopped-for", s.stoppedFor)
 				continue
 			}
 			attempt, done, err := answerOpen(conn, s.cfg, start, req.attempt)
@@ -190,17 +209,17 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 }
 
 // run follows the worker pid, which runs attempt, until it ends on its own (its status) or a
-// stop of a later attempt ends it and what it left (stopped). The signals the barrier gets
-// go on to its process group; after SIGTERM the barrier waits for the worker's exit (the
-// kubelet kills the container after its grace period).
-func (s *supervisor) run(pid, attempt int) (status int, stopped bool) {
+// stop of a later attempt ends it and what it left (stoppedFor, that attempt; 0 otherwise).
+// The signals the barrier gets go on to its process group; after SIGTERM the barrier waits
+// for the worker's exit (the kubelet kills the container after its grace period).
+func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 	for {
 		select {
 		case r := <-s.exits:
 			if r.pid == pid {
 				// What the worker left goes with it: the container ends now.
 				s.killAll(pid)
-				return exitStatus(r.status), false
+				return exitStatus(r.status), 0
 			}
 		case sig := <-s.signals:
 			s.log.Info("passing a signal on to the worker", "signal", sig, "pid", pid)
@@ -220,7 +239,7 @@ func (s *supervisor) run(pid, attempt int) (status int, stopped bool) {
 				s.stop(pid, req.grace)
 				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
 				conn.Close()
-				return 0, true
+				return 0, req.attempt
 			}
 			conn.Close()
 		}

@@ -201,3 +201,42 @@ func TestSupervisePassesSignalsOn(t *testing.T) {
 		})
 	}
 }
+
+// A supervising barrier remembers the attempt its worker was stopped for: stopped while
+// running attempt 1 for attempt 3, it refuses an open of attempt 2 (a stale agent's, or one
+// of an attempt the gang gave up) and says why; so it does for a stop that finds it waiting.
+// An open of attempt 3 then runs the worker.
+func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
+	dir, _ := supervised(t, `echo $$ > "$(dirname "$0")/worker.$(cat "$(dirname "$0")/attempt")"; exec sleep 300`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	socket := filepath.Join(dir, "b.sock")
+	if err := Open(ctx, socket, 1); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.1")
+	if err := Stop(ctx, socket, 3, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	err := Open(ctx, socket, 2)
+	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 3") {
+		t.Fatalf("an open of attempt 2 after a stop for 3: %v, want ErrStale naming attempt 3", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "worker.2")); err == nil {
+		t.Fatal("the worker ran attempt 2 after its stop for attempt 3")
+	}
+	// Waiting, a stop for a still later attempt raises the bar again.
+	if err := Stop(ctx, socket, 5, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := Open(ctx, socket, 4); !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 5") {
+		t.Fatalf("an open of attempt 4 after a stop for 5 while waiting: %v, want ErrStale naming attempt 5", err)
+	}
+	if err := Open(ctx, socket, 5); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.5")
+	if n, _ := ReadAttempt(filepath.Join(dir, "attempt")); n != 5 {
+		t.Errorf("attempt file %d, want 5", n)
+	}
+}

@@ -157,19 +157,26 @@
 //
 // # Times
 //
-// A signal counts for a failure when it was recorded inside the failing container's life: not
-// before the container started (its startedAt, else the pod's creation; an earlier
-// incarnation's signal, or a node's from before the program ran, is stale) and not more than
-// a second (the granularity of Kubernetes timestamps) after the container exited. This holds
-// for the agent's evidence (rules 1 and 2), the node's shutdown announcement (5) and its GPU
-// health (7). When the evidence is written does not matter: the agent may finish writing just
+// A signal counts for a failure when it was recorded inside the failing worker's life: not
+// before its incarnation began and not more than a second (the granularity of Kubernetes
+// timestamps) after the container exited. The incarnation is the one definition every rule
+// reads (attempt.WorkerStart, attempt.RunningWorkers): its container's start (its
+// startedAt, else the pod's creation), except where the barrier is the container's
+// entrypoint: there the node agent's recorded open of the attempt it runs
+// (BarrierRecord.OpenedAt), since a supervising barrier keeps one container across attempts
+// and a kept pod still carries an earlier attempt's marks. An earlier incarnation's signal,
+// or a node's from before the program ran, is stale. This holds for the agent's evidence
+// (rules 1 and 2), the node's shutdown announcement (5), its GPU health (7), a running
+// worker's fatal evidence and its NoProgress condition; a worker waiting at its barrier runs
+// no worker at all, so it can neither hang nor be silent. When the evidence is written does not matter: the agent may finish writing just
 // after the container exits, which is what the settle window waits for. Readiness has no
 // time and is not compared.
 //
 // Rules 1-9 are evidence; a pod decided by one of them with a cause of class Infrastructure
-// or Application is conclusive. What counts as application evidence is defined once, beside
-// claimable in evidence.go, and the fuzz test's oracle reads the same definition. AppExit from rule 10 is not: the node agent may still be
-// writing the evidence that explains it.
+// or Application is conclusive. AppExit from rule 10 is not: the node agent may still be
+// writing the evidence that explains it. What counts as application evidence is defined
+// once, beside claimable in evidence.go, and the fuzz test's oracle reads the same
+// definition.
 //
 // # Root cause across the gang
 //

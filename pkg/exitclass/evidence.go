@@ -62,7 +62,8 @@ type podFailure struct {
 	// nil for a pod that ended (or is lost).
 	hang *hang
 
-	// lifeStart is when the failing container started, else when the pod was created: a
+	// lifeStart is when the failing worker began its attempt (attempt.WorkerStart: its
+	// container's start, or its barrier's recorded open), else when the pod was created: a
 	// signal from before it (an earlier incarnation's, or a node's long before) is stale.
 	lifeStart time.Time
 
@@ -103,6 +104,10 @@ func (f *podFailure) assess(pod *corev1.Pod, nodes map[string]NodeFacts, hints [
 	f.gather(hints, msg)
 	f.failedAt = f.failureTime()
 	f.lifeStart = term.startedAt
+	if h == nil && !term.startedAt.IsZero() {
+		// The ended worker's attempt, not its container's first (a supervising barrier).
+		f.lifeStart = attempt.BarrierOf(pod).WorkerStart(term.container, term.startedAt)
+	}
 	if f.lifeStart.IsZero() {
 		f.lifeStart = pod.CreationTimestamp.Time
 	}

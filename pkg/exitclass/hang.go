@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // A fault need not end the program: a GPU that fell off the bus, an NVLink or double-bit ECC
@@ -140,25 +141,15 @@ func fatalGPUEvidence(fe *v1alpha1.FaultEvidence) bool {
 	return info.Fatal && !info.Secondary && info.Cause == v1alpha1.CauseGPUFault
 }
 
-// runningSince is the pod's running worker: the first of its containers that runs, and the
-// earliest start of those that do (the pod's start, else its creation, when the kubelet has
-// not said). Init containers are not the worker (an in-place pod's barrier runs before it).
+// runningSince is the pod's running worker: the first of its containers that runs a worker,
+// and when the earliest of them began its current attempt (attempt.RunningWorkers: a
+// supervising barrier's container runs across attempts, and runs no worker while it waits).
 func runningSince(pod *corev1.Pod) (container string, since time.Time, running bool) {
-	for i := range pod.Status.ContainerStatuses {
-		cs := &pod.Status.ContainerStatuses[i]
-		r := cs.State.Running
-		if r == nil {
-			continue
-		}
-		at := r.StartedAt.Time
-		if at.IsZero() {
-			at = podStart(pod)
-		}
-		if !running || earlier(at, since) {
-			since = at
-		}
-		if !running {
-			container = cs.Name
+	for i, w := range attempt.RunningWorkers(pod) {
+		if i == 0 {
+			container, since = w.Container, w.Since
+		} else if earlier(w.Since, since) {
+			since = w.Since
 		}
 		running = true
 	}

@@ -189,12 +189,14 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			log.Warn("the node's in-place readiness is not written", "error", err)
 		}
 	}
+	// The node's pods as read with the barrier records this agent keeps on its heartbeat:
+	// which attempt each supervised worker runs, and since when (its incarnation).
+	recorded := corelisters.PodLister(pods)
 	if restarter != nil {
 		defer restarter.Close()
 		// A barrier in the worker container is opened once recorded: on each pod, or on
 		// the heartbeat, the node's pods in one write.
 		restarter.Records = writer
-		recorded := pods
 		var recordsErr error
 		if hb != nil && cfg.BarrierRecordsOnHeartbeat {
 			records := heartbeat.NewRecords(hb, cfg.Client, cfg.Node, pods, log.With("component", "barrier-records"))
@@ -278,7 +280,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 
 	// The runs' progress deadlines (the workers' annotation): a worker silent that long is
 	// said so on its pod.
-	progress, err := NewProgressWatch(ProgressConfig{Node: cfg.Node, Pods: pods, Writer: writer, LogDir: cfg.PodLogDir, Logger: log})
+	progress, err := NewProgressWatch(ProgressConfig{Node: cfg.Node, Pods: recorded, Writer: writer, LogDir: cfg.PodLogDir, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // The progress watch (spec.failurePolicy.progressDeadlineSeconds): a gang can hang without a
@@ -47,6 +48,8 @@ const DefaultProgressPeriod = 5 * time.Second
 type ProgressWriter interface {
 	// MarkNoProgress puts the NoProgress condition on pod: no progress since since.
 	MarkNoProgress(ctx context.Context, pod *corev1.Pod, since time.Time, message string) error
+	// MarkProgressUnknown puts it on as Unknown: the worker's log cannot be read.
+	MarkProgressUnknown(ctx context.Context, pod *corev1.Pod, message string) error
 	// ClearNoProgress takes it off.
 	ClearNoProgress(ctx context.Context, pod *corev1.Pod) error
 }
@@ -73,10 +76,16 @@ type ProgressWatch struct {
 	log *slog.Logger
 
 	mu sync.Mutex
-	// written is what the watch last wrote on each pod: the NoProgress condition's since, or
-	// the zero time for its removal. The cache lags behind its own writes: without this a
-	// write would be repeated until the cache shows it.
-	written map[types.UID]time.Time
+	// written is what the watch last wrote on each pod. The cache lags behind its own
+	// writes: without this a write would be repeated until the cache shows it.
+	written map[types.UID]progressMark
+}
+
+// progressMark is the NoProgress condition the watch wrote on a pod: True since since,
+// Unknown, or (the zero value) none.
+type progressMark struct {
+	since   time.Time
+	unknown bool
 }
 
 // NewProgressWatch checks cfg and fills in defaults.
@@ -96,7 +105,7 @@ func NewProgressWatch(cfg ProgressConfig) (*ProgressWatch, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &ProgressWatch{cfg: cfg, log: cfg.Logger.With("component", "progress", "node", cfg.Node), written: map[types.UID]time.Time{}}, nil
+	return &ProgressWatch{cfg: cfg, log: cfg.Logger.With("component", "progress", "node", cfg.Node), written: map[types.UID]progressMark{}}, nil
 }
 
 // Run checks the node's workers every period until ctx is done.
@@ -153,51 +162,72 @@ func (w *ProgressWatch) checkPod(ctx context.Context, pod *corev1.Pod) error {
 	if len(running) == 0 || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil // no worker runs: nothing to make progress
 	}
-	out := lastOutput(w.cfg.LogDir, pod, running)
+	ref := pod.Namespace + "/" + pod.Name
+	prev := w.marked(pod)
+	out, unreadable := lastOutput(w.cfg.LogDir, pod, running)
+	if unreadable != nil {
+		// A log the agent cannot read says nothing of the worker: unknown, never silence
+		// (a wrong --pod-log-dir would otherwise stall every gang of the node).
+		if prev.unknown {
+			return nil
+		}
+		msg := fmt.Sprintf("node %s: %v; the worker's progress is unknown (the agent's --pod-log-dir is %s: it must be the kubelet's podLogsDir, mounted into the agent)", w.cfg.Node, unreadable, w.cfg.LogDir)
+		if err := w.cfg.Writer.MarkProgressUnknown(ctx, pod, msg); err != nil {
+			return err
+		}
+		w.remember(pod.UID, progressMark{unknown: true})
+		w.log.Warn("a worker's log cannot be read: its progress is unknown", "pod", ref, "error", unreadable)
+		return nil
+	}
 	now := w.cfg.Clock.Now()
 	st := progressOf(pod, running, out, deadline, now)
-	markedSince, marked := w.marked(pod)
 	switch {
-	case st.Silent && marked && sameSecond(markedSince, st.Since):
+	case st.Silent && !prev.since.IsZero() && sameSecond(prev.since, st.Since):
 		return nil // said already
 	case st.Silent:
 		if err := w.cfg.Writer.MarkNoProgress(ctx, pod, st.Since, st.message(deadline)); err != nil {
 			return err
 		}
-		w.remember(pod.UID, st.Since)
-		w.log.Info("a worker has shown no progress for its run's deadline", "pod", pod.Namespace+"/"+pod.Name,
+		w.remember(pod.UID, progressMark{since: st.Since})
+		w.log.Info("a worker has shown no progress for its run's deadline", "pod", ref,
 			"since", st.Since.UTC().Format(time.RFC3339), "deadline", deadline)
-	case marked:
+	case prev != (progressMark{}):
 		if err := w.cfg.Writer.ClearNoProgress(ctx, pod); err != nil {
 			return err
 		}
-		w.remember(pod.UID, time.Time{})
-		w.log.Info("a worker progresses again", "pod", pod.Namespace+"/"+pod.Name, "lastOutput", st.Since.UTC().Format(time.RFC3339))
+		w.remember(pod.UID, progressMark{})
+		w.log.Info("a worker progresses again", "pod", ref, "lastOutput", st.Since.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-// marked says whether the pod carries this watch's NoProgress condition, and since when: what
-// the watch wrote last, else what the cache shows.
-func (w *ProgressWatch) marked(pod *corev1.Pod) (time.Time, bool) {
+// marked is the NoProgress condition the pod carries: what the watch wrote last, else what
+// the cache shows.
+func (w *ProgressWatch) marked(pod *corev1.Pod) progressMark {
 	w.mu.Lock()
-	since, known := w.written[pod.UID]
+	m, known := w.written[pod.UID]
 	w.mu.Unlock()
 	if known {
-		return since, !since.IsZero()
+		return m
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == v1alpha1.PodConditionNoProgress && c.Status == corev1.ConditionTrue {
-			return c.LastTransitionTime.Time, true
+		if c.Type != v1alpha1.PodConditionNoProgress {
+			continue
+		}
+		switch c.Status {
+		case corev1.ConditionTrue:
+			return progressMark{since: c.LastTransitionTime.Time}
+		case corev1.ConditionUnknown:
+			return progressMark{unknown: true}
 		}
 	}
-	return time.Time{}, false
+	return progressMark{}
 }
 
-func (w *ProgressWatch) remember(uid types.UID, since time.Time) {
+func (w *ProgressWatch) remember(uid types.UID, m progressMark) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.written[uid] = since
+	w.written[uid] = m
 }
 
 // sameSecond: the condition keeps its time to the second.
@@ -217,41 +247,42 @@ func progressDeadline(pod *corev1.Pod) (time.Duration, bool) {
 	return time.Duration(s) * time.Second, true
 }
 
-// runningWorkers are the pod's containers that run (its init containers, a barrier among
-// them, are not its workers), with when each started.
+// runningWorkers are the pod's containers that run a worker, with when each began its
+// current attempt (attempt.RunningWorkers: not its init containers, nor a barrier in the
+// worker's container while it waits; a supervising barrier's worker from its recorded open).
 func runningWorkers(pod *corev1.Pod) map[string]time.Time {
 	out := map[string]time.Time{}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if r := cs.State.Running; r != nil {
-			out[cs.Name] = r.StartedAt.Time
-		}
+	for _, w := range attempt.RunningWorkers(pod) {
+		out[w.Container] = w.Since
 	}
 	return out
 }
 
 // lastOutput is when any of the running containers' logs last grew (the latest
-// modification time of their current log files), zero when none has a log yet. The logs are
-// the kubelet's: <dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log; the files it
-// rotated out (<restart>.log.<time>, maybe compressed) are older than the current one.
-func lastOutput(dir string, pod *corev1.Pod, running map[string]time.Time) time.Time {
+// modification time of their current log files), zero when none has written yet. The logs
+// are the kubelet's: <dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log; the files it
+// rotated out (<restart>.log.<time>, maybe compressed) are older than the current one. The
+// kubelet makes a container's log directory before the runtime starts it, so a running
+// container's directory that cannot be read is an error (unreadable), never silence.
+func lastOutput(dir string, pod *corev1.Pod, running map[string]time.Time) (last time.Time, unreadable error) {
 	podDir := filepath.Join(dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
-	var last time.Time
 	for name := range running {
 		entries, err := os.ReadDir(filepath.Join(podDir, name))
 		if err != nil {
-			continue // no log yet (or none this agent may read): no progress seen
+			return time.Time{}, fmt.Errorf("cannot read the log of container %s: %w", name, err)
 		}
 		for _, e := range entries {
 			if !strings.HasSuffix(e.Name(), ".log") || e.IsDir() {
 				continue
 			}
 			info, err := os.Stat(filepath.Join(podDir, name, e.Name()))
-			if err == nil && info.ModTime().After(last) {
+			// An empty log is the runtime's, made at the container's start: no output yet.
+			if err == nil && info.Size() > 0 && info.ModTime().After(last) {
 				last = info.ModTime()
 			}
 		}
 	}
-	return last
+	return last, nil
 }
 
 // progress is what the watch knows of one worker's progress.
@@ -307,6 +338,14 @@ func (w *Writer) MarkNoProgress(ctx context.Context, pod *corev1.Pod, since time
 	return w.patchPod(ctx, pod, podMark{cond: noProgressCondition(since, message)}, v1alpha1.CauseNoProgress)
 }
 
+// MarkProgressUnknown puts the NoProgress condition on pod as Unknown (see ProgressWriter).
+func (w *Writer) MarkProgressUnknown(ctx context.Context, pod *corev1.Pod, message string) error {
+	if err := w.ownRunPod(pod); err != nil {
+		return err
+	}
+	return w.patchPod(ctx, pod, podMark{cond: progressUnknownCondition(w.cfg.Clock.Now(), message)}, v1alpha1.CauseNoProgress)
+}
+
 // ClearNoProgress takes the NoProgress condition off pod (a no-op where it is not).
 func (w *Writer) ClearNoProgress(ctx context.Context, pod *corev1.Pod) error {
 	if err := w.ownRunPod(pod); err != nil {
@@ -335,6 +374,17 @@ func noProgressCondition(since time.Time, message string) obj {
 		"reason":             v1alpha1.ProgressSignalLog,
 		"message":            message,
 		"lastTransitionTime": metav1.NewTime(since),
+	}
+}
+
+// progressUnknownCondition is NoProgress=Unknown, for podMarkPatch.
+func progressUnknownCondition(at time.Time, message string) obj {
+	return obj{
+		"type":               v1alpha1.PodConditionNoProgress,
+		"status":             corev1.ConditionUnknown,
+		"reason":             v1alpha1.ProgressUnknownLog,
+		"message":            message,
+		"lastTransitionTime": metav1.NewTime(at),
 	}
 }
 

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -12,11 +13,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // worker makes the pod a run's worker with a progress deadline, its container "worker"
@@ -51,6 +55,23 @@ func writeLog(t *testing.T, dir string, pod *corev1.Pod, at time.Time) {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(old, at.Add(time.Hour), at.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// emptyLog makes pod's worker log as the runtime makes it at the container's start, at at,
+// before the worker writes anything.
+func emptyLog(t *testing.T, dir string, pod *corev1.Pod, at time.Time) {
+	t.Helper()
+	d := filepath.Join(dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "worker")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(d, "0.log")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f, at, at); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -98,6 +119,7 @@ func TestProgressWatch(t *testing.T) {
 	writeLog(t, dir, silent, t0.Add(10*time.Second))
 	writeLog(t, dir, off, t0)
 	writeLog(t, dir, other, t0)
+	emptyLog(t, dir, mute, t0.Add(15*time.Second)) // the runtime makes it as it starts the container
 
 	check(t0.Add(69 * time.Second)) // 59 s after the silent one's last line
 	if n := len(patches(client)); n != 0 {
@@ -179,4 +201,108 @@ func TestNoProgressWritesOnlyItsNodesRunPods(t *testing.T) {
 	if n := len(patches(client)); n != 0 {
 		t.Errorf("%d writes, want none", n)
 	}
+}
+
+// newProgressWatch is a watch of pods on node with its clock at t0, over logs in dir.
+func newProgressWatch(t *testing.T, dir string, pods ...*corev1.Pod) (*ProgressWatch, *clocktesting.FakePassiveClock, *fake.Clientset) {
+	t.Helper()
+	objs := make([]runtime.Object, len(pods))
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for i, p := range pods {
+		objs[i] = p
+		if err := indexer.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, client := newTestWriter(t, false, objs...)
+	clock := clocktesting.NewFakePassiveClock(t0)
+	watch, err := NewProgressWatch(ProgressConfig{Node: node, Pods: corelisters.NewPodLister(indexer), Writer: w, LogDir: dir,
+		Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return watch, clock, client
+}
+
+// A running worker whose log the agent cannot read (its --pod-log-dir not the kubelet's, or
+// not mounted) has progress Unknown, said once with the node and the path: never silence,
+// however long it lasts. Once the log can be read, the condition goes.
+func TestUnreadableLogIsUnknownNotSilence(t *testing.T) {
+	dir := t.TempDir()
+	pod := makePod("unread").worker("60", t0).obj()
+	watch, clock, client := newProgressWatch(t, dir, pod)
+	for _, at := range []time.Duration{70 * time.Second, 10 * time.Minute} {
+		clock.SetTime(t0.Add(at))
+		if err := watch.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(patches(client)); n != 1 {
+		t.Fatalf("%d writes, want 1 (Unknown, once)", n)
+	}
+	c := noProgressCond(getPod(t, client, "unread"))
+	if c == nil || c.Status != corev1.ConditionUnknown || c.Reason != v1alpha1.ProgressUnknownLog ||
+		!strings.Contains(c.Message, "node "+node+": cannot read the log of container worker") || !strings.Contains(c.Message, dir) {
+		t.Fatalf("condition %+v, want Unknown naming the node and the path", c)
+	}
+	writeLog(t, dir, pod, t0.Add(599*time.Second))
+	if err := watch.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := noProgressCond(getPod(t, client, "unread")); c != nil {
+		t.Errorf("the condition stayed once the log could be read: %+v", c)
+	}
+}
+
+// A supervised worker waiting at its barrier runs no worker: however long the wait, it is
+// never marked; once its barrier opens, its progress counts from the recorded open, not
+// from the container's start (attempt 1's).
+func TestProgressWatchReadsTheIncarnation(t *testing.T) {
+	dir := t.TempDir()
+	pod := makePod("kept").worker("60", t0).obj()
+	pod.Spec.Volumes = []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "b:1"}}}}
+	pod.Spec.Containers = []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--", "train"}}}
+	pod.Status.ContainerStatuses[0].ContainerID = "containerd://c0"
+	// Stopped for attempt 2 after attempt 1's last line at t0+10s: it waits again.
+	rec := v1alpha1.BarrierRecord{ContainerID: "c0", Attempt: 1, StoppedFor: 2, OpenedAt: t0.Format(time.RFC3339Nano)}
+	setRecord(t, pod, rec)
+	writeLog(t, dir, pod, t0.Add(10*time.Second))
+	watch, clock, client := newProgressWatch(t, dir, pod)
+	clock.SetTime(t0.Add(10 * time.Minute))
+	if err := watch.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(patches(client)); n != 0 {
+		t.Fatalf("%d writes on a worker waiting at its barrier, want none", n)
+	}
+	// Opened for attempt 2 at t0+9m: silent from then, not from t0+10s.
+	rec.Attempt, rec.OpenedAt = 2, t0.Add(9*time.Minute).Format(time.RFC3339Nano)
+	setRecord(t, pod, rec)
+	clock.SetTime(t0.Add(9*time.Minute + 59*time.Second))
+	if err := watch.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(patches(client)); n != 0 {
+		t.Fatalf("%d writes within a minute (its deadline) of the open, want none", n)
+	}
+	clock.SetTime(t0.Add(10*time.Minute + time.Second))
+	if err := watch.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := noProgressCond(getPod(t, client, "kept"))
+	if c == nil || c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(9*time.Minute).Truncate(time.Second)) {
+		t.Fatalf("condition %+v, want True since the open of attempt 2 (%s)", c, t0.Add(9*time.Minute))
+	}
+}
+
+func setRecord(t *testing.T, pod *corev1.Pod, rec v1alpha1.BarrierRecord) {
+	t.Helper()
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
 }

@@ -417,7 +417,8 @@ func recordOf(pod *corev1.Pod, n int) v1alpha1.BarrierRecord {
 	if id == "" { // kwok's own start of the pod names no container
 		id = kwokContainerID(pod, b.Container, restarts)
 	}
-	return v1alpha1.BarrierRecord{ContainerID: attempt.RuntimeID(id), Restart: restarts, Attempt: int32(n)}
+	return v1alpha1.BarrierRecord{ContainerID: attempt.RuntimeID(id), Restart: restarts, Attempt: int32(n),
+		OpenedAt: time.Now().UTC().Format(time.RFC3339Nano)}
 }
 
 // kwokContainerID names the container of pod that starts restarts times.

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
@@ -196,13 +198,13 @@ func TestOpenBarrierInWorkerRecordsFirst(t *testing.T) {
 		"a waiting barrier: recorded, then opened": {
 			pod:        inWorkerPod(1, "c1", &running, record("c0", 0, 1)),
 			opened:     true,
-			wantRecord: []v1alpha1.BarrierRecord{*record("c1", 1, 2)},
+			wantRecord: []v1alpha1.BarrierRecord{*openedAt(record("c1", 1, 2))},
 			execs:      1,
 		},
 		"the status lags: the runtime's container is recorded": {
 			pod:        inWorkerPod(0, "c0", &exited143, record("c0", 0, 1)),
 			opened:     true,
-			wantRecord: []v1alpha1.BarrierRecord{*record("c1", 1, 2)},
+			wantRecord: []v1alpha1.BarrierRecord{*openedAt(record("c1", 1, 2))},
 			execs:      1,
 		},
 		"recorded already, for the attempt: opened again, not recorded again": {
@@ -236,6 +238,7 @@ func TestOpenBarrierInWorkerRecordsFirst(t *testing.T) {
 			r := New(rt, nil)
 			r.ProcRoot = "" // by exec: the fake has no processes
 			r.Records = recs
+			r.Clock = clocktesting.NewFakePassiveClock(openTime)
 			opened, err := r.OpenBarrier(ctx, tc.pod, 2)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
@@ -415,4 +418,14 @@ func TestStopOldWorkersSaysHowASupervisedWorkerStopped(t *testing.T) {
 	if len(rt.Stops) != 1 || notes.via != ViaRuntime || notes.reason == "" {
 		t.Errorf("%d runtime stops, noted via %q (%q); want 1, via %q and why", len(rt.Stops), notes.via, notes.reason, ViaRuntime)
 	}
+}
+
+// openTime is when the tests' agent records an open.
+var openTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// openedAt is rec as the agent records an open at openTime: the worker's incarnation starts
+// there (attempt.WorkerStart).
+func openedAt(rec *v1alpha1.BarrierRecord) *v1alpha1.BarrierRecord {
+	rec.OpenedAt = openTime.Format(time.RFC3339Nano)
+	return rec
 }

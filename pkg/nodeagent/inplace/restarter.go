@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubelettypes "k8s.io/kubelet/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -94,6 +95,8 @@ type Restarter struct {
 	// namespace), through which the go signal reaches a barrier's socket without an exec;
 	// "" execs always.
 	ProcRoot string
+	// Clock stamps the record of an open (BarrierRecord.OpenedAt).
+	Clock clock.PassiveClock
 	// execNoted: why the agent execs was logged once. socketWorks: a go signal went
 	// through a barrier's socket (the agent sees the node's processes).
 	execNoted, socketWorks atomic.Bool
@@ -134,7 +137,7 @@ func New(rt Runtime, log *slog.Logger) *Restarter {
 		log = slog.Default()
 	}
 	exits, _ := rt.(ExitSource)
-	return &Restarter{rt: rt, exits: exits, log: log, ExecTimeout: 10 * time.Second, ProcRoot: "/proc"}
+	return &Restarter{rt: rt, exits: exits, log: log, ExecTimeout: 10 * time.Second, ProcRoot: "/proc", Clock: clock.RealClock{}}
 }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path") and checks that it answers;
@@ -372,6 +375,7 @@ func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtim
 		}
 		next := *rec
 		next.Attempt = int32(n)
+		next.OpenedAt = r.Clock.Now().UTC().Format(time.RFC3339Nano)
 		if err := r.Records.RecordBarrier(ctx, pod, next); err != nil {
 			return false, err
 		}
@@ -392,7 +396,8 @@ func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtim
 	case r.Records == nil:
 		return false, fmt.Errorf("barrier %s of pod %s is in its worker container, and this agent cannot record its open", c.Id, podRef(pod))
 	}
-	next := v1alpha1.BarrierRecord{ContainerID: c.Id, Restart: int32(c.GetMetadata().GetAttempt()), Attempt: int32(n)}
+	next := v1alpha1.BarrierRecord{ContainerID: c.Id, Restart: int32(c.GetMetadata().GetAttempt()), Attempt: int32(n),
+		OpenedAt: r.Clock.Now().UTC().Format(time.RFC3339Nano)}
 	if err := r.Records.RecordBarrier(ctx, pod, next); err != nil {
 		return false, err
 	}
