@@ -628,6 +628,10 @@ type QueueEviction struct {
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
 // +kubebuilder:printcolumn:name="Last-Cause",type=string,JSONPath=`.status.lastFailure.cause`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// While Kueue admits the run, its frameworkOptions stay as they were: they decide the
+// framework's roles (TensorFlow's chief, workers, parameter servers), whose pod sets the
+// admission counted, and an edit would only surface as a stall of the next attempt.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.queue) || !has(oldSelf.status.queue.clusterQueue) || oldSelf.status.queue.clusterQueue == '' || (has(self.spec.frameworkOptions) == has(oldSelf.spec.frameworkOptions) && (!has(self.spec.frameworkOptions) || self.spec.frameworkOptions == oldSelf.spec.frameworkOptions))",message="spec.frameworkOptions are fixed while Kueue admits the run (they decide its roles, which the admission counted): suspend the run (spec.suspend) or wait until it is queued again to change them",fieldPath=".spec.frameworkOptions"
 type TrainingRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

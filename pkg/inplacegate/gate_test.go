@@ -316,3 +316,28 @@ func TestImageVolumesCannot(t *testing.T) {
 		t.Error("no node: able")
 	}
 }
+
+// TestADeletedHeartbeatNeverCountsASupervisedWorkerStopped: a supervised worker's records
+// may live only on its agent's heartbeat Lease; with the Lease deleted, a worker running
+// attempt 1 reads as a barrier that never opened, which would count as stopped. It never
+// does: it holds the gang's barrier, its wait ended at once (its agent is silent), and the
+// gang is recreated. The same pod on a node whose heartbeat is there, waiting at its first
+// open, counts as stopped.
+func TestADeletedHeartbeatNeverCountsASupervisedWorkerStopped(t *testing.T) {
+	supervised := func(node string) *corev1.Pod {
+		p := inPlacePod("0", "1", node)
+		p.Spec.Volumes = []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier:v1"}}}}
+		p.Spec.Containers = []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, "supervise", "--", "train"}}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://c0",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0.Add(-time.Hour))}}}}
+		return p // no record: the pod's own has none, and its node's heartbeat is gone or has none
+	}
+	decided := t0.Add(-10 * time.Second)
+	waits := BeforeOpen([]*corev1.Pod{supervised("absent")}, 2, nil, nil, decided, heartbeats, t0)
+	if len(waits) != 1 || !waits[0].Silent || !waits[0].Overdue(t0) {
+		t.Fatalf("BeforeOpen on a node without a heartbeat: %+v, want the pod held, its wait over at once", waits)
+	}
+	if waits := BeforeOpen([]*corev1.Pod{supervised("up")}, 2, nil, nil, decided, heartbeats, t0); len(waits) != 0 {
+		t.Errorf("BeforeOpen where the heartbeat is there: %+v, want a barrier waiting at its first open counted stopped", waits)
+	}
+}

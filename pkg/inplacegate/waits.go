@@ -77,7 +77,7 @@ func BeforeOpen(pods []*corev1.Pod, n int32, moved []int32, nodes map[string]exi
 			}
 			continue
 		}
-		if Stopped(p, n) {
+		if Stopped(p, n) && !recordsUnread(p, hb) {
 			continue
 		}
 		w := Wait{Pod: p, For: fmt.Sprintf("to stop its workers of attempt %d", n-1),
@@ -122,6 +122,15 @@ func (w *Wait) agent(hb *exitclass.Heartbeat, now time.Time) {
 	case hb.ExpiresAt().Before(w.Until):
 		w.Recheck = hb.ExpiresAt()
 	}
+}
+
+// recordsUnread: p's barrier is its worker container's entrypoint, whose state only its node
+// agent's records tell (on the pod, or on the agent's heartbeat Lease), and p's node has no
+// heartbeat to read them from. A deleted Lease takes the records of a supervised worker that
+// runs with it, and such a worker would read as one that never opened: it never counts as
+// stopped. Its wait ends at once (its agent is silent) and the gang is recreated.
+func recordsUnread(p *corev1.Pod, hb Heartbeats) bool {
+	return p.Spec.NodeName != "" && attempt.BarrierOf(p).Place == attempt.BarrierInWorker && hb(p.Spec.NodeName) == nil
 }
 
 // barrierWaitingSince is when pod's barrier started waiting, if it waits now.

@@ -351,3 +351,68 @@ func requireInvalid(t *testing.T, err error, field, phrase string) {
 	}
 	t.Errorf("no cause on %s saying %q; causes:\n  %s", field, phrase, strings.Join(causes, "\n  "))
 }
+
+// TestE2EFrameworkOptionsFixedWhileAdmitted (issue 56): while Kueue admits a run (its status
+// names the ClusterQueue of the admission), the API server refuses a change of its
+// frameworkOptions at once, naming the field: they decide the framework's roles, which the
+// admission counted. Queued again (no admission), the same change is taken.
+func TestE2EFrameworkOptionsFixedWhileAdmitted(t *testing.T) {
+	t.Parallel()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := dyn.Resource(v1alpha1.GroupVersion.WithResource(v1alpha1.ResourceTrainingRun)).Namespace(ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := validSpec()
+	spec["frameworkOptions"] = map[string]any{"strategy": "ParameterServer", "ps": "2"}
+	run, err := runs.Create(ctx, trainingRun("admitted", spec), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the controller writes of the run's Workload: admitted to a ClusterQueue, or not.
+	setQueue := func(clusterQueue string) {
+		t.Helper()
+		queue := map[string]any{"name": "team-a"}
+		if clusterQueue != "" {
+			queue["clusterQueue"] = clusterQueue
+		}
+		if err := unstructured.SetNestedMap(run.Object, queue, "status", "queue"); err != nil {
+			t.Fatal(err)
+		}
+		if run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("write the run's queue status: %v", err)
+		}
+	}
+	setOptions := func(options map[string]any) error {
+		cp := run.DeepCopy()
+		if options == nil {
+			unstructured.RemoveNestedField(cp.Object, "spec", "frameworkOptions")
+		} else if err := unstructured.SetNestedMap(cp.Object, options, "spec", "frameworkOptions"); err != nil {
+			t.Fatal(err)
+		}
+		updated, err := runs.Update(ctx, cp, metav1.UpdateOptions{})
+		if err == nil {
+			run = updated
+		}
+		return err
+	}
+
+	setQueue("cluster-a")
+	requireInvalid(t, setOptions(map[string]any{"strategy": "ParameterServer", "ps": "4"}), "spec.frameworkOptions", "fixed while Kueue admits the run")
+	requireInvalid(t, setOptions(nil), "spec.frameworkOptions", "fixed while Kueue admits the run")
+	// Other fields stay mutable while admitted.
+	if err := unstructured.SetNestedField(run.Object, true, "spec", "suspend"); err != nil {
+		t.Fatal(err)
+	}
+	if run, err = runs.Update(ctx, run, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("suspending an admitted run rejected: %v", err)
+	}
+	setQueue("")
+	if err := setOptions(map[string]any{"strategy": "ParameterServer", "ps": "4"}); err != nil {
+		t.Fatalf("a queued run's frameworkOptions change rejected: %v", err)
+	}
+}
