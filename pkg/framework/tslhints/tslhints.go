@@ -19,15 +19,22 @@
 //   - "Terminating process because the JAX distributed service detected fatal errors" and
 //     "Polled an error from coordination service (this can be an error from this or another
 //     task)": wrappers around whatever status the service propagated, this task's own
-//     reported error included; the status inside decides.
-//   - "Failed to send RPC to coordination service. Either the leader task was
-//     preempted/died/restarted unexpectedly or this task is experiencing network issues"
-//     (coordination_service_error_util.cc, TrimCoordinationErrorMessage): its own words
-//     allow a local cause, and it also ends a start-up that never reached the leader
-//     ("failed to connect to all addresses"). When the leader died, the gRPC detail after it
-//     says "Socket closed" or "Stream removed", which GRPCPeerClosed matches.
+//     reported error included; the status inside decides. So are "Shutdown barrier has
+//     failed", "Failed to disconnect from coordination service with status" and "All tasks
+//     were set to error because coordination service encountered an error".
+//   - "Failed to send RPC to coordination service ..." on RegisterTask
+//     (coordination_service_error_util.cc, TrimCoordinationErrorMessage): it ends a start-up
+//     that never reached the leader ("failed to connect to all addresses") as well. On any
+//     call made after registration it means the leader went away (Coordination).
 //   - "Barrier timed out" and "Shutdown barrier has failed" that name no single task: this
 //     task may be the slow one.
+//   - "Task (N) is already in error before the barrier was called" and "Barrier failed
+//     because: task is set to ERROR: ... Task: N": once the service has set every task to
+//     error (a failed shutdown barrier, an error it could not propagate, a failed
+//     registration), N is whichever task its map yields first, a healthy one as likely as
+//     not. The status they carry decides instead ("Task N heartbeat timeout").
+//   - "WatchJobStateAsync failed for task N" (xla/python/pjrt_ifrt/pjrt_client.cc): N is
+//     the task printing it, and a clean shutdown prints it too.
 package tslhints
 
 import (
@@ -41,8 +48,9 @@ import (
 const taskName = `(?:/job:(?P<role>[\w-]+)/replica:\d+/task:)?(?P<peer>\d+)`
 
 // Coordination returns hints for the coordination service's messages about a lost or
-// restarted task. The texts are those of coordination_service.cc and
-// coordination_service_agent.cc (TSL's, and XLA's pjrt copy that JAX 0.11 runs):
+// restarted task. The texts are those of coordination_service.cc,
+// coordination_service_agent.cc and coordination_service_rpc_handler.cc (TSL's, and XLA's
+// pjrt copy that JAX 0.11 runs):
 //
 //	Task 3 heartbeat timeout. This indicates that the remote task has failed, got
 //	preempted, or crashed unexpectedly. ...                           (CheckHeartbeatTimeout)
@@ -54,24 +62,51 @@ const taskName = `(?:/job:(?P<role>[\w-]+)/replica:\d+/task:)?(?P<peer>\d+)`
 //	The first task at the barrier: 2. Some timed out task names:
 //	1
 //	0                                                                   (CheckBarrierTimeout)
+//	Barrier failed because: task disconnected. Barrier Id: sync::0, Task: 3
+//	                                                (DisconnectTask, LeaveOngoingBarriers)
 //	Coordination service has stopped. RegisterTask() from task: ... failed. ...
 //	                                        (RegisterTaskAsync, and every other RPC handler)
+//	PollForError requested after coordination service has shut down.  (PollForErrorAsync)
+//	Barrier <id> requested after coordination service has shut down.  (BarrierAsyncLocked)
+//	Barrier failed because service is shutting down. Barrier_id: <id>            (Stop)
 //	/job:worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation.
 //	It has likely restarted.                                           (RegisterTaskAsync)
 //	... Heartbeat: Incarnation ID mismatch: expecting 1 but got 2. The task has restarted
 //	and likely crashed earlier ...                        (TaskState::RecordHeartbeat)
 //	Leader incarnation ID mismatch: the coordination  leader (usually slice 0 task 0) has
 //	restarted. ...                              (the agent's heartbeat loop; two spaces sic)
+//	wrong service incarnation: requested 5, currently 7       (ValidateRequest, XLA's pjrt)
+//	Failed to send RPC to coordination service. Either the leader task ...
+//	Additional GRPC error information from remote target coordination_service while
+//	calling /xla.coordination.CoordinationService/Heartbeat: ...
+//	                    (TrimCoordinationErrorMessage, around a call's gRPC UNAVAILABLE)
+//	DEADLINE_EXCEEDED: Deadline Exceeded
+//
+//	RPC: /xla.coordination.CoordinationService/Heartbeat
+//	        (the same, around a heartbeat or a shutdown whose deadline passed unanswered)
 //
 // The heartbeat messages name the task the service stopped hearing from (it died, froze or
 // was cut off: no fault of this task's program either way); the unhealthy list names it
 // when it is the only one. A barrier that timed out names the odd task out: the only one
 // that reached the shutdown barrier left the program early (JAX's atexit shutdown after an
 // exception: the fixtures' raising worker 2), and the only one that did not reach a barrier
-// the others reached is the one that hung or never started. The incarnation messages
-// replaced "Duplicate task registration" of older TensorFlow: a task's new process met the
-// old one's registration, i.e. its predecessor died.
+// the others reached is the one that hung or never started; so does a barrier a task left
+// by disconnecting. The incarnation messages replaced "Duplicate task registration" of
+// older TensorFlow: a task's new process met the old one's registration, i.e. its
+// predecessor died; the service's own incarnation changed when the leader restarted.
+//
+// The leader (process 0, the chief) hosts the service; when it or its host goes away, the
+// other tasks hear no error from the service, only their own calls failing: a heartbeat
+// unanswered within its deadline (half the heartbeat timeout, grpc_coordination_client.cc;
+// the agent gives up on the first one, so this is what a survivor of a lost leader host
+// prints), a shutdown unanswered past the shutdown barrier's timeout, or gRPC's
+// UNAVAILABLE on any call made after the task registered (the connection reset or timed
+// out, the leader's address refusing or unreachable when gRPC reconnects). Its words allow
+// "this task is experiencing network issues" too: a local network fault, which is the
+// infrastructure's and no fault of this program either. RegisterTask is left out: a
+// start-up with a wrong address fails there.
 func Coordination() []framework.HintPattern {
+	const afterRegistration = `(?:Heartbeat|PollForError|ShutdownTask|\w*Barrier|\w*KeyValue\w*|Watch\w+|GetAliveTasks|GetTaskState|ReportErrorToService|ResetTask):`
 	return []framework.HintPattern{
 		{
 			Pattern:     `Task ` + taskName + ` heartbeat timeout\. This indicates that the remote task has failed`,
@@ -94,42 +129,61 @@ func Coordination() []framework.HintPattern {
 			Description: "every task but one reached a barrier: the one that did not hung, died or never started",
 		},
 		{
-			Pattern:     `Coordination service has stopped\.`,
+			Pattern:     `Barrier failed because: task disconnected\. Barrier Id: [^\n]*?, Task: ` + taskName,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "a task disconnected from the service while the others waited for it at a barrier: it left the program early",
+		},
+		{
+			Pattern:     `Coordination service has stopped\.|requested after coordination service has shut down|Barrier failed because service is shutting down`,
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "the task hosting the coordination service (process 0, the chief) ended first",
 		},
 		{
-			Pattern:     `unexpectedly tried to connect with a different incarnation|[Ii]ncarnation ID mismatch`,
+			Pattern:     `unexpectedly tried to connect with a different incarnation|[Ii]ncarnation ID mismatch|wrong service incarnation: requested \d+, currently \d+`,
 			Cause:       v1alpha1.CausePeerFailure,
 			Description: "a task or the coordination leader restarted: its earlier process died",
+		},
+		{
+			Pattern:     `Failed to send RPC to coordination service\.[^\n]*\nAdditional GRPC error information from remote target [^\n]*? while calling /[\w.]*CoordinationService/` + afterRegistration,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "the coordination service (process 0, the chief) became unreachable after this task registered: the leader or its host went away",
+		},
+		{
+			Pattern:     `Deadline Exceeded\s*\nRPC: /[\w.]*CoordinationService/(?:Heartbeat|ShutdownTask)`,
+			Cause:       v1alpha1.CausePeerFailure,
+			Description: "the coordination service (process 0, the chief) left a heartbeat or a shutdown unanswered: the leader or its host went away",
 		},
 	}
 }
 
-// GRPCPeerClosed returns the hints for gRPC's UNAVAILABLE "Socket closed" and "Stream
-// removed", the details a call carries when the connection to its peer closed, or its
-// stream was reset, under it: the peer's process (a TensorFlow server, JAX's coordination
-// service) went away. TensorFlow and XLA print the detail as gRPC's debug string,
+// GRPCPeerClosed returns the hints for gRPC's UNAVAILABLE details that a call carries when
+// the connection to its peer went away under it: "Socket closed" (the peer closed it),
+// "Stream removed" (its stream was reset), "Connection reset by peer" and "Broken pipe"
+// (the peer's kernel reset it: the process died with the call open) and "keepalive
+// watchdog timeout" (the peer's host stopped answering pings: it is gone or cut off). The
+// peer's process (a TensorFlow server, JAX's coordination service) or host went away.
+// TensorFlow and XLA print the detail as gRPC's debug string,
 // {grpc_message:"Socket closed", grpc_status:14} in current gRPC and
 // "grpc_message":"Socket closed" (JSON) in older releases; only that form is matched, so
-// that a program's own "socket closed" elsewhere does not count. TensorFlow names the peer
-// the call went to ("Additional GRPC error information from remote target
-// /job:worker/replica:0/task:2", grpc_util.h): the first hint names it.
+// that a program's own "socket closed" elsewhere (a dataset download's reset connection)
+// does not count. TensorFlow names the peer the call went to ("Additional GRPC error
+// information from remote target /job:worker/replica:0/task:2", grpc_util.h): the first
+// hint names it.
 //
 // gRPC's "failed to connect to all addresses" is deliberately not a hint: it is what a
 // start-up with a wrong address or port says, as well as a peer not up yet.
 func GRPCPeerClosed() []framework.HintPattern {
-	const closed = `grpc_message"?:\s?"(?:Socket closed|Stream removed)"`
+	const closed = `grpc_message"?:\s?"(?:Socket closed|Stream removed|Connection reset by peer|Broken pipe|keepalive watchdog timeout)"`
 	return []framework.HintPattern{
 		{
 			Pattern:     `Additional GRPC error information from remote target /job:(?P<role>[\w-]+)/replica:\d+/task:(?P<peer>\d+)[^\n]*\n[^\n]*` + closed,
 			Cause:       v1alpha1.CausePeerFailure,
-			Description: "gRPC: a task's server closed the connection under a call (its process went away)",
+			Description: "gRPC: a task's server went away under a call (its process or host)",
 		},
 		{
 			Pattern:     closed,
 			Cause:       v1alpha1.CausePeerFailure,
-			Description: "gRPC: the peer closed the connection under a call (its process went away)",
+			Description: "gRPC: the peer went away under a call (its process or host)",
 		},
 	}
 }

@@ -142,6 +142,70 @@ func TestHints(t *testing.T) {
 			Want: v1alpha1.CausePeerFailure,
 		},
 
+		"a task left a barrier by disconnecting": {
+			Source:  pjrtService + " (DisconnectTask, LeaveOngoingBarriers)",
+			Message: "INTERNAL: Barrier failed because: task disconnected. Barrier Id: sync_global_devices_7::0, Task: 3",
+			Want:    v1alpha1.CausePeerFailure,
+			Named:   "3",
+		},
+		"TensorFlow: a task left a barrier by disconnecting": {
+			Source:  service + " (DisconnectTask, LeaveOngoingBarriers)",
+			Message: "InternalError: Barrier failed because: task disconnected. Barrier Id: checkpoint::0, Task: /job:worker/replica:0/task:1",
+			Want:    v1alpha1.CausePeerFailure,
+			Named:   "worker:1",
+		},
+		"the leader's service stopped under the error poll": {
+			Source:  pjrtService + " (PollForErrorAsync)",
+			Message: "INTERNAL: PollForError requested after coordination service has shut down.\n\nRPC: /xla.coordination.CoordinationService/PollForError",
+			Want:    v1alpha1.CausePeerFailure,
+		},
+		"the leader's service stopped under a barrier": {
+			Source:  pjrtService + " (Stop)",
+			Message: "ABORTED: Barrier failed because service is shutting down. Barrier_id: checkpoint::0",
+			Want:    v1alpha1.CausePeerFailure,
+		},
+		"JAX 0.11: the leader restarted, a request reached its new service": {
+			Source:  "xla/pjrt/distributed/coordination/coordination_service_rpc_handler.cc (ValidateRequest)",
+			Message: "INTERNAL: wrong service incarnation: requested 1529413470372386390, currently 8357309125311455270\n\nRPC: /xla.coordination.CoordinationService/Heartbeat",
+			Want:    v1alpha1.CausePeerFailure,
+		},
+		"JAX 0.11: the leader's host is gone, a heartbeat goes unanswered": {
+			Source:  "xla/pjrt/distributed/coordination/grpc_coordination_client.cc (HeartbeatAsync's deadline); " + agent + " (StartSendingHeartbeats); " + errutil,
+			Message: "DEADLINE_EXCEEDED: Deadline Exceeded\n\nRPC: /xla.coordination.CoordinationService/Heartbeat",
+			Want:    v1alpha1.CausePeerFailure,
+		},
+		"JAX 0.11: the leader's host is gone, this task's shutdown goes unanswered": {
+			Source: agent + " (Shutdown: \"Failed to disconnect from coordination service with status: \", no separator sic); " + errutil,
+			Message: "DEADLINE_EXCEEDED: Failed to disconnect from coordination service with status: DEADLINE_EXCEEDED: Deadline Exceeded\n\n" +
+				"RPC: /xla.coordination.CoordinationService/ShutdownTaskProceeding with agent shutdown anyway. This is usually caused by an earlier error during execution.",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"the leader's host is gone, gRPC finds no route to it": {
+			Source: errutil + ", around gRPC's connection failure on a heartbeat",
+			Message: "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is " +
+				"experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /xla.coordination.CoordinationService/Heartbeat:\n" +
+				":UNKNOWN:failed to connect to all addresses; last error: UNKNOWN: ipv4:10.244.1.7:1234: Failed to connect to remote host: No route to host {grpc_status:14}",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"the leader died during registration: the start-up's call, the peer's words": {
+			Source: errutil + "; grpc (\"Socket closed\")",
+			Message: "UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is " +
+				"experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.\n" +
+				"Additional GRPC error information from remote target coordination_service while calling /xla.coordination.CoordinationService/RegisterTask:\n" +
+				":UNKNOWN:Error received from peer  {grpc_message:\"Socket closed\", grpc_status:14}",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"a TensorFlow peer's process was killed (older gRPC's JSON detail)": {
+			Source: "tensorflow/core/distributed_runtime/rpc/grpc_util.h (FromGrpcStatus)",
+			Message: "tensorflow.python.framework.errors_impl.UnavailableError: Connection reset by peer\n" +
+				"Additional GRPC error information from remote target /job:worker/replica:0/task:2:\n" +
+				":{\"created\":\"@1700000000.123456789\",\"description\":\"Error received from peer ipv4:10.4.2.7:2222\",\"file\":\"external/com_github_grpc_grpc/src/core/lib/surface/call.cc\"," +
+				"\"file_line\":1056,\"grpc_message\":\"Connection reset by peer\",\"grpc_status\":14}",
+			Want:  v1alpha1.CausePeerFailure,
+			Named: "worker:2",
+		},
+
 		// A local error or a start-up problem: never a peer failure.
 		"this task's own error, wrapped by the fatal-errors line": {
 			Source: agent + " (StartPollingForError: \"this can be an error from this or another task\"); " + service + " (CheckBarrierTimeout)",
@@ -168,6 +232,16 @@ func TestHints(t *testing.T) {
 			Message: "INTERNAL: Shutdown barrier has failed.\nBarrier result: 'DEADLINE_EXCEEDED: Barrier timed out. Id: Shutdown::7::0. This usually " +
 				"happens because a task triggered the barrier too early or too slowly. Please look at the task logs (both timed out and first task) to debug further.\n" +
 				"# of tasks that reached the barrier: 2/4.\nThe first task at the barrier: 0. Some timed out task names:\n2\n3\n",
+		},
+		"start-up: the leader never answered the registration": {
+			Source:  agent + " (Connect); " + errutil,
+			Message: "DEADLINE_EXCEEDED: Deadline Exceeded\n\nRPC: /xla.coordination.CoordinationService/RegisterTask",
+		},
+		"after every task was set to error, a barrier names an arbitrary one": {
+			Source: service + " (CompleteShutdownAfterBarrier, SetAllTasksError, LeaveOngoingBarriers)",
+			Message: "INTERNAL: Barrier failed because: task is set to ERROR: INTERNAL: Shutdown barrier has failed.\nBarrier result: 'DEADLINE_EXCEEDED: Barrier timed out. " +
+				"Id: Shutdown::7::0. This usually happens because a task triggered the barrier too early or too slowly.\n# of tasks that reached the barrier: 2/4.\n" +
+				"The first task at the barrier: 0. Some timed out task names:\n2\n3\n'. Barrier Id: checkpoint::0, Task: 0",
 		},
 		"the shutdown barrier timed out": {
 			Source: service + " (ShutdownTaskAsync: MakeShutdownBarrierError)",

@@ -252,6 +252,17 @@ func TestHints(t *testing.T) {
 				"but store->get('0') got error: failed to recv, got 0 bytes",
 			Want: v1alpha1.CausePeerFailure,
 		},
+		"the store's host was killed": {
+			Source: store + " (TCPClient::receiveValue)",
+			Message: "[rank1]:[W1121 10:00:01.886560089 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=81, addr=[gpt-1.gpt.team-c.svc.cluster.local]:51546, " +
+				"remote=[gpt-0.gpt.team-c.svc.cluster.local]:29500): Connection reset by peer",
+			Want: v1alpha1.CausePeerFailure,
+		},
+		"a rank missed the monitored barrier": {
+			Source:  "torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (monitoredBarrier)",
+			Message: "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms",
+			Want:    v1alpha1.CausePeerFailure,
+		},
 		"a gloo peer crashed": {
 			Source: gloo,
 			Message: "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection closed by peer [10.4.2.7]:37264. This is typically caused by a remote worker crashing. " +
