@@ -22,8 +22,9 @@ func newConvertCommand(env *cli.Env) *cobra.Command {
 Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1) and print the TrainingRun that does
 the same job, as YAML for kubectl apply or launcher submit. Standard error says, one line
 each, what was not carried over as it was and why: "note" for the same job in faultline's
-form (another DNS name, a policy written per failure class), "differs" where the run would
-behave differently. The exit code is 0, or 3 when something differs (the run is printed all
+form (another DNS name, a field whose behaviour the run keeps), "differs", naming the source
+field and why, for every change in behaviour (a budget counted per failure class, restarts
+of the gang where the source restarted a pod, a field dropped). The exit code is 0, or 3 when something differs (the run is printed all
 the same), 2 for a file that cannot be read. It reads only the file, never the cluster.
 docs/migration.md maps every field.`,
 		Example: `  launcher convert -f jobset.yaml > run.yaml

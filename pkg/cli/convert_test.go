@@ -11,14 +11,17 @@ import (
 
 // TestGoldenConvert: `launcher convert` prints the runs as one YAML stream on standard output
 // and the issues on standard error, and exits 3 (ExitDiffers) when a run would behave
-// differently, 0 when everything was carried over as it was or in faultline's form.
+// differently (each such issue names the source's field and why), 0 when everything was
+// carried over as it was or in faultline's form.
 func TestGoldenConvert(t *testing.T) {
 	for name, tc := range map[string]struct {
 		files []string
 		code  int
 	}{
-		"convert-same":    {[]string{"jobset-pytorch.yaml", "pytorchjob-nccl.yaml"}, ExitOK},
+		"convert-same":    {[]string{"jobset-pytorch.yaml", "pytorchjob-never.yaml"}, ExitOK},
 		"convert-differs": {[]string{"jobset-max-restarts.yaml"}, ExitDiffers},
+		// Per-index retries are kept, the JobSet's restarts on top are not: said, exit 3.
+		"convert-per-index": {[]string{"jobset-per-index.yaml"}, ExitDiffers},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var in bytes.Buffer

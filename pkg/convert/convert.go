@@ -12,7 +12,9 @@ package convert
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,9 +50,27 @@ const (
 	torchRendezvousC10d     = "c10d"
 )
 
-// RuleRestartApplication is the rule a conversion adds where the source restarts on any
-// failure: faultline's default fails a run on an application error at once.
-const RuleRestartApplication = "restart-application-failures"
+// The rules a conversion adds to keep what the source did where faultline's defaults would not.
+const (
+	// RuleRestartApplication restarts on an application error, where the source restarts on
+	// any failure up to a limit: faultline's default fails a run on an application error at
+	// once.
+	RuleRestartApplication = "restart-application-failures"
+	// RuleRestartEveryFailure restarts on every failure without spending budget, where the
+	// source restarts on any failure without limit.
+	RuleRestartEveryFailure = "restart-every-failure"
+	// RuleIgnoreDisruptions restarts on a disruption (what Kubernetes marks DisruptionTarget:
+	// a preemption, an eviction, a node shutdown, a lost or tainted node) without spending
+	// budget, where the source's pod failure policy ignored disrupted pods.
+	RuleIgnoreDisruptions = "ignore-disruptions"
+)
+
+// disruptionCauses are the causes faultline gives a pod that Kubernetes marked
+// DisruptionTarget (pkg/exitclass, disruptionCause), a planned maintenance aside: that one
+// spends no budget by default.
+var disruptionCauses = []v1alpha1.Cause{
+	v1alpha1.CauseNodeShutdown, v1alpha1.CauseNodeMaintenance, v1alpha1.CausePreemption, v1alpha1.CauseEviction, v1alpha1.CauseNodeLost,
+}
 
 // Issue is one thing of the source that the TrainingRun does not carry as it was.
 type Issue struct {
@@ -58,9 +78,10 @@ type Issue struct {
 	Field string
 	// Message says what the TrainingRun does instead, and why.
 	Message string
-	// Differs says that the run would behave differently from the source there: something
-	// the source does that the run will not. Otherwise the issue is a note: the same job in
-	// faultline's form (another DNS name, a policy written another way).
+	// Differs says that the run would behave differently from the source there: it would
+	// restart, fail, succeed, stop or wait where the source would not, or the other way round.
+	// Otherwise the issue is a note: the same behaviour in faultline's form (another DNS name,
+	// a policy written another way).
 	Differs bool
 }
 
@@ -220,30 +241,76 @@ func (c *conversion) template(field string, tmpl corev1.PodTemplateSpec) {
 	c.run.Spec.Template = tmpl
 }
 
-// restartOnAnyFailure writes a source's restart limit as faultline's policy. n is how many
-// times the source restarts after any failure, whatever its cause. faultline judges each
-// failure: to keep the source's behaviour, the run restarts on every class, n times each,
-// with a rule that restarts application errors too (which faultline's defaults fail at
-// once). With n 0, the source fails on the first failure; the run keeps faultline's
-// defaults, restarting on infrastructure faults (what one migrates for) and failing on an
-// application error as the source did.
-func (c *conversion) restartOnAnyFailure(field string, n int32, what string) {
-	if n <= 0 {
-		c.note(field, "%s fails the job at its first failure; the run keeps faultline's defaults: it restarts on an infrastructure fault "+
-			"(up to 10, a node shutdown, a GPU fault, a preemption) or a failure without evidence (1), and fails at once on an application error. "+
-			"Set spec.failurePolicy.maxRestarts.infrastructure and unknown to 0 to fail on every failure", what)
-		return
-	}
+// anyFailure is a source's limit on restarts after a failure, whatever its cause.
+type anyFailure struct {
+	// field is the source's field that sets the limit, what the source's policy in words.
+	field, what string
+	// n is how many times the source restarts; unlimited, as often as it fails.
+	n         int32
+	unlimited bool
+	// alone is what the source restarted short of the whole job ("the failed pod"), or ""
+	// where every restart restarted everything.
+	alone string
+}
+
+// restartOnAnyFailure writes a source's restart limit as faultline's policy. faultline
+// judges each failure and counts restarts per class, so the limit is kept as closely as the
+// run can say it:
+//   - no restart: a budget of 0 for every class, so that the run fails at the first failure
+//     as the source did (faultline's defaults would restart on infrastructure faults);
+//   - n restarts: n for every class, with a rule that restarts application errors too (which
+//     faultline's defaults fail at once); the classes' budgets add up to 3n, which differs;
+//   - no limit: a rule that restarts on every failure without spending budget.
+//
+// A restart of the run restarts the whole gang: where the source restarted a pod alone
+// (alone), the run differs.
+func (c *conversion) restartOnAnyFailure(a anyFailure) {
 	fp := &c.run.Spec.FailurePolicy
-	fp.MaxRestarts = v1alpha1.RestartBudgets{Infrastructure: ptr.To(n), Application: ptr.To(n), Unknown: ptr.To(n)}
-	fp.Rules = append(fp.Rules, v1alpha1.FailurePolicyRule{
-		Name:      RuleRestartApplication,
-		OnClasses: []v1alpha1.Class{v1alpha1.ClassApplication},
-		Action:    v1alpha1.ActionRestartRun,
-	})
-	c.note(field, "%s restarts on any failure, up to %d times; the run restarts on any failure too, up to %d times per class "+
-		"(infrastructure, application, unknown: faultline counts them apart), the application errors through rule %s. "+
-		"Delete the rule to fail fast on a bug, faultline's default", what, n, n, RuleRestartApplication)
+	var says, hint string
+	switch {
+	case a.unlimited:
+		fp.Rules = append(fp.Rules, v1alpha1.FailurePolicyRule{Name: RuleRestartEveryFailure, Action: v1alpha1.ActionRestartRunIgnoreBudget})
+		says = fmt.Sprintf("%s restarts after any failure, without limit; so does the run, through rule %s (which spends no budget)", a.what, RuleRestartEveryFailure)
+		hint = "Delete the rule for faultline's point: restart on infrastructure faults, fail fast on a bug"
+	case a.n <= 0:
+		fp.MaxRestarts = v1alpha1.RestartBudgets{Infrastructure: ptr.To[int32](0), Application: ptr.To[int32](0), Unknown: ptr.To[int32](0)}
+		c.note(a.field, "%s fails the job at its first failure; so does the run: spec.failurePolicy.maxRestarts is 0 for each class. "+
+			"Delete maxRestarts for faultline's point: restart on an infrastructure fault (up to 10: a node shutdown, a GPU fault, a preemption) "+
+			"or a failure without evidence (1), fail at once on an application error", a.what)
+		return
+	default:
+		fp.MaxRestarts = v1alpha1.RestartBudgets{Infrastructure: ptr.To(a.n), Application: ptr.To(a.n), Unknown: ptr.To(a.n)}
+		fp.Rules = append(fp.Rules, v1alpha1.FailurePolicyRule{
+			Name:      RuleRestartApplication,
+			OnClasses: []v1alpha1.Class{v1alpha1.ClassApplication},
+			Action:    v1alpha1.ActionRestartRun,
+		})
+		says = fmt.Sprintf("%s restarts after any failure, up to %d times in all; the run counts each class apart, up to %d times each "+
+			"(infrastructure, application, unknown; the application errors through rule %s), so it may restart up to %d times where the source stopped at %d",
+			a.what, a.n, a.n, RuleRestartApplication, 3*int64(a.n), a.n)
+		hint = "Delete the rule to fail fast on a bug, faultline's default"
+	}
+	switch {
+	case a.alone != "":
+		c.differs(a.field, "%s; and each restart restarts the whole gang, where the source restarted %s. %s", says, a.alone, hint)
+	case a.unlimited:
+		c.note(a.field, "%s. %s", says, hint)
+	default:
+		c.differs(a.field, "%s. %s", says, hint)
+	}
+}
+
+// controllerKeys takes out of keys (the run's labels or annotations) those that hold
+// prefix: keys the source's controller reads (JobSet's exclusive placement, its node
+// selector strategy), which do nothing on a run.
+func (c *conversion) controllerKeys(field, prefix, controller string, keys map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if strings.Contains(k, prefix) {
+			c.differs(field+"."+k, "%s reads it (e.g. to place each Job in a topology domain of its own); faultline's controller does not, "+
+				"and a TrainingRun has no field for it: left out (a required pod affinity or node selector in spec.template places the pods)", controller)
+			delete(keys, k)
+		}
+	}
 }
 
 // framework sets the run's framework: the user's, else want (the source's own), else a

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 // pyTorchJob holds the fields of a Kubeflow PyTorchJob (kubeflow.org/v1, training-operator
@@ -59,9 +61,9 @@ const (
 	pyTorchJobDefaultPort  = 23456
 	pyTorchJobRestart      = "OnFailure"
 	pyTorchJobNprocPerNode = "auto"
-	// pyTorchJobNoLimit is the restarts a conversion allows where the PyTorchJob set no
-	// backoffLimit (no limit at all): faultline's default infrastructure budget.
-	pyTorchJobNoLimit = 10
+	// pyTorchJobCleanPodPolicy is a PyTorchJob's runPolicy.cleanPodPolicy when it sets none
+	// (SetDefaults_PyTorchJob): the operator deletes no pod when the job ends.
+	pyTorchJobCleanPodPolicy = "None"
 )
 
 func fromPyTorchJob(obj *unstructured.Unstructured, o Options) (*Result, error) {
@@ -153,20 +155,42 @@ func fromPyTorchJob(obj *unstructured.Unstructured, o Options) (*Result, error) 
 		c.differs("spec.pytorchReplicaSpecs."+byType["worker"]+".restartPolicy", "%q differs from the Master's %q: the run has one policy, from the Master's", worker.RestartPolicy, master.RestartPolicy)
 	}
 	rpField := firstField + ".restartPolicy"
+	bl := spec.RunPolicy.BackoffLimit
 	switch rp {
 	case "Never":
-		c.restartOnAnyFailure(rpField, 0, "restartPolicy Never")
+		c.restartOnAnyFailure(anyFailure{field: rpField, what: "restartPolicy Never"})
 	case "ExitCode":
-		c.note(rpField, "ExitCode restarts a pod that exited 128 or more (a signal) and fails on 1-127; faultline judges by evidence instead: "+
-			"it restarts on an infrastructure fault (up to 10) or a failure without evidence (1) and fails on an application error")
+		limit := "without limit (no runPolicy.backoffLimit)"
+		if bl != nil {
+			limit = fmt.Sprintf("up to runPolicy.backoffLimit %d", *bl)
+		}
+		c.differs(rpField, "ExitCode restarts the failed pod alone when it exited 128-255 (a signal: a preemption's SIGTERM, an OOM kill, a segfault), %s, "+
+			"and fails the job on 1-127; a TrainingRun does not match exit codes: it keeps faultline's defaults, restarting the whole gang on an infrastructure fault (up to 10) "+
+			"or a failure without evidence (1) and failing at once on an application error (an OOM kill and a segfault among them)", limit)
 	case "OnFailure", "Always":
-		if bl := spec.RunPolicy.BackoffLimit; bl != nil {
-			c.restartOnAnyFailure(rpField, *bl, fmt.Sprintf("restartPolicy %s with runPolicy.backoffLimit %d", rp, *bl))
+		alone := "the failed container in its pod"
+		if rp == "Always" {
+			alone = "the container in its pod, even one that exited 0"
+		}
+		if bl != nil {
+			c.restartOnAnyFailure(anyFailure{field: rpField, what: fmt.Sprintf("restartPolicy %s with runPolicy.backoffLimit %d", rp, *bl), n: *bl, alone: alone})
 		} else {
-			c.restartOnAnyFailure(rpField, pyTorchJobNoLimit, fmt.Sprintf("restartPolicy %s without a backoffLimit (no limit there; %d here)", rp, pyTorchJobNoLimit))
+			c.restartOnAnyFailure(anyFailure{field: rpField, what: fmt.Sprintf("restartPolicy %s without a runPolicy.backoffLimit", rp), unlimited: true, alone: alone})
 		}
 	default:
 		c.differs(rpField, "%s is not a restart policy this converter knows", rp)
+	}
+
+	// Success: the operator's PyTorchJob succeeds when its Master does, else when every
+	// Worker has (an elastic one when any has).
+	if master != nil {
+		c.run.Spec.SuccessPolicy = v1alpha1.SuccessPolicyLeader
+		c.note(firstField, "the run succeeds when index 0, the Master, exits 0 (successPolicy Leader), as the PyTorchJob did")
+	} else {
+		c.run.Spec.SuccessPolicy = v1alpha1.SuccessPolicyAllWorkers
+		if spec.ElasticPolicy != nil && workers > 1 {
+			c.differs("spec.elasticPolicy", "an elastic PyTorchJob without a Master succeeds when any Worker does; the run succeeds when every worker does (successPolicy AllWorkers)")
+		}
 	}
 
 	// Elastic training: a fixed gang here.
@@ -183,11 +207,15 @@ func fromPyTorchJob(obj *unstructured.Unstructured, o Options) (*Result, error) 
 		default:
 			c.differs("spec.elasticPolicy.rdzvBackend", "%s is not carried over: the pytorch plugin's rendezvous is static or c10d (hosted by pod 0)", b)
 		}
-		if ep.RDZVPort != nil || ep.RDZVHost != nil || ep.RDZVID != nil || len(ep.RDZVConf) > 0 || ep.Standalone != nil {
+		if ep.RDZVPort != nil || ep.RDZVHost != nil || ep.RDZVID != nil || ep.Standalone != nil {
 			c.note("spec.elasticPolicy", "the rendezvous endpoint and id are the plugin's: pod 0's address and the run's name")
 		}
+		if len(ep.RDZVConf) > 0 {
+			c.differs("spec.elasticPolicy.rdzvConf", "not carried over: torchrun's rendezvous settings (its timeouts among them) are the plugin's defaults")
+		}
 		if ep.MaxRestarts != nil && *ep.MaxRestarts > 0 {
-			c.note("spec.elasticPolicy.maxRestarts", "torchrun's restarts (%d) are left at 0: faultline restarts the gang on a fresh attempt and judges why", *ep.MaxRestarts)
+			c.differs("spec.elasticPolicy.maxRestarts", "torchrun restarted its workers in their pods up to %d times after a failure; the run's torchrun does not (its restarts are 0): "+
+				"faultline restarts the whole gang on a fresh attempt, as spec.failurePolicy says", *ep.MaxRestarts)
 		}
 		if len(ep.Metrics) > 0 {
 			c.differs("spec.elasticPolicy.metrics", "not carried over: a run does not scale")
@@ -201,8 +229,15 @@ func fromPyTorchJob(obj *unstructured.Unstructured, o Options) (*Result, error) 
 	if len(rpol.SchedulingPolicy) > 0 {
 		c.differs("spec.runPolicy.schedulingPolicy", "not carried over: faultline gangs through Kueue (the label %s), not Volcano or scheduler-plugins", "kueue.x-k8s.io/queue-name")
 	}
-	if rpol.CleanPodPolicy != nil {
-		c.note("spec.runPolicy.cleanPodPolicy", "a run stops its workers when it ends and deletes them with itself (or after ttlSecondsAfterFinished)")
+	switch cp := rpol.CleanPodPolicy; {
+	case cp == nil:
+		c.differs("spec.runPolicy.cleanPodPolicy", "unset, %s: the operator left running the pods that still ran when the job ended; "+
+			"a run stops every worker when it ends", pyTorchJobCleanPodPolicy)
+	case *cp == "Running" || *cp == "All":
+		c.note("spec.runPolicy.cleanPodPolicy", "%s: a run stops its running workers when it ends, as the operator deleted them; its finished pods, which hold no resources, "+
+			"stay until the run is deleted (or its ttlSecondsAfterFinished)", *cp)
+	default:
+		c.differs("spec.runPolicy.cleanPodPolicy", "%s: the operator left running the pods that still ran when the job ended; a run stops every worker when it ends", *cp)
 	}
 	if rpol.ManagedBy != nil && *rpol.ManagedBy != "kubeflow.org/training-operator" {
 		c.differs("spec.runPolicy.managedBy", "%s managed the job; faultline's controller runs the run", *rpol.ManagedBy)

@@ -214,8 +214,12 @@ func fromTrainJob(obj *unstructured.Unstructured, o Options) (*Result, error) {
 			continue
 		}
 		t := p.TrainingRuntimeSpec.Template
-		if t.Metadata != nil && (len(t.Metadata.Labels) > 0 || len(t.Metadata.Annotations) > 0) {
-			c.note(field+".trainingRuntimeSpec.template.metadata", "the JobSet's labels and annotations have no object to go on: faultline makes no JobSet")
+		if t.Metadata != nil {
+			c.controllerKeys(field+".trainingRuntimeSpec.template.metadata.labels", jobSetPrefix, "the JobSet's controller", t.Metadata.Labels)
+			c.controllerKeys(field+".trainingRuntimeSpec.template.metadata.annotations", jobSetPrefix, "the JobSet's controller", t.Metadata.Annotations)
+			if len(t.Metadata.Labels) > 0 || len(t.Metadata.Annotations) > 0 {
+				c.note(field+".trainingRuntimeSpec.template.metadata", "the JobSet's labels and annotations have no object to go on: faultline makes no JobSet")
+			}
 		}
 		if t.Spec == nil {
 			continue
@@ -226,7 +230,17 @@ func fromTrainJob(obj *unstructured.Unstructured, o Options) (*Result, error) {
 				c.differs(rjField, "patches job %s, which the run does not have: not carried over", rj.Name)
 				continue
 			}
-			if rj.Template == nil || rj.Template.Spec == nil || rj.Template.Spec.Template == nil {
+			if rj.Template == nil {
+				continue
+			}
+			if m := rj.Template.Metadata; m != nil {
+				c.controllerKeys(rjField+".template.metadata.labels", jobSetPrefix, "the JobSet's controller", m.Labels)
+				c.controllerKeys(rjField+".template.metadata.annotations", jobSetPrefix, "the JobSet's controller", m.Annotations)
+				if len(m.Labels) > 0 || len(m.Annotations) > 0 {
+					c.note(rjField+".template.metadata", "the Job's labels and annotations are not carried over (the pods' are): faultline labels each attempt's Job itself")
+				}
+			}
+			if rj.Template.Spec == nil || rj.Template.Spec.Template == nil {
 				continue
 			}
 			pt := rj.Template.Spec.Template
@@ -243,6 +257,8 @@ func fromTrainJob(obj *unstructured.Unstructured, o Options) (*Result, error) {
 			c.patchPods(field, p.Metadata, p.Spec)
 		}
 	}
+	c.controllerKeys("spec.labels", jobSetPrefix, "the JobSet's controller", spec.Labels)
+	c.controllerKeys("spec.annotations", jobSetPrefix, "the JobSet's controller", spec.Annotations)
 	if len(spec.Labels) > 0 || len(spec.Annotations) > 0 {
 		c.note("spec.labels", "the labels and annotations of Trainer's JobSet have no object to go on: faultline makes no JobSet")
 	}
@@ -257,8 +273,15 @@ func fromTrainJob(obj *unstructured.Unstructured, o Options) (*Result, error) {
 		c.differs("spec.managedBy", "%s managed the TrainJob (MultiKueue?); faultline's controller runs the run", *spec.ManagedBy)
 	}
 	c.run.Spec.Suspend = spec.Suspend
-	// The built-in runtimes' JobSets have no failure policy: a failure fails the TrainJob.
-	c.restartOnAnyFailure("spec.runtimeRef", 0, "the runtime's JobSet (no failurePolicy)")
+	// The built-in runtimes' JobSets have no failure policy and their Job no backoffLimit
+	// nor restartPolicy: the Job API's 6 retries, each a restart of the failed container in
+	// its pod (JobSet defaults a pod's restartPolicy to OnFailure), then the TrainJob fails.
+	c.restartOnAnyFailure(anyFailure{
+		field: "spec.runtimeRef",
+		what:  fmt.Sprintf("the runtime's JobSet (no failurePolicy; its Job's backoffLimit unset, %d)", jobBackoffLimit),
+		n:     jobBackoffLimit,
+		alone: "the failed container in its pod (JobSet's default restartPolicy OnFailure)",
+	})
 	if c.run.Spec.Framework == frameworkJAX && tmpl.ServiceAccountName != "" {
 		c.note("serviceAccountName", "%s is kept: for a bare jax.distributed.initialize() it needs to list the namespace's pods and get the run's Job (docs/plugins.md)", tmpl.ServiceAccountName)
 	}
