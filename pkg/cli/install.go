@@ -132,10 +132,10 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 	for _, u := range objs {
 		if ns := u.GetNamespace(); ns != "" && !namespaces[ns] {
 			namespaces[ns] = true
-			n := &unstructured.Unstructured{}
-			n.SetAPIVersion("v1")
-			n.SetKind("Namespace")
-			n.SetName(ns)
+			n, err := namespaceOf(ns)
+			if err != nil {
+				return nil, err
+			}
 			added = append(added, n)
 		}
 		if err := setImages(u, images); err != nil {
@@ -154,6 +154,33 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 	objs = append(added, objs...)
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int { return rank(a) - rank(b) })
 	return objs, nil
+}
+
+// namespaceOf is the Namespace named name as the manifests define it (faultline's own, with
+// its Pod Security labels: the agent alone needs it too), else a bare one.
+func namespaceOf(name string) (*unstructured.Unstructured, error) {
+	for _, c := range slices.Concat(InstallComponents, OptionalComponents) {
+		files, err := kustomizationFiles(installComponents[c])
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			docs, err := decodeManifest(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, u := range docs {
+				if u.GetKind() == "Namespace" && u.GetName() == name {
+					return u, nil
+				}
+			}
+		}
+	}
+	n := &unstructured.Unstructured{}
+	n.SetAPIVersion("v1")
+	n.SetKind("Namespace")
+	n.SetName(name)
+	return n, nil
 }
 
 // kustomizationFiles lists the manifest files of a kustomization directory of deploy/, in

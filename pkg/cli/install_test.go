@@ -154,3 +154,38 @@ func TestPrintVersion(t *testing.T) {
 		t.Errorf("--short: %q, %v", b.String(), err)
 	}
 }
+
+// TestInstallLabelsPodSecurity: faultline's namespace, where the node agent runs privileged,
+// enforces the privileged Pod Security standard, whether the controller's manifests create it
+// or the agent alone is installed; no other namespace is labelled.
+func TestInstallLabelsPodSecurity(t *testing.T) {
+	for name, components := range map[string][]string{"all": nil, "the agent alone": {"agent"}} {
+		t.Run(name, func(t *testing.T) {
+			objs, err := Manifests(InstallOptions{Components: components})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, u := range objs {
+				if u.GetKind() != "Namespace" {
+					continue
+				}
+				level := u.GetLabels()["pod-security.kubernetes.io/enforce"]
+				switch u.GetName() {
+				case "faultline-system":
+					found = true
+					if level != "privileged" {
+						t.Errorf("namespace faultline-system: pod-security.kubernetes.io/enforce=%q, want privileged (the agent is privileged)", level)
+					}
+				default:
+					if level != "" {
+						t.Errorf("namespace %s labelled %q: only faultline's own needs it", u.GetName(), level)
+					}
+				}
+			}
+			if !found {
+				t.Fatal("no namespace faultline-system in the manifests")
+			}
+		})
+	}
+}
