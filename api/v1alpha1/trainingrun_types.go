@@ -631,7 +631,7 @@ type QueueEviction struct {
 // While Kueue admits the run, its frameworkOptions stay as they were: they decide the
 // framework's roles (TensorFlow's chief, workers, parameter servers), whose pod sets the
 // admission counted, and an edit would only surface as a stall of the next attempt.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.queue) || !has(oldSelf.status.queue.clusterQueue) || oldSelf.status.queue.clusterQueue == '' || (has(self.spec.frameworkOptions) == has(oldSelf.spec.frameworkOptions) && (!has(self.spec.frameworkOptions) || self.spec.frameworkOptions == oldSelf.spec.frameworkOptions))",message="spec.frameworkOptions are fixed while Kueue admits the run (they decide its roles, which the admission counted): suspend the run (spec.suspend) or wait until it is queued again to change them",fieldPath=".spec.frameworkOptions"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.queue) || !has(oldSelf.status.queue.clusterQueue) || size(oldSelf.status.queue.clusterQueue) == 0 || (has(self.spec.frameworkOptions) == has(oldSelf.spec.frameworkOptions) && (!has(self.spec.frameworkOptions) || self.spec.frameworkOptions == oldSelf.spec.frameworkOptions))",message="spec.frameworkOptions are fixed while Kueue admits the run (they decide its roles, which the admission counted): suspend the run (spec.suspend) or wait until it is queued again to change them",fieldPath=".spec.frameworkOptions"
 type TrainingRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
