@@ -64,7 +64,7 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up after this long")
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
-	supervise := flag.Bool("inplace-supervise", true, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-supervises), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat): the defaults; false: workers without a command, whose barrier is an init container, the simulated kubelets writing each step")
+	supervise := flag.Bool("inplace-supervise", true, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-in-worker), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat): the defaults; false: workers without a command, whose barrier is an init container, the simulated kubelets writing each step")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
@@ -159,7 +159,7 @@ var systemDescriptions = map[string]string{
 }
 
 // inPlaceSupervisedDescription is faultline (in place)'s with -inplace-supervise.
-const inPlaceSupervisedDescription = "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can, its workers with a command, their barrier their container's entrypoint supervising them (launcher controller --barrier-supervises); the bench plays each node's agent (its own decisions, its records on its node's heartbeat as nodeagent --barrier-records-on-heartbeat keeps them) and kubelet, which writes nothing for a pod restarted in place (its container goes on); kwok starts new pods, as for every system"
+const inPlaceSupervisedDescription = "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can, its workers with a command, their barrier their container's entrypoint supervising them (launcher controller --barrier-in-worker); the bench plays each node's agent (its own decisions, its records on its node's heartbeat as nodeagent --barrier-records-on-heartbeat keeps them) and kubelet, which writes nothing for a pod restarted in place (its container goes on); kwok starts new pods, as for every system"
 
 // render writes the plots next to the report and returns the report.
 func render(sessions []*session, cfg config, path string, took time.Duration) (string, error) {

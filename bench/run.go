@@ -260,7 +260,6 @@ func (b *bench) startController(ctx context.Context) error {
 	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
 		// No container runs it: kwok plays the kubelet (stages/pod-*-barrier.yaml).
 		b.ctrl.Args = append(b.ctrl.Args, "--barrier-image", benchBarrierImage)
-		b.ctrl.Args = append(b.ctrl.Args, fmt.Sprintf("--barrier-supervises=%v", b.cfg.inPlaceSupervise))
 	}
 	logFile, err := os.Create(filepath.Join(b.bin.dir, "controller.log"))
 	if err != nil {

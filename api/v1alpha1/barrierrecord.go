@@ -3,9 +3,10 @@ package v1alpha1
 // BarrierRecord is what the node agent writes, as JSON, into AnnotationBarrierRecord on a
 // pod whose barrier is its worker container's entrypoint (docs/in-place-restart-proof.md,
 // "The barrier in the worker's container"), before it gives that barrier its go signal: the
-// container it opens and the attempt it opens it for. Such a barrier becomes the worker and
-// leaves no termination message, and its container runs from the barrier's start; the
-// record is then how the controller and the agent know which attempt a pod's worker runs.
+// container it opens and the attempt it opens it for. Such a barrier supervises the worker
+// and leaves no termination message, and its container runs from the barrier's start
+// across attempts; the record is then how the controller and the agent know which attempt
+// a pod's worker runs.
 // The agent writes it at most once per container, against the pod's resourceVersion, and
 // opens a container only for the attempt recorded for it: a container the record does not
 // name is waiting at its barrier.

@@ -2,9 +2,8 @@
 // (pkg/barrier, docs/in-place-restart.md): `faultline-barrier` (wait) holds the workers
 // back until `faultline-barrier open --attempt N`, which the node agent runs in the same
 // container through the CRI, gives it an attempt newer than the pod's last.
-// `faultline-barrier exec -- COMMAND [ARG...]` waits the same way in the worker's own
-// container, then becomes COMMAND. `faultline-barrier supervise -- COMMAND [ARG...]` waits
-// the same way and runs COMMAND as its child, which `faultline-barrier stop --attempt N`
+// `faultline-barrier supervise -- COMMAND [ARG...]`, the worker container's own entrypoint,
+// waits the same way and runs COMMAND as its child, which `faultline-barrier stop --attempt N`
 // ends (with every process it left) for a restart in place in the same container
 // (barrier.Supervise). It only wires flags to pkg/barrier; it is built static
 // (CGO_ENABLED=0): its image holds nothing else.
@@ -41,7 +40,7 @@ const (
 	exitOpenedBefore = 5
 	// exitSIGTERM: the pod is terminating (128+SIGTERM); it is not restarted then.
 	exitSIGTERM = 143
-	// exec's, when the worker's command cannot be run, are the shell's
+	// supervise's, when the worker's command cannot be run, are the shell's
 	// (barrier.ExecError.ExitStatus): 127 no such program, 126 not executable.
 )
 
@@ -50,7 +49,6 @@ type cli struct {
 	stderr    io.Writer
 	wait      func(context.Context, barrier.Config) (int, error)
 	open      func(context.Context, string, int) error
-	exec      func(argv []string) error
 	supervise func(context.Context, barrier.Config, []string) (int, error)
 	stop      func(context.Context, string, int, time.Duration) error
 	getenv    func(string) string
@@ -59,7 +57,7 @@ type cli struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, exec: barrier.Exec, supervise: barrier.Supervise, stop: barrier.Stop, getenv: os.Getenv}
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, supervise: barrier.Supervise, stop: barrier.Stop, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
@@ -86,16 +84,15 @@ func (c cli) run(ctx context.Context, args []string) int {
 	timeout := fs.Duration("timeout", 10*time.Second, "open, stop: how long to wait for the barrier's answer (stop: beyond the grace period)")
 	grace := fs.Duration("grace", 30*time.Second, "stop: how long the worker has after SIGTERM before SIGKILL")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n       faultline-barrier exec [flags] -- COMMAND [ARG...]\n"+
+		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n"+
 			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]")
 		fs.PrintDefaults()
 	}
 	cmd := "wait"
-	if len(args) > 0 && slices.Contains([]string{"wait", "open", barrier.CommandExec, barrier.CommandSupervise, "stop"}, args[0]) {
+	if len(args) > 0 && slices.Contains([]string{"wait", "open", barrier.CommandSupervise, "stop"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
-	runsWorker := cmd == barrier.CommandExec || cmd == barrier.CommandSupervise
-	cfg.BecomesWorker = runsWorker
+	runsWorker := cmd == barrier.CommandSupervise
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -143,19 +140,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 			fmt.Fprintln(c.stderr, "wait:", err)
 			return exitError
 		}
-		if cmd != barrier.CommandExec {
-			return exitOK
-		}
-		// Only past the go signal, even for a command that cannot run: its exit then
-		// ends one attempt, judged as the worker's, where failing before the wait would
-		// restart the pod at once, again and again (the kubelet has no backoff for it).
-		err := c.exec(fs.Args())
-		fmt.Fprintln(c.stderr, "exec:", err)
-		var ee *barrier.ExecError
-		if errors.As(err, &ee) {
-			return ee.ExitStatus()
-		}
-		return exitError
+		return exitOK
 	}
 }
 

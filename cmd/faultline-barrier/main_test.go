@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,8 +41,8 @@ func TestExitCodes(t *testing.T) {
 		"open refused as stale": {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrStale), want: exitStale},
 		"open finds no barrier": {args: []string{"open", "--attempt", "2"}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
 		"open fails otherwise":  {args: []string{"open", "--attempt", "2"}, openErr: errors.New("eof"), want: exitError},
-		// A barrier in the worker container opened for 2 runs on as the worker: nobody
-		// listens, and its attempt file says so.
+		// A barrier in the worker container opened for 2 runs its worker: it answers that
+		// it does not wait, and its attempt file says so.
 		"open finds it opened before": {args: []string{"open", "--attempt", "2", "--attempt-file", opened}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitOpenedBefore},
 		"open finds an older attempt": {args: []string{"open", "--attempt", "3", "--attempt-file", opened}, openErr: fmt.Errorf("x: %w", barrier.ErrNotWaiting), want: exitNotWaiting},
 		"open without an attempt":     {args: []string{"open"}, want: exitUsage},
@@ -85,66 +84,7 @@ func TestWaitKnowsItsPodsAttempt(t *testing.T) {
 	}
 }
 
-// TestExecArguments: exec waits like wait, as a barrier that becomes the worker, and
-// then runs the worker's command as given, flags and all; a command that cannot run exits
-// as a shell's would, and only after the go signal.
-func TestExecArguments(t *testing.T) {
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	for name, tc := range map[string]struct {
-		ctx      context.Context
-		args     []string
-		waitErr  error
-		execErr  error
-		want     int
-		wantArgv []string // nil: exec must not be called
-	}{
-		"the worker's flags are its own": {args: []string{"exec", "--socket", "/s", "--", "prog", "--attempt", "9"},
-			execErr: &barrier.ExecError{Command: "prog", Err: syscall.ENOENT}, want: 127, wantArgv: []string{"prog", "--attempt", "9"}},
-		"no such program": {args: []string{"exec", "--", "nope"},
-			execErr: &barrier.ExecError{Command: "nope", Err: exec.ErrNotFound}, want: 127, wantArgv: []string{"nope"}},
-		"not executable": {args: []string{"exec", "--", "/etc/passwd"},
-			execErr: &barrier.ExecError{Command: "/etc/passwd", Err: syscall.EACCES}, want: 126, wantArgv: []string{"/etc/passwd"}},
-		"without a command":                  {args: []string{"exec"}, want: exitUsage},
-		"without a command, after --":        {args: []string{"exec", "--"}, want: exitUsage},
-		"ended by SIGTERM before the signal": {ctx: cancelled, args: []string{"exec", "--", "prog"}, waitErr: context.Canceled, want: exitSIGTERM},
-		"wait failed":                        {args: []string{"exec", "--", "prog"}, waitErr: errors.New("bad file"), want: exitError},
-	} {
-		t.Run(name, func(t *testing.T) {
-			ctx := tc.ctx
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			var stderr bytes.Buffer
-			var cfg barrier.Config
-			waited := false
-			var argv []string
-			c := cli{
-				stderr: &stderr,
-				wait: func(_ context.Context, got barrier.Config) (int, error) {
-					cfg, waited = got, true
-					return 1, tc.waitErr
-				},
-				exec:   func(a []string) error { argv = a; return tc.execErr },
-				getenv: func(string) string { return "" },
-			}
-			if got := c.run(ctx, tc.args); got != tc.want {
-				t.Errorf("exit %d, want %d; stderr %s", got, tc.want, stderr.String())
-			}
-			if !slices.Equal(argv, tc.wantArgv) {
-				t.Errorf("executed %q, want %q", argv, tc.wantArgv)
-			}
-			if waited && !cfg.BecomesWorker {
-				t.Error("exec's barrier does not know it becomes the worker")
-			}
-			if name == "the worker's flags are its own" && cfg.Socket != "/s" {
-				t.Errorf("socket %q, want /s", cfg.Socket)
-			}
-		})
-	}
-}
-
-// envRunMain makes the test binary run main (TestExecBecomesTheWorker).
+// envRunMain makes the test binary run main (TestSuperviseWithACommandThatCannotRun).
 const envRunMain = "FAULTLINE_BARRIER_TEST_MAIN"
 
 func TestMain(m *testing.M) {
@@ -154,17 +94,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestExecBecomesTheWorker, with the real process: exec waits for the go signal, writes the
-// attempt file before the worker runs, and the worker is the same process (the PID the
-// container's runtime started), whose exit status is the container's.
-func TestExecBecomesTheWorker(t *testing.T) {
+// TestSuperviseWithACommandThatCannotRun, with the real process: supervise waits for the go
+// signal, writes the attempt file, and only then finds the worker's command missing: it
+// exits as a shell's would (127), an exit of the attempt judged as the worker's, where
+// failing before the wait would restart the pod at once, again and again (the kubelet has
+// no backoff for RestartAllContainers).
+func TestSuperviseWithACommandThatCannotRun(t *testing.T) {
 	dir := t.TempDir()
 	socket, file := filepath.Join(dir, "s.sock"), filepath.Join(dir, "attempt")
-	cmd := exec.Command(os.Args[0], "exec", "--socket", socket, "--attempt-file", file, "--",
-		"sh", "-c", `echo "attempt $(cat "$1") pid $$"; exit 7`, "sh", file)
+	cmd := exec.Command(os.Args[0], "supervise", "--socket", socket, "--attempt-file", file, "--", filepath.Join(dir, "nope"))
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +124,11 @@ func TestExecBecomesTheWorker(t *testing.T) {
 	}
 	err := cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
-		t.Fatalf("exit %v, want the worker's 7; stderr %s", err, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != 127 {
+		t.Fatalf("exit %v, want 127, the shell's for no such program; stderr %s", err, stderr.String())
 	}
-	if want := fmt.Sprintf("attempt 2 pid %d\n", cmd.Process.Pid); stdout.String() != want {
-		t.Errorf("the worker printed %q, want %q: the barrier's own process, after the attempt file", stdout.String(), want)
-	}
-	if _, err := os.Stat(socket); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the socket is left behind for the worker: %v", err)
+	if n, err := barrier.ReadAttempt(file); err != nil || n != 2 {
+		t.Errorf("attempt file: %d, %v; want 2, written before the command was looked for", n, err)
 	}
 }
 
@@ -206,11 +144,16 @@ func TestSuperviseAndStop(t *testing.T) {
 			return 7, nil
 		}}
 	if code := c.run(context.Background(), []string{"supervise", "--socket", "/s", "--", "prog", "--attempt", "9"}); code != 7 ||
-		!slices.Equal(argv, []string{"prog", "--attempt", "9"}) || cfg.Socket != "/s" || !cfg.BecomesWorker {
-		t.Errorf("supervise: exit %d, argv %q, socket %q, becomes worker %v; want 7, the command as given, /s, true", code, argv, cfg.Socket, cfg.BecomesWorker)
+		!slices.Equal(argv, []string{"prog", "--attempt", "9"}) || cfg.Socket != "/s" {
+		t.Errorf("supervise: exit %d, argv %q, socket %q; want 7, the command as given (its flags its own), /s", code, argv, cfg.Socket)
 	}
-	if code := c.run(context.Background(), []string{"supervise"}); code != exitUsage {
-		t.Errorf("supervise without a command: exit %d, want %d", code, exitUsage)
+	for _, args := range [][]string{{"supervise"}, {"supervise", "--"}} {
+		if code := c.run(context.Background(), args); code != exitUsage {
+			t.Errorf("%q without a command: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code := c.run(context.Background(), []string{"exec", "--", "prog"}); code != exitUsage {
+		t.Errorf("exec, a command of no barrier any more: exit %d, want %d", code, exitUsage)
 	}
 	for name, tc := range map[string]struct {
 		args    []string

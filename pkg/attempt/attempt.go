@@ -51,13 +51,12 @@ type Options struct {
 	// barrier of this image, before them.
 	BarrierImage string
 	// BarrierInWorker puts the barrier in the worker container itself, as its entrypoint
-	// (`faultline-barrier exec -- COMMAND`, from an image volume of BarrierImage), where
-	// the template allows it (BarrierCanBeWorker); else it is an init container.
+	// (`faultline-barrier supervise -- COMMAND`, from an image volume of BarrierImage),
+	// where the template allows it (BarrierCanBeWorker); else it is an init container.
+	// That barrier stays, with the worker as its child: the node agent's stop ends the
+	// worker and the barrier waits again in the same container, which the kubelet never
+	// restarts.
 	BarrierInWorker bool
-	// BarrierSupervises makes such a barrier stay, with the worker as its child
-	// (`faultline-barrier supervise -- COMMAND`): the node agent's stop ends the worker and
-	// the barrier waits again in the same container, which the kubelet never restarts.
-	BarrierSupervises bool
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -189,7 +188,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
 	if opts.BarrierImage != "" {
-		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker, opts.BarrierSupervises)
+		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker)
 	}
 
 	job := &batchv1.Job{

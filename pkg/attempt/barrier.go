@@ -33,7 +33,7 @@ import (
 //   - the barrier knows the attempt its pod was made for (FAULTLINE_ATTEMPT, which Pod sets
 //     for a pod made for a later attempt than its Job's): it never opens for an older one,
 //     whatever an agent with a stale view of the run asks.
-func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker, supervise bool) {
+func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker bool) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.RunVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
 	}})
@@ -55,7 +55,7 @@ func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker, supervi
 		}}, c.RestartPolicyRules...)
 	}
 	if inWorker {
-		barrierInWorker(spec, image, supervise)
+		barrierInWorker(spec, image)
 		return
 	}
 	spec.InitContainers = append(spec.InitContainers, corev1.Container{
@@ -78,21 +78,17 @@ func inPlaceShape(spec *corev1.PodSpec, image string, n int32, inWorker, supervi
 }
 
 // barrierInWorker makes the barrier the entrypoint of spec's one container: its command
-// becomes `faultline-barrier exec -- <command>` (or `supervise`, which stays with the worker
-// as its child) from an image volume of the barrier's image (its args stay as they are: the
-// kubelet expands $(VAR) in both, as before). The barrier reads the attempt the pod was made
-// for from the worker's own FAULTLINE_ATTEMPT.
-func barrierInWorker(spec *corev1.PodSpec, image string, supervise bool) {
+// becomes `faultline-barrier supervise -- <command>`, which stays with the worker as its
+// child, from an image volume of the barrier's image (its args stay as they are: the
+// kubelet expands $(VAR) in both, as before). The barrier reads the attempt the pod was
+// made for from the worker's own FAULTLINE_ATTEMPT.
+func barrierInWorker(spec *corev1.PodSpec, image string) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{
 		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullIfNotPresent},
 	}})
 	c := &spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.BarrierVolume, MountPath: v1alpha1.BarrierMount, ReadOnly: true})
-	mode := barrier.CommandExec
-	if supervise {
-		mode = barrier.CommandSupervise
-	}
-	c.Command = append([]string{v1alpha1.BarrierBinary, mode, "--"}, c.Command...)
+	c.Command = append([]string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--"}, c.Command...)
 }
 
 // BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:
@@ -125,8 +121,8 @@ const (
 	// BarrierInit: the faultline-barrier init container, which exits with the attempt it
 	// opened for as its termination message.
 	BarrierInit
-	// BarrierInWorker: the worker container's entrypoint, which becomes the worker and
-	// leaves no message; the node agent's record (v1alpha1.BarrierRecord) says which
+	// BarrierInWorker: the worker container's entrypoint, which supervises the worker
+	// and leaves no message; the node agent's record (v1alpha1.BarrierRecord) says which
 	// container it opened for which attempt.
 	BarrierInWorker
 )
@@ -148,7 +144,7 @@ func BarrierContainer(spec *corev1.PodSpec) (string, BarrierPlace) {
 }
 
 // KeepBarrier copies into slim what BarrierContainer reads of spec, for the caches that keep
-// of a pod's spec only what they read: the barrier's image volume, and the first two words of
+// of a pod's spec only what they read: the barrier's image volume, and the first word of
 // the command of the container whose entrypoint it is. slim's containers are spec's, in
 // the same order.
 func KeepBarrier(spec, slim *corev1.PodSpec) {
@@ -159,7 +155,7 @@ func KeepBarrier(spec, slim *corev1.PodSpec) {
 	}
 	for i, c := range spec.Containers {
 		if len(c.Command) > 0 && c.Command[0] == v1alpha1.BarrierBinary && i < len(slim.Containers) {
-			slim.Containers[i].Command = slices.Clone(c.Command[:min(2, len(c.Command))]) // and whether it supervises
+			slim.Containers[i].Command = []string{c.Command[0]}
 		}
 	}
 }
@@ -253,11 +249,7 @@ type Barrier struct {
 	Status *corev1.ContainerStatus
 	// Record is the node agent's record (BarrierInWorker only), nil if none.
 	Record *v1alpha1.BarrierRecord
-	// Supervises: a barrier in the worker container that stays, the worker its child
-	// (Options.BarrierSupervises). The agent's stop leaves it waiting again in the same
-	// container, as the record says: stopped for a later attempt than it opened for.
-	Supervises bool
-	pod        *corev1.Pod
+	pod    *corev1.Pod
 }
 
 // BarrierOf is pod's barrier. An init container's status that names the barrier says where
@@ -276,10 +268,6 @@ func BarrierOf(pod *corev1.Pod) Barrier {
 		statuses = pod.Status.InitContainerStatuses
 	case BarrierInWorker:
 		b.Record = BarrierRecord(pod)
-		if i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
-			cmd := pod.Spec.Containers[i].Command
-			b.Supervises = len(cmd) > 1 && cmd[1] == barrier.CommandSupervise
-		}
 	}
 	if i := slices.IndexFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name }); i >= 0 {
 		b.Status = &statuses[i]
@@ -319,10 +307,14 @@ func (b Barrier) Waiting() (time.Time, bool) {
 	return b.Status.State.Running.StartedAt.Time, true
 }
 
-// waitsAgain: a supervising barrier whose recorded worker its agent stopped for a later
-// attempt waits, in the same container, for that attempt's open.
+// waitsAgain: a barrier in the worker container (it supervises its worker) whose recorded
+// worker its agent stopped for a later attempt waits, in the same container, for that
+// attempt's open. A container the agent stopped through the runtime instead (its barrier's
+// socket out of reach; or a pod an older controller made whose barrier became the worker,
+// `faultline-barrier exec`, and listens no more) reads the same until its status shows it
+// ended: it runs no worker of the recorded attempt either way.
 func (b Barrier) waitsAgain() bool {
-	if !b.Supervises || b.Record == nil || b.Record.StoppedFor <= b.Record.Attempt {
+	if b.Record == nil || b.Record.StoppedFor <= b.Record.Attempt {
 		return false
 	}
 	_, gone := b.record()
@@ -350,7 +342,10 @@ func (b Barrier) Opened() (int32, bool) {
 // OpenedBefore is the attempt the barrier opened for before the pod's last restart, when the
 // barrier has started again since: the workers that restart ended it. For a barrier in the
 // worker container, only the restart right after the recorded container counts: that
-// container's end is the status's last termination.
+// container's end is the status's last termination. A supervising barrier's container
+// restarts too: when its worker ends on its own (the barrier ends with it, and the kubelet
+// restarts the pod through RestartAllContainers), and when its agent, its socket out of
+// reach, stopped it through the runtime.
 func (b Barrier) OpenedBefore() (int32, bool) {
 	st := b.Status
 	if st == nil {
@@ -404,7 +399,10 @@ func (b Barrier) Stopped(n int32) bool {
 
 // StoppedWorker reports whether the status shows the end of a worker container that its
 // node agent stopped for a later attempt (the record's StoppedFor): the container the record
-// names, terminated. That end is the recorded attempt's, not a failure of the later one.
+// names, terminated. That end is the recorded attempt's, not a failure of the later one. A
+// supervising barrier's stop ends no container, save where the agent could not reach its
+// socket and stopped the container through the runtime (inplace.Restarter.StopOldWorkers),
+// which the kubelet then restarts: that container's end is read here.
 func (b Barrier) StoppedWorker() bool {
 	if b.Place != BarrierInWorker || b.Record == nil || b.Record.StoppedFor <= b.Record.Attempt {
 		return false

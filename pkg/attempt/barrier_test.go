@@ -36,7 +36,7 @@ func TestBarrierInWorkerShape(t *testing.T) {
 		t.Errorf("init containers %v: want none", spec.InitContainers)
 	}
 	w := spec.Containers[0]
-	if want := []string{v1alpha1.BarrierBinary, "exec", "--", "python3", "train.py"}; !cmp.Equal(w.Command, want) || !cmp.Equal(w.Args, []string{"--rank=$(FAULTLINE_INDEX)"}) {
+	if want := []string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--", "python3", "train.py"}; !cmp.Equal(w.Command, want) || !cmp.Equal(w.Args, []string{"--rank=$(FAULTLINE_INDEX)"}) {
 		t.Errorf("command %q args %q: want %q and the args unchanged", w.Command, w.Args, want)
 	}
 	mounts := map[string]corev1.VolumeMount{}
@@ -75,19 +75,15 @@ func TestBarrierInWorkerShape(t *testing.T) {
 
 // TestKeepBarrier: the caches that slim pods down still see where the barrier is.
 func TestKeepBarrier(t *testing.T) {
-	for _, supervise := range []bool{false, true} {
-		spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
-			Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true, BarrierSupervises: supervise}).Spec.Template.Spec
-		slim := corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}
-		if _, place := BarrierContainer(&slim); place != NoBarrier {
-			t.Fatal("a slim spec with nothing kept has a barrier")
-		}
-		KeepBarrier(&spec, &slim)
-		name, place := BarrierContainer(&slim)
-		kept := &corev1.Pod{Spec: slim}
-		if place != BarrierInWorker || name != "worker" || len(slim.Containers[0].Command) != 2 || BarrierOf(kept).Supervises != supervise {
-			t.Errorf("supervise %v: kept command %q: BarrierContainer = %q, %v, supervises %v", supervise, slim.Containers[0].Command, name, place, BarrierOf(kept).Supervises)
-		}
+	spec := Job(makeRun(func(r *v1alpha1.TrainingRun) { r.Spec.Template.Spec.Containers[0].Command = []string{"train"} }),
+		Options{Attempt: 1, BarrierImage: barrierImage, BarrierInWorker: true}).Spec.Template.Spec
+	slim := corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}
+	if _, place := BarrierContainer(&slim); place != NoBarrier {
+		t.Fatal("a slim spec with nothing kept has a barrier")
+	}
+	KeepBarrier(&spec, &slim)
+	if name, place := BarrierContainer(&slim); place != BarrierInWorker || name != "worker" || !cmp.Equal(slim.Containers[0].Command, []string{v1alpha1.BarrierBinary}) {
+		t.Errorf("kept command %q: BarrierContainer = %q, %v; want the barrier's binary alone, the worker's entrypoint", slim.Containers[0].Command, name, place)
 	}
 }
 
@@ -149,11 +145,13 @@ func TestBarrierInWorkerState(t *testing.T) {
 		"the status lags the record (for 2)":     {inWorker(0, "c0", running, rec("c1", 1, 2)), want{opened: 2, stopped: true, running: 2}},
 		"another container of the same restart":  {inWorker(0, "cX", running, rec("c0", 0, 1)), want{opened: 1, running: 1}},
 		// Its agent stopped it for 2 and recorded so: stopped, whatever the status shows
-		// yet; the end shown is the stop's.
-		"opened for 1, stopped for 2, shown running": {inWorker(0, "c0", running, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1}},
-		"opened for 1, stopped for 2, shown ended":   {inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1, shown: true}},
+		// yet, its barrier waiting again in the same container (TestSupervisedBarrierState);
+		// the end shown is of a container the agent stopped through the runtime, its
+		// barrier's socket out of reach: the stop's.
+		"opened for 1, stopped for 2, shown running": {inWorker(0, "c0", running, stoppedFor("c0", 0, 1, 2)), want{waiting: true, stopped: true, running: 1}},
+		"opened for 1, stopped for 2, shown ended":   {inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2)), want{stopped: true, running: 1, shown: true}},
 		"stopped for 2, restarted since":             {inWorker(1, "c1", running, stoppedFor("c0", 0, 1, 2)), want{waiting: true, before: 1, stopped: true, running: 1}},
-		"stopped for 2, another container shown":     {inWorker(0, "cX", ended, stoppedFor("c0", 0, 1, 2)), want{opened: 1, stopped: true, running: 1}},
+		"stopped for 2, another container shown":     {inWorker(0, "cX", ended, stoppedFor("c0", 0, 1, 2)), want{stopped: true, running: 1}},
 		"opened for 2, ended, no stop recorded":      {inWorker(0, "c0", ended, rec("c0", 0, 2)), want{opened: 2, stopped: true, running: 2}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -168,8 +166,13 @@ func TestBarrierInWorkerState(t *testing.T) {
 			}
 		})
 	}
-	if BarrierOf(inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2))).Stopped(3) {
-		t.Error("stopped for 2, asked for 3: stopped, want not (the stop for 3 is still to come)")
+	// Stopped for 2, its barrier runs no worker until an open recorded first (a later
+	// record): stopped for 3 as well, as a barrier waiting again is.
+	if !BarrierOf(inWorker(0, "c0", ended, stoppedFor("c0", 0, 1, 2))).Stopped(3) {
+		t.Error("stopped for 2 and ended, asked for 3: not stopped, want stopped (it runs nothing)")
+	}
+	if BarrierOf(inWorker(0, "c0", running, rec("c0", 0, 2))).Stopped(3) {
+		t.Error("opened for 2 and running, asked for 3: stopped, want not (the stop for 3 is still to come)")
 	}
 	if since, ok := BarrierOf(inWorker(0, "c0", running, nil)).Waiting(); !ok || !since.Equal(started.Time) {
 		t.Errorf("waiting since %v, want %v", since, started)
@@ -180,11 +183,7 @@ func TestBarrierInWorkerState(t *testing.T) {
 // container across a restart in place: its agent's record of the stop for a later attempt
 // is all that says it waits again, and a record of the next open that it runs again.
 func TestSupervisedBarrierState(t *testing.T) {
-	supervised := func(restarts int32, id string, st *corev1.ContainerState, rec *v1alpha1.BarrierRecord) *corev1.Pod {
-		p := inWorker(restarts, id, st, rec)
-		p.Spec.Containers[0].Command[1] = barrier.CommandSupervise
-		return p
-	}
+	supervised := inWorker
 	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	record := func(attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
 		return &v1alpha1.BarrierRecord{ContainerID: "c0", Restart: 0, Attempt: attempt, StoppedFor: stoppedFor}
@@ -208,20 +207,12 @@ func TestSupervisedBarrierState(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := BarrierOf(tc.pod)
-			if !b.Supervises {
-				t.Fatal("not seen as supervising")
-			}
 			_, waiting := b.Waiting()
 			opened, _ := b.Opened()
 			if got := (want{waiting, opened, b.Stopped(2), b.OpenedFor(2)}); got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
-	}
-	// The same record on a barrier that became its worker: stopped, not waiting (the
-	// kubelet restarts the container).
-	if _, waiting := BarrierOf(inWorker(0, "c0", running, record(1, 2))).Waiting(); waiting {
-		t.Error("an exec barrier's stopped worker counted as waiting")
 	}
 }
 
@@ -283,7 +274,6 @@ func TestRecordedRunning(t *testing.T) {
 	rec := func(id string, restart, attempt, stoppedFor int32) *v1alpha1.BarrierRecord {
 		return &v1alpha1.BarrierRecord{ContainerID: id, Restart: restart, Attempt: attempt, StoppedFor: stoppedFor}
 	}
-	supervised := func(p *corev1.Pod) *corev1.Pod { p.Spec.Containers[0].Command[1] = barrier.CommandSupervise; return p }
 	for name, tc := range map[string]struct {
 		pod  *corev1.Pod
 		want bool
@@ -295,8 +285,8 @@ func TestRecordedRunning(t *testing.T) {
 		"opened for 2, a later one shown":        {inWorker(1, "c1", running, rec("c0", 0, 2, 0)), false},
 		"opened for 1 only":                      {inWorker(0, "c0", running, rec("c0", 0, 1, 0)), false},
 		"no record":                              {inWorker(0, "c0", running, nil), false},
-		"supervised, opened for 2":               {supervised(inWorker(0, "c0", running, rec("c0", 0, 2, 2))), true},
-		"supervised, stopped for 3: waits again": {supervised(inWorker(0, "c0", running, rec("c0", 0, 2, 3))), false},
+		"supervised, opened for 2":               {inWorker(0, "c0", running, rec("c0", 0, 2, 2)), true},
+		"supervised, stopped for 3: waits again": {inWorker(0, "c0", running, rec("c0", 0, 2, 3)), false},
 	} {
 		if got := BarrierOf(tc.pod).RecordedRunning(2); got != tc.want {
 			t.Errorf("%s: RecordedRunning(2) = %v, want %v", name, got, tc.want)

@@ -16,16 +16,12 @@
 // whether the waiting barrier took its attempt (and why not), so the agent's exec reports
 // the outcome instead of a guess.
 //
-// The barrier can also be the worker container's own entrypoint (`faultline-barrier exec
-// -- COMMAND...`, its binary from an image volume of the barrier's image): it waits the
-// same way, then Exec replaces it with the worker's command in the same process. A restart
-// in place is then one container per pod for the kubelet, with nothing between the open
-// and the worker (docs/benchmarks.md, "The floor under a restart that moves pods").
-//
-// Supervise (`faultline-barrier supervise -- COMMAND...`, launcher controller's
-// --barrier-supervises) waits the same way, then runs the worker's command as its child and
-// stays: Stop ends that child and every process it left, and the barrier waits for the next
-// open in the same container, without the kubelet.
+// The barrier can also be the worker container's own entrypoint, its binary from an image
+// volume of the barrier's image: Supervise (`faultline-barrier supervise -- COMMAND...`)
+// waits the same way, then runs the worker's command as its child and stays: Stop ends that
+// child and every process it left, and the barrier waits for the next open in the same
+// container, without the kubelet. A restart in place is then one container per pod, and
+// none restarted (docs/benchmarks.md, "A barrier that supervises its worker").
 package barrier
 
 import (
@@ -72,10 +68,8 @@ const (
 	// ImageRepository is the barrier's image as released; the controller names it in the
 	// pods it builds, tagged with its own version (Image).
 	ImageRepository = version.DefaultRegistry + "/" + version.BarrierImageName
-	// CommandExec and CommandSupervise are faultline-barrier's commands where it is the
-	// worker container's entrypoint (Exec, Supervise): the controller writes them into the
-	// pod's command, and the agent and the controller read from it which one runs there.
-	CommandExec      = "exec"
+	// CommandSupervise is faultline-barrier's command where it is the worker container's
+	// entrypoint (Supervise): the controller writes it into the pod's command.
 	CommandSupervise = "supervise"
 	// DefaultSocket is where a waiting barrier listens for Open: in the run volume, which
 	// only the barrier mounts writable; no worker runs while the barrier does (it is an
@@ -223,14 +217,10 @@ type Config struct {
 	AttemptFile string
 	// Socket is where it listens for Open (DefaultSocket).
 	Socket string
-	// TerminationLog is the container's termination message file (DefaultTerminationLog).
+	// TerminationLog is the container's termination message file (DefaultTerminationLog);
+	// "" writes none (Supervise: the worker's program owns the container's message).
 	TerminationLog string
-	// BecomesWorker says the barrier is the worker container's entrypoint and Exec follows
-	// its open: it writes no termination message (the worker's program owns it), and it
-	// need not outlive its open's process, since the container's first process lives on as
-	// the worker.
-	BecomesWorker bool
-	Logger        *slog.Logger
+	Logger         *slog.Logger
 	// Listening, if set, is called once the barrier listens (tests wait for it).
 	Listening func()
 	// MadeFor is the attempt the barrier's pod was made for (FAULTLINE_ATTEMPT; 0: unknown):
@@ -272,9 +262,7 @@ func Wait(ctx context.Context, cfg Config) (int, error) {
 			log.Warn("go signal not taken", "error", err)
 		}
 		if done {
-			if !cfg.BecomesWorker {
-				awaitPeerExit(conn, peerExitTimeout)
-			}
+			awaitPeerExit(conn, peerExitTimeout)
 			conn.Close()
 			log.Info("opened", "attempt", attempt)
 			return attempt, nil
@@ -374,9 +362,9 @@ func answerOpen(conn *net.UnixConn, cfg Config, start, attempt int) (int, bool, 
 		fmt.Fprintf(conn, "error %v\n", err)
 		return 0, false, err
 	}
-	// A barrier that becomes the worker leaves the termination message to it.
+	// A barrier that supervises the worker leaves the termination message to it.
 	var msgErr error
-	if !cfg.BecomesWorker {
+	if cfg.TerminationLog != "" {
 		if werr := os.WriteFile(cfg.TerminationLog, []byte(OpenedMessage(attempt)), 0o644); werr != nil {
 			// The workers may still start: the status then lacks the attempt, which the
 			// controller treats as a pod of unknown attempt. Say so, but open: holding the

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 )
 
-// ExecError is why the worker's command could not be run (Exec).
+// ExecError is why the worker's command could not be run (Supervise).
 type ExecError struct {
 	Command string
 	Err     error

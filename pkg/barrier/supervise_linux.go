@@ -37,7 +37,7 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 	if len(argv) == 0 {
 		return 1, errors.New("supervise needs the worker's command")
 	}
-	cfg.BecomesWorker = true // the worker writes the termination message
+	cfg.TerminationLog = "" // the worker writes the termination message
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

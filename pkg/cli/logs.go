@@ -111,7 +111,7 @@ func Logs(ctx context.Context, kube kubernetes.Interface, runs *Runs, name strin
 	)
 	prefix := len(pods) > 1
 	for i := range pods {
-		if o.Follow && o.Tail >= 0 && attemptpkg.BarrierOf(&pods[i]).Supervises {
+		if o.Follow && o.Tail >= 0 && attemptpkg.BarrierOf(&pods[i]).Place == attemptpkg.BarrierInWorker {
 			return UsageError("--tail with --follow: the workers of %s share their container's log with the run's other attempts (their barrier supervises them), so the last lines of one attempt are known only at the end: drop --tail or --follow", name)
 		}
 	}
@@ -196,7 +196,7 @@ func streamPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 	}
 	var keep *attemptLines
 	opts := podLogOptions(o, container)
-	if b := attemptpkg.BarrierOf(pod); b.Supervises && container == b.Container && !o.Previous {
+	if b := attemptpkg.BarrierOf(pod); b.Place == attemptpkg.BarrierInWorker && container == b.Container && !o.Previous {
 		// Every attempt the pod ran is in this container's log: the kubelet is asked for
 		// all of it, with timestamps, and the lines of attempt n are picked here.
 		keep = &attemptLines{attempt: int(n), o: o, now: time.Now()}
@@ -249,7 +249,7 @@ func copyLines(r io.Reader, keep *attemptLines, write func(string)) error {
 }
 
 // attemptLines picks one attempt's lines out of the log of a container whose barrier
-// supervises its worker (attempt.Barrier.Supervises): the barrier writes a marker on stdout
+// supervises its worker (attempt.BarrierInWorker): the barrier writes a marker on stdout
 // and on stderr as it starts each attempt's worker (barrier.AttemptMarker), and an
 // attempt's lines run from the first of its markers to the first of the next attempt's (the
 // runtime copies the two streams into the log apart: a worker's line on one may come before

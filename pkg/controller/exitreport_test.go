@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -164,7 +165,7 @@ func TestWithoutStoppedWorker(t *testing.T) {
 				Annotations: map[string]string{v1alpha1.AnnotationBarrierRecord: string(raw)}},
 			Spec: corev1.PodSpec{
 				NodeName:   "n1",
-				Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "train"}}},
+				Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--", "train"}}},
 				Volumes:    []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier"}}}},
 			},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id,

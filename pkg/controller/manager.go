@@ -68,13 +68,11 @@ type Options struct {
 	// volume of BarrierImage, in the pods whose template allows it (one container, its
 	// command set) on nodes whose runtime mounts image volumes (inplacegate.BarrierInWorker):
 	// one container per pod for the kubelet to restart, where the init container is two
-	// (docs/in-place-restart-proof.md). launcher controller's default.
-	BarrierInWorker bool
-	// BarrierSupervises makes that barrier stay, the worker its child
+	// (docs/in-place-restart-proof.md). That barrier stays, the worker its child
 	// (`faultline-barrier supervise`): the node agent's stop ends the worker and every
 	// process it left, and the barrier waits again in the same container, which the kubelet
-	// never restarts.
-	BarrierSupervises bool
+	// never restarts. launcher controller's default.
+	BarrierInWorker bool
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
 	Kueue bool
@@ -184,9 +182,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Maintenance: opts.Maintenance,
 		Kueue:       opts.Kueue,
 
-		BarrierImage:      opts.BarrierImage,
-		BarrierInWorker:   opts.BarrierInWorker,
-		BarrierSupervises: opts.BarrierSupervises,
+		BarrierImage:    opts.BarrierImage,
+		BarrierInWorker: opts.BarrierInWorker,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -102,7 +102,7 @@ func TestFailureSeenWithTheNodesRecord(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2}, metav1.NewTime(now))
 	run.Status.Attempt = 3
-	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true})
 	p, err := attempt.Pod(job, 0, attempt.PodOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func TestInPlaceOpensOnTheNodesRecords(t *testing.T) {
 			cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
 				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
 			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
-				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true}
 			got, _ := reconcileRun(t, r, cl, run)
 			if opened := attempt.Record(got).BarrierOpenedAt != nil; opened != c.open {
 				t.Errorf("the gang's barrier open: %v, want %v (conditions %+v)", opened, c.open, got.Status.Conditions)
@@ -97,7 +97,7 @@ func TestInPlaceRunningOnTheNodesRecords(t *testing.T) {
 			if probe {
 				run.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 			}
-			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+			job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true})
 			job.UID = "uid-job-1"
 			// Index 0 kept in place on gpu-0, Ready all along; index 1's new pod on gpu-0, made
 			// for attempt 2, its status not written since its kubelet bound it.
@@ -126,7 +126,7 @@ func TestInPlaceRunningOnTheNodesRecords(t *testing.T) {
 				WithObjects(run, job, kept, moved, l, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}).
 				WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}, &corev1.Pod{}).Build()
 			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
-				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true}
 			got, _ := reconcileRun(t, r, cl, run)
 			if running := got.Status.Phase == v1alpha1.PhaseRunning; running == probe {
 				t.Errorf("phase %s, ready workers %d; want Running %v", got.Status.Phase, got.Status.ReadyWorkers, !probe)
@@ -196,7 +196,7 @@ func TestInPlaceOpensOnlyOnTheAPIServersRecords(t *testing.T) {
 			}
 			cl := build(cached)
 			r := &Reconciler{Client: cl, APIReader: build(at), Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(now),
-				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true}
+				Frameworks: &spyFrameworks{}, BarrierImage: "barrier", BarrierInWorker: true}
 			got, res := reconcileRun(t, r, cl, run)
 			if opened := attempt.Record(got).BarrierOpenedAt != nil; opened != c.open {
 				t.Errorf("the gang's barrier open: %v, want %v (conditions %+v)", opened, c.open, got.Status.Conditions)
@@ -215,7 +215,7 @@ func decidedGang(t *testing.T, now time.Time, ids []string, restarts []int32, re
 	t.Helper()
 	decided := metav1.NewTime(now.Add(-2 * time.Second))
 	run := supervisedRun(v1alpha1.AttemptRecord{Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, StartTime: &decided}, decided)
-	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true, BarrierSupervises: true})
+	job := attempt.Job(run, attempt.Options{Attempt: 1, BarrierImage: "barrier", BarrierInWorker: true})
 	job.UID = "uid-job-1"
 	pods := runningPods(t, job, len(ids))
 	for i, p := range pods {

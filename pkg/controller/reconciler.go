@@ -60,11 +60,9 @@ type Reconciler struct {
 	// restart in place; "" restarts none in place (every restart recreates).
 	BarrierImage string
 	// BarrierInWorker makes the barrier the worker container's entrypoint where the
-	// template and the nodes allow it (attempt.Options.BarrierInWorker, barrier).
+	// template and the nodes allow it (attempt.Options.BarrierInWorker, barrier), where it
+	// stays with the worker as its child: a restart in place restarts no container.
 	BarrierInWorker bool
-	// BarrierSupervises makes such a barrier stay with the worker as its child
-	// (attempt.Options.BarrierSupervises): a restart in place restarts no container.
-	BarrierSupervises bool
 	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
 	// through its Workload. Off, such a run stalls rather than bypass the queue.
 	Kueue bool

@@ -231,12 +231,10 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		Attempt:         run.Status.Attempt,
 		BarrierImage:    image,
 		BarrierInWorker: inWorker,
-		// Only where the barrier is the worker's entrypoint.
-		BarrierSupervises: inWorker && r.BarrierSupervises,
-		ExcludedNodes:     excludedNodes(run),
-		Env:               fw.Env,
-		Ports:             fw.Ports,
-		Traceparent:       run.Annotations[v1alpha1.AnnotationTraceparent],
+		ExcludedNodes:   excludedNodes(run),
+		Env:             fw.Env,
+		Ports:           fw.Ports,
+		Traceparent:     run.Annotations[v1alpha1.AnnotationTraceparent],
 
 		RoleRanges:         layout,
 		ServiceAccountName: sa,

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
@@ -245,7 +246,7 @@ func inWorkerPod(msg string) *corev1.Pod {
 	p := inPlacePod("0", "1", "n")
 	p.Spec.InitContainers = nil
 	p.Spec.Volumes = []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier:v1"}}}}
-	p.Spec.Containers = []corev1.Container{{Name: "worker", Image: "trainer:v1", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "train"}}}
+	p.Spec.Containers = []corev1.Container{{Name: "worker", Image: "trainer:v1", Command: []string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--", "train"}}}
 	p.Status.InitContainerStatuses = nil
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker",
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: msg}}}}

@@ -176,31 +176,24 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 	if k.records != nil && inWorker {
 		return k.syncOnHeartbeat(ctx, pod, d, attempt)
 	}
-	// A barrier that supervises its worker stops it and waits again in the same container:
-	// the kubelet restarts nothing.
-	restarts := inWorker && !supervised(pod)
 	if d.Action == inplace.ActionStopWorkers && inWorker {
-		// The agent records the stop first (Writer.RecordStopped), the kubelet then writes
-		// the pod restarted.
-		stopped, err := k.recordStopped(ctx, pod, attempt)
+		// The agent records the stop (Writer.RecordStopped) once the barrier, which
+		// supervises its worker, stopped it: it waits again in the same container, and the
+		// kubelet restarts nothing.
+		_, err := k.recordStopped(ctx, pod, attempt)
 		if apierrors.IsConflict(err) {
 			return inplace.ActionWait, nil // the informer brings the fresh pod
 		}
-		if err != nil || !restarts {
-			return d.Action, err
-		}
-		pod = stopped
+		return d.Action, err
 	}
 	meta := map[string]any{"resourceVersion": pod.ResourceVersion}
 	var status *corev1.PodStatus
 	switch {
-	case d.Action == inplace.ActionStopWorkers && inWorker, restarts && stoppedNotRestarted(pod):
-		status = restartedInWorker(pod, metav1.Now())
 	case d.Action == inplace.ActionStopWorkers:
 		status = restartedToBarrier(pod, metav1.Now())
 	case d.Action == inplace.ActionOpenBarrier && inWorker:
 		// The agent's record, before its open; the open itself writes nothing: the
-		// barrier becomes the worker in the container that runs.
+		// barrier starts the worker as its child in the container that runs.
 		rec, err := json.Marshal(recordOf(pod, attempt))
 		if err != nil {
 			return d.Action, err
@@ -234,39 +227,17 @@ func (k kwokRuntime) Sync(ctx context.Context, pod *corev1.Pod, attempt int, bar
 }
 
 // syncOnHeartbeat carries d out for pod, whose barrier is its worker's entrypoint, with the
-// agent's records on its node's heartbeat: a stop is recorded there (heartbeat.Records), and
-// then, unless the barrier supervises its worker (it waits again in the same container), the
-// kubelet writes the pod restarted; an open is recorded there and writes nothing else.
+// agent's records on its node's heartbeat: a stop is recorded there (heartbeat.Records), the
+// barrier supervising its worker waiting again in the same container; an open is recorded
+// there. Neither writes the pod.
 func (k kwokRuntime) syncOnHeartbeat(ctx context.Context, pod *corev1.Pod, d inplace.Decision, n int) (inplace.Action, error) {
 	recs := k.records.of(pod.Spec.NodeName)
-	supervises := supervised(pod)
-	switch {
-	case d.Action == inplace.ActionStopWorkers:
-		if err := recs.RecordStopped(ctx, pod, d.Containers[0], n); err != nil {
-			return d.Action, conflictIsWait(err)
-		}
-		if supervises {
-			return d.Action, nil
-		}
-		pod = recs.Pod(pod)
-	case !supervises && stoppedNotRestarted(pod):
-	case d.Action == inplace.ActionOpenBarrier:
-		if err := recs.RecordBarrier(ctx, pod, recordOf(pod, n)); err != nil {
-			return d.Action, conflictIsWait(err)
-		}
-		return d.Action, nil
-	default:
-		return d.Action, nil
+	switch d.Action {
+	case inplace.ActionStopWorkers:
+		return d.Action, conflictIsWait(recs.RecordStopped(ctx, pod, d.Containers[0], n))
+	case inplace.ActionOpenBarrier:
+		return d.Action, conflictIsWait(recs.RecordBarrier(ctx, pod, recordOf(pod, n)))
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion}, "status": restartedInWorker(pod, metav1.Now())})
-	if err != nil {
-		return d.Action, err
-	}
-	_, err = k.c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return d.Action, conflictIsWait(fmt.Errorf("%s pod %s/%s: %w", d.Action, pod.Namespace, pod.Name, err))
-	}
-	k.actedOn.Store(pod.UID, pod.ResourceVersion)
 	return d.Action, nil
 }
 
@@ -335,15 +306,6 @@ func (k kwokRuntime) recordStopped(ctx context.Context, pod *corev1.Pod, n int) 
 	return out, err
 }
 
-// stoppedNotRestarted says whether the agent recorded the stop of pod's worker container and
-// the status still shows that container: the kubelet owes the pod its restart (the sync that
-// recorded the stop lost its status write to a conflict).
-func stoppedNotRestarted(pod *corev1.Pod) bool {
-	b := attempt.BarrierOf(pod)
-	return b.Record != nil && b.Record.StoppedFor > b.Record.Attempt && b.Status != nil &&
-		attempt.RuntimeID(b.Status.ContainerID) == b.Record.ContainerID
-}
-
 // restartedToBarrier is the status the kubelet writes once a RestartAllContainers rule
 // restarted pod in place and the barrier runs again: every container removed (lastState 137,
 // RestartingAllContainers; restartCount up by one), the init containers before the barrier
@@ -378,31 +340,10 @@ func removedByRestartAll(now metav1.Time) corev1.ContainerState {
 		ExitCode: 137, Reason: "RestartingAllContainers", Message: "The container is removed because RestartAllContainers in place", FinishedAt: now}}
 }
 
-// supervised says whether pod's barrier is its worker container's entrypoint and supervises
-// the worker (it waits again in the same container after a stop).
-func supervised(pod *corev1.Pod) bool { return attempt.BarrierOf(pod).Supervises }
-
 // inWorkerBarrier says whether pod's barrier is its worker container's entrypoint.
 func inWorkerBarrier(pod *corev1.Pod) bool {
 	_, place := attempt.BarrierContainer(&pod.Spec)
 	return place == attempt.BarrierInWorker
-}
-
-// restartedInWorker is restartedToBarrier for a pod whose barrier is its worker's entrypoint:
-// the one container removed and started again at once (restartCount up by one, a container
-// of its own), where its barrier waits; with no probe the kubelet shows it Ready.
-func restartedInWorker(pod *corev1.Pod, now metav1.Time) *corev1.PodStatus {
-	removed := removedByRestartAll(now)
-	st := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: podConditions(pod, corev1.ConditionTrue, "", now)}
-	for _, c := range pod.Spec.Containers {
-		n := restartCount(pod.Status.ContainerStatuses, c.Name) + 1
-		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, RestartCount: n, Ready: true, Started: ptr.To(true), LastTerminationState: removed,
-			ContainerID: kwokContainerID(pod, c.Name, n),
-			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	return st
 }
 
 // recordOf is the agent's record of opening the barrier of pod's worker container, as its

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -140,3 +141,65 @@ func TestE2EProgressDeadlineAccepted(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestE2EStaleNoProgressOnKeptPodsIsNotAStall (issue 56): a gang restarted in place for its
+// stall keeps its pods and, where nobody takes them off (kwok's simulated agents run no
+// progress watch; a real agent takes them off at its next look, 5 s later), attempt 1's
+// NoProgress marks. With the supervising barrier, the default, the container's start stays
+// attempt 1's: read against it, the marks made attempt 2 a gang silent since before its start
+// the moment its barrier opened, and the run failed on its noProgress budget. Read against
+// each worker's recorded open (its incarnation), they are attempt 1's: attempt 2 runs on.
+func TestE2EStaleNoProgressOnKeptPodsIsNotAStall(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns, _ := scenario(t, "--barrier-image", kwokBarrierImage, "--barrier-in-worker=true")
+	nodes, onPool := nodePool(ctx, t, c, ns, 2)
+	for _, n := range nodes {
+		if err := c.MakeInPlaceCapable(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.SimulateInPlaceWith(ctx, ns, cluster.InPlaceSim{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := int32(60)
+	run, pods := runningRun(ctx, t, c, ns, newRun("stale-marks", 2, withoutGPUs(), onPool, withSettleSeconds(1), func(r *v1alpha1.TrainingRun) {
+		r.Spec.FailurePolicy.RestartMode = v1alpha1.RestartModeInPlace
+		r.Spec.FailurePolicy.ProgressDeadlineSeconds = &deadline
+		r.Spec.Template.Spec.Containers[0].Command = []string{"/train"}
+	}))
+	since := time.Now()
+	for _, p := range pods {
+		noProgress(ctx, t, c, p, since)
+	}
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
+	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseNoProgress {
+		t.Fatalf("verdict: %s; want NoProgress", describeRun(got))
+	}
+	// The premise: the same pods, their supervising barriers opened for attempt 2, still
+	// carrying attempt 1's marks.
+	for i, p := range pods {
+		now, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("index %d's pod %s: %v (want it kept in place)", i, p.Name, err)
+		}
+		recorded, err := c.WithNodeRecords(ctx, []*corev1.Pod{now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := attempt.BarrierOf(recorded[0]); b.Place != attempt.BarrierInWorker || !b.OpenedFor(2) {
+			t.Fatalf("index %d: barrier at %v, opened for 2 %v: the premise (a kept pod whose supervising barrier opened for attempt 2) does not hold", i, b.Place, b.OpenedFor(2))
+		}
+		marked := slices.ContainsFunc(now.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == v1alpha1.PodConditionNoProgress && c.Status == corev1.ConditionTrue
+		})
+		if !marked {
+			t.Fatalf("pod %s has no NoProgress=True: the premise (attempt 1's mark still on the kept pod) does not hold", p.Name)
+		}
+	}
+	requireRunStays(ctx, t, c, ns, run.Name, 5*time.Second, "attempt 2 runs on: the marks on its kept pods are attempt 1's",
+		func(r *v1alpha1.TrainingRun) bool {
+			return r.Status.Attempt != 2 || r.Status.Phase != v1alpha1.PhaseRunning
+		})
+	final := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", runningAttempt(2))
+	requireRestarts(t, final, v1alpha1.RestartCounts{NoProgress: 1})
+}

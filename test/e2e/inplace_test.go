@@ -35,42 +35,36 @@ func TestE2EInPlaceRestartOnKwok(t *testing.T) {
 	inPlaceRestartOnKwok(t, inPlaceKwok{})
 }
 
-// TestE2EInPlaceRestartOnKwokBarrierInWorker is the same restart with the controller's
-// --barrier-in-worker (its default; the test above turns it off): the barrier is the worker
-// container's entrypoint, a pod waiting at it
-// shows its one container running (and Ready), and the node agent's record of each open
-// (faultline.dev/barrier-record) is what says which attempt a pod's worker runs.
-func TestE2EInPlaceRestartOnKwokBarrierInWorker(t *testing.T) {
-	t.Parallel()
-	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true})
-}
-
-// TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat is the same restart with barriers that
-// supervise their workers (--barrier-supervises) and the agents' records on their nodes'
+// TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat is the same restart with the controller's
+// --barrier-in-worker (its default; the test above turns it off): barriers in the worker
+// containers that supervise their workers, and the agents' records on their nodes'
 // heartbeats (the agent's --barrier-records-on-heartbeat): a restart in place writes no pod
 // of the nodes it keeps, neither the kubelet (the barrier stops its worker and waits again in
 // the same container) nor the agent (a node's stops, then its opens, are one write of its
 // heartbeat); the controller reads the records there.
 func TestE2EInPlaceRestartOnKwokRecordsOnHeartbeat(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true, supervise: true, onHeartbeat: true})
+	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true, onHeartbeat: true})
 }
 
-// TestE2EInPlaceRestartOnKwokSupervisedRecordsOnPods is the same restart with barriers that
-// supervise their workers and the agents' records on the pods (nodeagent
-// --barrier-records-on-heartbeat=false): the kept workers' containers are not restarted.
+// TestE2EInPlaceRestartOnKwokSupervisedRecordsOnPods is the same restart with barriers in
+// the worker containers that supervise their workers and the agents' records on the pods
+// (nodeagent --barrier-records-on-heartbeat=false): a pod waiting at its barrier shows its one
+// container running (and Ready), the node agent's record of each open
+// (faultline.dev/barrier-record) is what says which attempt a pod's worker runs, and the
+// kept workers' containers are not restarted.
 func TestE2EInPlaceRestartOnKwokSupervisedRecordsOnPods(t *testing.T) {
 	t.Parallel()
-	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true, supervise: true})
+	inPlaceRestartOnKwok(t, inPlaceKwok{inWorker: true})
 }
 
 // inPlaceKwok is how inPlaceRestartOnKwok's barriers and records are: the barrier the
-// worker's entrypoint, supervising it, the records on the nodes' heartbeats.
-type inPlaceKwok struct{ inWorker, supervise, onHeartbeat bool }
+// worker's entrypoint (supervising it), the records on the nodes' heartbeats.
+type inPlaceKwok struct{ inWorker, onHeartbeat bool }
 
 func inPlaceRestartOnKwok(t *testing.T, how inPlaceKwok) {
 	inWorker, onHeartbeat := how.inWorker, how.onHeartbeat
-	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker), fmt.Sprintf("--barrier-supervises=%v", how.supervise)}
+	args := []string{"--barrier-image", kwokBarrierImage, fmt.Sprintf("--barrier-in-worker=%v", inWorker)}
 	ctx, c, ns, _ := scenario(t, args...)
 	// The pods as the controller reads them: with their nodes' records.
 	recorded := func(ps []*corev1.Pod) []*corev1.Pod {
@@ -199,7 +193,7 @@ func inPlaceRestartOnKwok(t *testing.T, how inPlaceKwok) {
 		if p.UID != pods[i].UID || p.Spec.NodeName != pods[i].Spec.NodeName {
 			t.Errorf("index %d: pod %s on %s, want attempt 1's %s on %s, restarted in place", i, p.Name, p.Spec.NodeName, pods[i].Name, pods[i].Spec.NodeName)
 		}
-		if was, is := workerRestarts(pods[i]), workerRestarts(&p); how.supervise && is != was {
+		if was, is := workerRestarts(pods[i]), workerRestarts(&p); inWorker && is != was {
 			t.Errorf("index %d: pod %s's worker container restarted %d times, then %d: want it kept (its barrier supervises it)", i, p.Name, was, is)
 		}
 		if onHeartbeat && i != 3 && p.ResourceVersion != pods[i].ResourceVersion {

@@ -77,7 +77,7 @@ type PodTimes struct {
 	OldKillBegan, OldKilled, OldSandboxStopped time.Time
 	// WorkerStarted: the kubelet's start of the worker (its first StartContainer after the
 	// opening); with the barrier in the worker's container, the open's end: the barrier
-	// answers the open and becomes the worker (exec), in the container already started.
+	// answers the open and starts the worker as its child, in the container already started.
 	WorkerStarted time.Time
 }
 
@@ -271,7 +271,7 @@ func of(keep func(PodTimes) bool, hop func(Episode, PodTimes) (time.Duration, bo
 }
 
 // The pods a hop is of: restarted in place, new (a moved index), and those whose barrier is
-// an init container (one in the worker's container becomes the worker as its open ends).
+// an init container (one in the worker's container starts the worker as its open ends).
 var (
 	inPlace     = func(t PodTimes) bool { return t.InPlace }
 	newPod      = func(t PodTimes) bool { return !t.InPlace }

@@ -1,9 +1,11 @@
 // Package inplace is the node agent's half of a gang restart in place
 // (docs/in-place-restart.md): on its node, it stops the running workers of a pod's old
-// attempt through the container runtime (CRI StopContainer: their non-zero exit fires the
-// pod's RestartAllContainers rule and the kubelet restarts every container of the pod in
-// place), and opens the barrier of a pod waiting for the attempt the gang is to run (CRI
-// ExecSync of `faultline-barrier open --attempt N` in the barrier's container).
+// attempt (through the barrier that supervises them, which waits again in the same
+// container; else through the container runtime, CRI StopContainer: their non-zero exit
+// fires the pod's RestartAllContainers rule and the kubelet restarts every container of the
+// pod in place), and opens the barrier of a pod waiting for the attempt the gang is to run
+// (through its socket, or CRI ExecSync of `faultline-barrier open --attempt N` in the
+// barrier's container).
 //
 // What to do with a pod is decided by Decide, a pure function of the pod's status, the
 // attempt decided and whether the gang's barrier is open; Restarter does it through the CRI
@@ -129,7 +131,10 @@ func waitingBarrier(made int32, attemptN int, barrierOpen bool) Decision {
 // decideInWorker is Decide for a pod whose barrier is its worker container's entrypoint:
 // the container the agent's record names runs the recorded attempt (or ran it, or is about
 // to: the record comes before the open); any other container of the worker waits at its
-// barrier.
+// barrier. That barrier supervises its worker, and a stop leaves it waiting in the same
+// container (Barrier.Waiting); the cases of an ended container, which the kubelet restarts,
+// stay for a worker that ended on its own (the barrier ends with it) and for a container
+// stopped through the runtime (its barrier's socket out of reach: StopOldWorkers).
 func decideInWorker(b attempt.Barrier, made int32, attemptN int, barrierOpen bool) Decision {
 	st, rec := b.Status, b.Record
 	restarting := int(made) <= attemptN

@@ -26,7 +26,7 @@ func inWorkerPod(restarts int32, id string, s *corev1.ContainerState, rec *v1alp
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm-0", UID: "uid-1", ResourceVersion: "7"},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, "exec", "--", "/train"}}},
+			Containers: []corev1.Container{{Name: "worker", Command: []string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--", "/train"}}},
 			Volumes:    []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier"}}}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
@@ -108,15 +108,22 @@ func TestDecideBarrierInWorker(t *testing.T) {
 			pod: inWorkerPod(1, "c1", &running, record("c0", 0, 2)), attempt: 2, barrierOpen: true,
 			want: Decision{Action: ActionWait},
 		},
-		// Its agent stopped it and said so: the status that shows it running lags. The
-		// kubelet restarts the pod, and its next container waits to be opened.
+		// Its agent stopped it and said so: its barrier, which supervises the worker, waits
+		// again in the same container, which the status shows running: no second stop, and
+		// the open of the attempt once the gang is released.
 		"stopped for the attempt and recorded so, the status lagging: no second stop": {
 			pod: inWorkerPod(0, "c0", &running, stoppedRecord("c0", 0, 1, 2)), attempt: 2, barrierOpen: true,
-			want: Decision{Action: ActionWait, Restarting: true},
+			want: Decision{Action: ActionOpenBarrier},
 		},
-		"stopped for an older attempt: this one's stop still to come": {
+		"stopped for an older attempt: it waits, and runs nothing to stop": {
 			pod: inWorkerPod(0, "c0", &running, stoppedRecord("c0", 0, 1, 2)), attempt: 3,
-			want: Decision{Action: ActionStopWorkers, Containers: []string{"c0"}},
+			want: Decision{Action: ActionWait},
+		},
+		// A container its agent stopped through the runtime (its barrier's socket out of
+		// reach): the kubelet restarts the pod, and its next container waits to be opened.
+		"stopped through the runtime, ended: the kubelet restarts the pod": {
+			pod: inWorkerPod(0, "c0", &exited143, stoppedRecord("c0", 0, 1, 2)), attempt: 2, barrierOpen: true,
+			want: Decision{Action: ActionWait, Restarting: true},
 		},
 		"the recorded container ended: the kubelet restarts the pod": {
 			pod: inWorkerPod(0, "c0", &exited143, record("c0", 0, 1)), attempt: 2,
@@ -349,7 +356,9 @@ func TestSyncMakesSureOfARecordedOpenOnce(t *testing.T) {
 
 // The agent records that it stopped the recorded container once the runtime has stopped it,
 // or lists it running no longer: the controller may open the gang's barrier on that record.
-// A stop that fails records nothing; an init container's pod has no record to write.
+// A stop that fails records nothing; an init container's pod has no record to write. (The
+// fake runtime's containers have no processes: a supervising barrier's socket is out of
+// reach, and its container is stopped through the runtime.)
 func TestStopOldWorkersRecordsTheStop(t *testing.T) {
 	ctx := context.Background()
 	initPod := makePod().opened("attempt=1").worker("worker", "containerd://c0", running).obj()
@@ -406,7 +415,6 @@ func TestStopOldWorkersRecordsTheStop(t *testing.T) {
 // (its trace) says so, and why.
 func TestStopOldWorkersSaysHowASupervisedWorkerStopped(t *testing.T) {
 	pod := inWorkerPod(0, "c0", &running, record("c0", 0, 1))
-	pod.Spec.Containers[0].Command[1] = barrier.CommandSupervise
 	rt := &FakeRuntime{Containers: []*runtimeapi.Container{workerCtr("c0", 0)}}
 	r := New(rt, nil)
 	r.Records = &records{rt: rt}

@@ -7,8 +7,9 @@ import "sync"
 // server (a tenth of a second and more on a busy one), and a node that shuts down ends all
 // its pods within a second, so handled one after another on the event stream, the sixteenth
 // pod's exit, and every sandbox stop behind them, waited seconds for the fifteen before it
-// (docs/benchmarks.md). One pod's events stay in order: its exit's report must not overtake
-// the report of an exit before it.
+// (bench/results/README.md, "A moved index through the API, and the shutdown's burst"). One
+// pod's events stay in order: its exit's report must not overtake the report of an exit
+// before it.
 type podQueues struct {
 	mu sync.Mutex
 	// queued holds, for each pod whose events are being handled, those waiting behind.

@@ -122,9 +122,9 @@ var (
 	errProcessGone = errors.New("no such process")
 )
 
-// errOpenedBefore: nobody listens on a barrier's socket and its attempt file holds the
+// errOpenedBefore: no barrier waits on a barrier's socket and its attempt file holds the
 // attempt asked for, or a later one: it opened for it before (a barrier in the worker
-// container runs on as the worker). Nothing to do.
+// container runs that attempt's worker, and answers an open so). Nothing to do.
 var errOpenedBefore = errors.New("it opened for the attempt before")
 
 // errNotYet: a barrier's container runs and nobody listens on its socket yet (or any more:
@@ -253,7 +253,8 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 	for _, c := range pod.Spec.Containers {
 		workers[c.Name] = true
 	}
-	supervised := attempt.BarrierOf(pod).Supervises
+	_, place := attempt.BarrierContainer(&pod.Spec)
+	supervised := place == attempt.BarrierInWorker
 	var stopped []string
 	for _, c := range running {
 		if !want[c.Id] || !workers[c.Labels[kubelettypes.KubernetesContainerNameLabel]] {
@@ -261,8 +262,10 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 		}
 		if supervised {
 			// Its barrier ends the worker and waits again in the same container: no
-			// restart for the kubelet to make. Where its socket cannot be reached, the
-			// container is stopped as any other, and the kubelet restarts it.
+			// restart for the kubelet to make. Where its socket cannot be reached (no
+			// hostPID; or a pod an older controller made whose barrier became the
+			// worker and listens no more), the container is stopped as any other, and
+			// the kubelet restarts it.
 			err := r.stopBySocket(ctx, c.Id, n, time.Duration(grace)*time.Second)
 			if err == nil {
 				noteVia(ctx, ViaSocket, "")
@@ -367,7 +370,7 @@ func (r *Restarter) openRecorded(ctx context.Context, pod *corev1.Pod, c *runtim
 	b := attempt.BarrierOf(pod)
 	rec := b.Record
 	switch {
-	case rec != nil && rec.ContainerID == c.Id && b.Supervises && rec.StoppedFor > rec.Attempt && n >= int(rec.StoppedFor):
+	case rec != nil && rec.ContainerID == c.Id && rec.StoppedFor > rec.Attempt && n >= int(rec.StoppedFor):
 		// A supervising barrier whose worker the agent stopped waits again in the same
 		// container: the record of this open replaces the stop's, before the open.
 		if r.Records == nil {

@@ -39,8 +39,8 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 		for {
 			err := openIn(ctx, dir, attempt)
 			if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
-				// A barrier in the worker container that opened before: it runs on as the
-				// worker, and will not listen again.
+				// A barrier in the worker container that opened before: it runs that
+				// attempt's worker, and answers that it does (barrier.Open: not waiting).
 				return fmt.Errorf("barrier of container %s: %w", id, errOpenedBefore)
 			}
 			if !errors.Is(err, barrier.ErrNotWaiting) || !alive(proc) || time.Now().After(until) {

@@ -207,8 +207,8 @@ func procOfBar(t *testing.T) (dir, runDir string) {
 }
 
 // TestOpenBySocketFindsABarrierInTheWorkerOpened: a barrier in the worker container that
-// opened for the attempt runs on as the worker, and nobody listens on its socket any more;
-// its attempt file says it opened. The agent that makes sure of a recorded open (after a
+// opened for the attempt runs its worker, and no barrier waits on its socket; its attempt
+// file says it opened. The agent that makes sure of a recorded open (after a
 // restart of its own) finds it so through the socket's directory: nothing to do, no exec,
 // and no "not listening yet" to ask again about forever.
 func TestOpenBySocketFindsABarrierInTheWorkerOpened(t *testing.T) {

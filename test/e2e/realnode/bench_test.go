@@ -43,7 +43,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			b.Fatalf("-real-bench-workers %q: want gang sizes of 2 or more", *benchWorkers)
 		}
 		took := map[string]time.Duration{}
-		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceInWorker, inPlaceSupervised, string(v1alpha1.RestartModeRecreate), floor} {
+		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceSupervised, string(v1alpha1.RestartModeRecreate), floor} {
 			name := "mode=" + mode
 			if mode == floor {
 				name = floor
@@ -52,10 +52,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 				var r restartResult
 				for i := range b.N {
 					short := strings.ToLower(mode)
-					switch mode {
-					case inPlaceInWorker:
-						short = "inworker"
-					case inPlaceSupervised:
+					if mode == inPlaceSupervised {
 						short = "supervised"
 					}
 					gang := fmt.Sprintf("bench-%d-%s-%d", workers, short, i)
@@ -63,7 +60,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 					switch mode {
 					case floor:
 						one = replaceLostPods(b, gang, workers)
-					case inPlaceInWorker, inPlaceSupervised:
+					case inPlaceSupervised:
 						one = shutdownRestart(b, gang, workers, v1alpha1.RestartModeInPlace, mode)
 					default:
 						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode), "")
@@ -79,8 +76,8 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			})
 		}
 		if re := took[string(v1alpha1.RestartModeRecreate)]; re > 0 {
-			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker %.2f×, supervising it %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
-				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(), took[inPlaceInWorker].Seconds()/re.Seconds(),
+			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker supervising it %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
+				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(),
 				took[inPlaceSupervised].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
 		}
 	}
@@ -93,13 +90,11 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 // kubelet left, beside the workers restarting in place.
 const floor = "floor"
 
-// inPlaceInWorker is restartMode InPlace under a controller with --barrier-in-worker and
-// --barrier-supervises=false: the barrier is the worker container's entrypoint (its command
-// set to the test worker's) and becomes the worker.
-const inPlaceInWorker = "InPlace,barrier=in-worker"
-
-// inPlaceSupervised is inPlaceInWorker with --barrier-supervises (the default): the barrier
-// stays, the worker its child, and a restart in place restarts no container.
+// inPlaceSupervised is restartMode InPlace under a controller with --barrier-in-worker (the
+// default) and workers with a command (the test worker's): the barrier is the worker
+// container's entrypoint and stays, the worker its child, and a restart in place restarts
+// no container. Plain InPlace runs workers without a command: their barrier is an init
+// container.
 const inPlaceSupervised = "InPlace,barrier=supervise"
 
 type restartResult struct {
@@ -114,8 +109,8 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	ctx, c, ns := scenario(b, 5*time.Minute)
 	var args []string
 	opts := []runOption{withRestartMode(mode)}
-	if barrier == inPlaceInWorker || barrier == inPlaceSupervised {
-		args = append(args, "--barrier-in-worker", fmt.Sprintf("--barrier-supervises=%v", barrier == inPlaceSupervised))
+	if barrier == inPlaceSupervised {
+		args = append(args, "--barrier-in-worker")
 		opts = append(opts, withCommand(cluster.WorkerProgram))
 	}
 	ctrl := startController(b, c, ns, args...)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
@@ -285,3 +286,70 @@ func TestRealSilentGangIsRestartedAfterItsProgressDeadline(t *testing.T) {
 			return r.Status.Attempt != 2 || r.Status.Phase != v1alpha1.PhaseRunning
 		})
 }
+
+// TestRealStalledGangRestartsOnceAndRunsOn (issue 56): with the default flags, where each
+// worker's supervising barrier keeps its container across attempts, a gang silent past its
+// progress deadline is restarted in place once, and attempt 2, which writes again, runs on
+// for twice the deadline. The kept pods still carry attempt 1's NoProgress when their barrier
+// opens (the agents take it off at their next look): read against the container's start,
+// attempt 1's, the marks made attempt 2 a gang silent for minutes, and the controller failed
+// the run on its noProgress budget a second after the open.
+func TestRealStalledGangRestartsOnceAndRunsOn(t *testing.T) {
+	t.Parallel()
+	ctx, c, ns := scenario(t, 4*time.Minute)
+	startController(t, c, ns)
+	const deadline = 30 * time.Second
+
+	// With its command set, the barrier is the worker container's entrypoint and, by default,
+	// supervises the worker: the container lives across attempts.
+	run := createRun(ctx, t, c, ns, realRun("stalled", 2, []string{"--hang", "--fail-after", "1s", "--log-every", "2s"},
+		withProgressDeadline(deadline), withGrace(hangGrace), withCommand(cluster.WorkerProgram)))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
+	waitHung(ctx, t, c, ns, run.Name, 1, 2)
+
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	if f := got.Status.LastFailure; f == nil || f.Cause != v1alpha1.CauseNoProgress {
+		t.Fatalf("verdict: %s; want NoProgress", describeRun(got))
+	}
+	second := waitWorkers(ctx, t, c, ns, run.Name, 2, 2)
+	kept := 0
+	for i, p := range second {
+		if first[i] != nil && p.UID == first[i].UID {
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Fatalf("no pod of attempt 1 kept in attempt 2: the premise (a restart in place) does not hold: %s", describeRun(got))
+	}
+	for i, p := range second {
+		// A barrier in the worker's container supervises it (issue 56 removed the other mode).
+		if b := attempt.BarrierOf(p); b.Place != attempt.BarrierInWorker {
+			t.Fatalf("index %d: barrier at %v: the premise (a supervising barrier, one container across attempts) does not hold", i, b.Place)
+		}
+	}
+	opened := time.Now()
+
+	requireStays(ctx, t, c, ns, run.Name, 2*deadline, "attempt 2 runs on for twice its deadline",
+		func(r *v1alpha1.TrainingRun) bool {
+			return r.Status.Attempt != 2 || r.Status.Phase != v1alpha1.PhaseRunning
+		})
+	final, err := watchRun(ctx, t, c, ns, run.Name, func(*v1alpha1.TrainingRun) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.Status.Restarts != (v1alpha1.RestartCounts{NoProgress: 1}) {
+		t.Errorf("restarts %+v, want the noProgress budget spent once", final.Status.Restarts)
+	}
+	// Attempt 2 writes again: each index logs its steps (one every 2 s) all along.
+	for i := range 2 {
+		log := workerLog(ctx, t, c, ns, run.Name, 2, i)
+		if n := len(attempt2Step.FindAllString(log, -1)); n < 10 {
+			t.Errorf("index %d logged %d steps of attempt 2 in the %s since its open, want one every 2 s:\n%s", i, n, time.Since(opened).Round(time.Second), log)
+		}
+	}
+}
+
+// attempt2Step is a step the test worker logs in attempt 2 (--log-every).
+var attempt2Step = regexp.MustCompile(`(?m)worker \d+: step \d+ \(attempt 2\)`)

@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,56 +11,47 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
-// TestRealInPlaceBarrierInWorker (issue 41): with the controller's --barrier-in-worker and
-// --barrier-supervises=false, the barrier is the worker container's own entrypoint
-// (faultline-barrier from an image volume of its image, `exec -- /worker`) and becomes the
-// worker, and a restart in place keeps every guarantee of the init container's.
+// TestRealInPlaceBarrierSupervised (issues 41, 56): with the controller's
+// --barrier-in-worker (the default), the barrier is the worker container's own entrypoint
+// (faultline-barrier from an image volume of its image, `supervise -- /worker`) and stays
+// there with the worker as its child, and a restart in place keeps every guarantee of the
+// init container's.
 //
 // A 4-worker run across both real nodes, restartMode InPlace. Attempt 1: every pod has one
 // container and no init container; each worker runs only once its node agent recorded the
 // open (its record, on its node's heartbeat or on the pod, names the container the status
 // shows, for attempt 1).
-// The test SIGTERMs index 1's worker through its node's containerd: an Unknown exit 143,
-// which the agent reports for attempt 1 from its record, and the run restarts in place
-// (no index moves). The coordinator (index 0) outlives its stop by 3 s. The test's watch
-// of the pods sees every attempt-1 worker stopped before the first record of attempt 2: no
-// agent opens a barrier of attempt 2 while an old worker runs; each agent records that it
-// stopped its old workers (the record's stoppedFor), on which the gang's barrier may open
-// before the kubelet's status shows them stopped. Attempt 2: the same pods,
-// each worker restarted once and recorded for attempt 2; its coordinator registers every
-// index once and reads attempt 2 from the attempt file the barrier wrote. Then index 1's
-// worker exits 1 on its own (SIGUSR1 tells it when): the run fails, AppExit, by the agent's
-// report of that exit in attempt 2.
-func TestRealInPlaceBarrierInWorker(t *testing.T) {
-	t.Parallel()
-	barrierInWorkerRestart(t, false)
-}
-
-// TestRealInPlaceBarrierSupervised (issue 41): the same with --barrier-supervises (the
-// default): the barrier stays in the worker's container with the worker as its child (`supervise --
-// /worker`). The agents stop the other three workers through their barriers, which end them
-// and wait again in the same containers: attempt 2 runs in the very containers of attempt 1
-// (restart count unchanged, recorded for attempt 2 after a record of the stop for it),
-// except the victim's, whose worker ended on its own and whose container the kubelet
-// restarted. The barrier passes the SIGTERM to the coordinator, and the end of index 1's
-// worker in attempt 2 is the barrier's, judged as before.
+// The test SIGTERMs index 1's worker through its node's containerd (the barrier passes it
+// on, and ends with the worker's exit): an Unknown exit 143, which the agent reports for
+// attempt 1 from its record, and the run restarts in place (no index moves). The
+// coordinator (index 0) outlives its stop by 3 s. The agents stop the other three workers
+// through their barriers, which end them and wait again in the same containers. The test's
+// watch of the pods sees every attempt-1 worker stopped before the first record of attempt
+// 2: no agent opens a barrier of attempt 2 while an old worker runs; each agent records
+// that it stopped its old workers (the record's stoppedFor), on which the gang's barrier
+// may open. Attempt 2: the same pods, in the very containers of attempt 1 (restart count
+// unchanged, recorded for attempt 2 after a record of the stop for it), except the
+// victim's, whose worker ended on its own and whose container the kubelet restarted; its
+// coordinator registers every index once and reads attempt 2 from the attempt file the
+// barrier wrote. Then index 1's worker exits 1 on its own (SIGUSR1 tells it when): the run
+// fails, AppExit, by the agent's report of that exit in attempt 2.
+//
+// (TestRealInPlaceBarrierInWorker ran the same with a barrier that became the worker,
+// `faultline-barrier exec`, a mode removed by issue 56: docs/in-place-restart.md.)
 func TestRealInPlaceBarrierSupervised(t *testing.T) {
 	t.Parallel()
-	barrierInWorkerRestart(t, true)
+	barrierInWorkerRestart(t)
 }
 
-// barrierInWorkerRestart is TestRealInPlaceBarrierInWorker, with a barrier that supervises
-// its worker or becomes it.
-func barrierInWorkerRestart(t *testing.T, supervise bool) {
+// barrierInWorkerRestart is TestRealInPlaceBarrierSupervised.
+func barrierInWorkerRestart(t *testing.T) {
 	ctx, c, ns := scenario(t, 4*time.Minute)
-	name, mode := "inworker", "exec"
-	if supervise {
-		name, mode = "supervised", "supervise"
-	}
-	startController(t, c, ns, "--barrier-in-worker", fmt.Sprintf("--barrier-supervises=%v", supervise))
+	name, mode := "supervised", barrier.CommandSupervise
+	startController(t, c, ns, "--barrier-in-worker")
 
 	run := realRun(name, 4, []string{"--heartbeats-only", "--heartbeat-timeout", "60s",
 		"--sigterm-delay", "3s", "--sigterm-delay-index", "0",
@@ -98,7 +88,7 @@ func barrierInWorkerRestart(t *testing.T, supervise bool) {
 		// A supervising barrier restarts its worker in the same container: only the
 		// victim's, which ended on its own, is a new one.
 		restarts := int32(1)
-		if supervise && i != 1 {
+		if i != 1 {
 			restarts = 0
 		}
 		if p.UID != old.UID || w == nil || w0 == nil || w.RestartCount != w0.RestartCount+restarts {
@@ -106,7 +96,7 @@ func barrierInWorkerRestart(t *testing.T, supervise bool) {
 			continue
 		}
 		requireRecord(t, p, 2, w.RestartCount)
-		if supervise && i != 1 && w.ContainerID != w0.ContainerID {
+		if i != 1 && w.ContainerID != w0.ContainerID {
 			t.Errorf("index %d: attempt 2 runs in container %s, attempt 1 ran in %s; want the same", i, w.ContainerID, w0.ContainerID)
 		}
 	}
@@ -122,7 +112,8 @@ func barrierInWorkerRestart(t *testing.T, supervise bool) {
 	// of attempt 2 (the agent records before it opens), the records read where the agents
 	// keep them. A worker is stopped once the
 	// kubelet's status shows it, or once its agent's record says it stopped it for attempt
-	// 2, which the agent writes after the runtime's StopContainer returned: the controller
+	// 2, which the agent writes after its barrier answered that none of the worker's
+	// processes is left (or the runtime's StopContainer returned): the controller
 	// opens the gang's barrier on that record. The workers the agents stopped (all but the
 	// victim's, which ended on its own) were recorded so.
 	events, err := seen()

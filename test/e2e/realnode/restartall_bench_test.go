@@ -44,9 +44,10 @@ import (
 //     has it today;
 //
 //   - barrier=in-worker: faultline-barrier as the worker container's entrypoint from an
-//     image volume of its image (`faultline-barrier exec -- /worker`), which becomes
-//     the worker on its go signal: one container per pod, nothing for the kubelet between
-//     the open and the worker.
+//     image volume of its image (`faultline-barrier supervise -- /worker`), which starts
+//     the worker as its child on its go signal: one container per pod, nothing for the
+//     kubelet between the open and the worker. (Until issue 56 the barrier became the
+//     worker, `faultline-barrier exec`; the kubelet's restart of the container is the same.)
 //
 //     go test -run '^$' -bench RealNodeRestartAllContainers -benchtime 1x ./test/e2e/realnode/
 func BenchmarkRealNodeRestartAllContainers(b *testing.B) {
@@ -100,7 +101,7 @@ var (
 	shapeBarrierInWorker = restartShape{name: "barrier=in-worker", group: "barrier-in-worker", barrier: true, shape: func(p *corev1.Pod) {
 		withRunVolume(p, false)
 		withBarrierVolume(p)
-		p.Spec.Containers[0].Command = []string{barrierMount + barrier.Binary, "exec", "--", cluster.WorkerProgram}
+		p.Spec.Containers[0].Command = []string{barrierMount + barrier.Binary, barrier.CommandSupervise, "--", cluster.WorkerProgram}
 	}}
 )
 
