@@ -29,6 +29,8 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's Jobs
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the ServiceAccount of the controller's Jobs
 			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", // the pods' roles
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // a queued run's pods and queue
 			"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "ClusterRole", "Role", "FlowSchema",
