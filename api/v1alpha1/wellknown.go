@@ -40,7 +40,7 @@ const (
 	AnnotationWorkerExit = GroupName + "/worker-exit"
 	// AnnotationBarrierRecord holds the node agent's BarrierRecord as JSON on a pod whose
 	// barrier is its worker's entrypoint: which container it opened for which attempt,
-	// written before the open (the barrier that becomes the worker leaves no termination
+	// written before the open (the barrier that supervises the worker leaves no termination
 	// message to tell it).
 	AnnotationBarrierRecord = GroupName + "/barrier-record"
 	// AnnotationBarrierRecords holds, on a node agent's heartbeat Lease (package
@@ -123,7 +123,7 @@ const (
 	// (Kubernetes' name, repeated here as the one place faultline names it).
 	FeatureRestartAllContainers = "RestartAllContainersOnContainerExits"
 	// BarrierVolume is the image volume of the barrier's image in a pod whose barrier is its
-	// worker's entrypoint (`faultline-barrier exec -- COMMAND`), mounted read-only at
+	// worker's entrypoint (`faultline-barrier supervise -- COMMAND`), mounted read-only at
 	// BarrierMount in the worker container; BarrierBinary is the program there.
 	BarrierVolume = "faultline-barrier"
 	BarrierMount  = "/faultline"
@@ -238,6 +238,10 @@ const (
 	EvidenceSourceLogind     = "logind"
 	EvidenceSourceNVMLEvent  = "nvml-event"
 	EvidenceSourceNVMLHealth = "nvml-health"
+	// EvidenceSourceKubelet: the kubelet's own word on a worker's device (KEP-4680: an
+	// Unhealthy device in a container's allocatedResourcesStatus, from the device plugin's
+	// health or a DRA driver's), attested by the node agent of the pod's node.
+	EvidenceSourceKubelet = "kubelet-device-health"
 )
 
 // Progress (spec.failurePolicy.progressDeadlineSeconds): the node agent watches each worker's

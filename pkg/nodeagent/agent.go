@@ -98,6 +98,9 @@ type Agent struct {
 	withdraw     bool // the node's announcement and the pods' evidence are still to be taken back
 
 	resets chan time.Time
+	// devices are the unhealthy devices the kubelet reports for the node's workers
+	// (WatchDeviceHealth), waiting to be written.
+	devices chan podDeviceFault
 }
 
 var _ shutdown.Handler = &Agent{}
@@ -132,6 +135,7 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "nodeagent", "node", cfg.Node),
 		faults:   make(chan gpu.Fault, cfg.QueueSize),
+		devices:  make(chan podDeviceFault, cfg.QueueSize),
 		handled:  map[faultKey]time.Time{},
 		lost:     map[string]map[string]bool{},
 		withdraw: true, // at start: whatever an earlier life announced is over
@@ -166,6 +170,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case f := <-a.faults:
 			if err := a.HandleGPUFault(ctx, f); err != nil {
 				a.log.Error("GPU fault evidence incomplete", "gpu", f.UUID, "reason", f.Reason, "error", err)
+			}
+		case f := <-a.devices:
+			if err := a.HandleDeviceFault(ctx, f); err != nil {
+				a.log.Error("device fault evidence incomplete", "pod", f.pod.String(), "device", f.fault.UUID, "error", err)
 			}
 		case <-retry.C:
 			a.takeBack(ctx)

@@ -269,6 +269,10 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return err
 	}
+	// The kubelet's own word on its workers' devices (device plugin or DRA), attested.
+	if err := agent.WatchDeviceHealth(podInformer); err != nil {
+		return err
+	}
 	inh, err := shutdown.New(shutdown.Config{
 		Handler: agent, Dial: shutdown.BusDialer(cfg.DBusAddress),
 		ReleaseTimeout: cfg.ReleaseTimeout, Clock: clock.RealClock{}, Logger: log,

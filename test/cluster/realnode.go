@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -567,10 +568,14 @@ func (rn *RealNodes) startKubelet(ctx context.Context, c *Cluster, n *RealNode) 
 	if err := os.WriteFile(conf, []byte(kubeletConfig(n, rn.spec, caFile, rn.net.dnsIP().String(), withGates(rn.spec.FeatureGates, n.featureGates))), 0o644); err != nil {
 		return err
 	}
+	kubeconfig, err := c.nodeKubeconfig(n)
+	if err != nil {
+		return err
+	}
 	env := []string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.Bus.Address}
 	p, err := n.startInNamespace("kubelet.log", env, filepath.Join(c.Tools.KubeDir, "kubelet"),
 		"--config", conf,
-		"--kubeconfig", c.Kubeconfig,
+		"--kubeconfig", kubeconfig,
 		"--root-dir", n.RootDir,
 		"--cert-dir", n.dir("certs"),
 		"--hostname-override", n.Name,
@@ -698,7 +703,7 @@ func (rn *RealNodes) startDevicePlugin(ctx context.Context, c *Cluster, n *RealN
 		n.GPUs = append(n.GPUs, FakeGPUUUID(rn.id, n.Index, g))
 	}
 	p, err := n.startInNamespace("fakegpu.log", nil, filepath.Join(rn.Dir, "bin", "fakegpu"),
-		"--resource", v1alpha1.ResourceGPU, "--uuids", strings.Join(n.GPUs, ","))
+		"--resource", v1alpha1.ResourceGPU, "--uuids", strings.Join(n.GPUs, ","), "--health-file", n.gpuHealthFile())
 	if err != nil {
 		return err
 	}
@@ -713,6 +718,23 @@ func (rn *RealNodes) startDevicePlugin(ctx context.Context, c *Cluster, n *RealN
 		return fmt.Errorf("%s: %d GPUs from the device plugin: %w\n%s", n.Name, rn.spec.GPUs, err, p.Tail(20))
 	}
 	return nil
+}
+
+// gpuHealthFile lists the node's fake GPUs its device plugin reports Unhealthy.
+func (n *RealNode) gpuHealthFile() string { return filepath.Join(n.dirPath, "unhealthy-gpus") }
+
+// SetGPUHealthy has the node's device plugin report GPU uuid healthy or Unhealthy to its
+// kubelet (ListAndWatch, as NVIDIA's plugin reports a GPU after a fatal XID), within 100 ms.
+func (n *RealNode) SetGPUHealthy(uuid string, healthy bool) error {
+	b, err := os.ReadFile(n.gpuHealthFile())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	ids := slices.DeleteFunc(strings.Fields(string(b)), func(id string) bool { return id == uuid })
+	if !healthy {
+		ids = append(ids, uuid)
+	}
+	return os.WriteFile(n.gpuHealthFile(), []byte(strings.Join(ids, "\n")), 0o644)
 }
 
 // FakeGPUUUID is the UUID of fake GPU g of real node i of instance id: unique on the

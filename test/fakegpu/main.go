@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,7 @@ func main() {
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource to register")
 	uuids := flag.String("uuids", "", "comma-separated device IDs (GPU UUIDs), in index order")
 	dir := flag.String("dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
+	health := flag.String("health-file", "", "a file whose lines are the IDs of the devices to report Unhealthy (read every 100 ms; none: all healthy), as NVIDIA's plugin reports a GPU after a fatal XID")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *uuids == "" {
@@ -43,7 +45,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	p := &plugin{resource: *resource, devices: strings.Split(*uuids, ","), dir: *dir, log: log}
+	p := &plugin{resource: *resource, devices: strings.Split(*uuids, ","), dir: *dir, healthFile: *health, log: log}
 	// run returns only when it fails or is told to stop.
 	if err := p.run(ctx); !errors.Is(err, context.Canceled) {
 		log.Error("device plugin failed", "error", err)
@@ -53,10 +55,11 @@ func main() {
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	resource string
-	devices  []string
-	dir      string
-	log      *slog.Logger
+	resource   string
+	devices    []string
+	dir        string
+	healthFile string
+	log        *slog.Logger
 }
 
 var _ pluginapi.DevicePluginServer = &plugin{}
@@ -148,18 +151,54 @@ func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
-// ListAndWatch sends the devices once, all healthy, and keeps the stream open: the fake
-// GPUs never change (a GPU fault is the node agent's to see, through NVML, not the kubelet's).
+// ListAndWatch sends the devices, and again whenever the health file changes which of them
+// are Unhealthy, until the stream ends.
 func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	resp := &pluginapi.ListAndWatchResponse{}
-	for _, id := range p.devices {
-		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	sent := ""
+	for {
+		unhealthy := p.unhealthy()
+		if key := strings.Join(unhealthy, ","); sent == "" || key != sent[1:] {
+			resp := &pluginapi.ListAndWatchResponse{}
+			for _, id := range p.devices {
+				health := pluginapi.Healthy
+				if slices.Contains(unhealthy, id) {
+					health = pluginapi.Unhealthy
+				}
+				resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: health})
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			p.log.Info("devices sent", "unhealthy", unhealthy)
+			sent = "=" + key
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-tick.C:
+		}
 	}
-	if err := stream.Send(resp); err != nil {
-		return err
+}
+
+// unhealthy are the device IDs the health file lists (none without one).
+func (p *plugin) unhealthy() []string {
+	if p.healthFile == "" {
+		return nil
 	}
-	<-stream.Context().Done()
-	return nil
+	b, err := os.ReadFile(p.healthFile)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, line := range strings.Fields(string(b)) {
+		if slices.Contains(p.devices, line) {
+			ids = append(ids, line)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Allocate gives each container the devices the kubelet chose for it.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +189,82 @@ func gpusOf(ctx context.Context, t *testing.T, node *cluster.RealNode, ns string
 		}
 	}
 	return gpuOf
+}
+
+// TestRealKubeletDeviceHealthIsEvidence (issue 58): the kubelet's own word on a worker's GPU.
+// The node's device plugin reports one worker's GPU Unhealthy (ListAndWatch, as NVIDIA's
+// plugin does after a fatal XID; no NVML event here); the real kubelet writes it into the
+// worker's allocatedResourcesStatus (KEP-4680, on by default in 1.36); the node's agent attests
+// it as GPU fault evidence on that pod, and the gang, whose worker runs on with its GPU gone
+// bad, restarts as a GPU fault on that node, the node excluded. A run beside it on the same
+// node, whose GPU is healthy, is untouched.
+//
+// It runs alone: an Unhealthy GPU leaves its node one GPU short until the test ends.
+func TestRealKubeletDeviceHealthIsEvidence(t *testing.T) {
+	ctx, c, ns := scenario(t, 4*time.Minute)
+	startController(t, c, ns)
+
+	run := createRun(ctx, t, c, ns, realRun("sick", 2, []string{"--heartbeats-only"}, withGPUs(1)))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	first := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
+	target := first[1]
+	node := c.Real.Node(target.Spec.NodeName)
+	if node == nil {
+		t.Fatalf("index 1 runs on %s, no real node", target.Spec.NodeName)
+	}
+	beside := createRun(ctx, t, c, ns, realRun("beside", 1, []string{"--heartbeats-only"}, withGPUs(1), func(r *v1alpha1.TrainingRun) {
+		r.Spec.Template.Spec.NodeSelector[corev1.LabelHostname] = node.Name
+	}))
+	waitRun(ctx, t, c, ns, beside.Name, "attempt 1 Running", runningAttempt(1))
+
+	uuid := gpuOfPod(ctx, t, node, target)
+	t.Cleanup(func() {
+		if err := node.SetGPUHealthy(uuid, true); err != nil {
+			t.Errorf("the device plugin of %s reporting GPU %s healthy again: %v", node.Name, uuid, err)
+		}
+	})
+	reported := time.Now()
+	if err := node.SetGPUHealthy(uuid, false); err != nil {
+		t.Fatal(err)
+	}
+	// The premise: the kubelet itself wrote it into the worker's status.
+	if _, err := c.WaitPods(ctx, ns, attemptSelector(run.Name, 1), func(pods []*corev1.Pod) (bool, error) {
+		return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.UID == target.UID && deviceUnhealthy(p, uuid) }), nil
+	}); err != nil {
+		t.Fatalf("the kubelet of %s never reported GPU %s Unhealthy in %s's status: %v", node.Name, uuid, target.Name, err)
+	}
+
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	t.Logf("GPU %s of %s reported Unhealthy by its device plugin -> attempt 2 Running in %s", uuid, target.Name, time.Since(reported).Round(time.Millisecond))
+	f := got.Status.LastFailure
+	if f == nil || f.Class != v1alpha1.ClassInfrastructure || f.Cause != v1alpha1.CauseGPUFault || f.Pod != target.Name || f.Node != node.Name {
+		t.Fatalf("verdict: %s; want Infrastructure/GPUFault on %s (node %s)", describeRun(got), target.Name, node.Name)
+	}
+	if ev := strings.Join(f.Evidence, "\n"); !strings.Contains(ev, v1alpha1.EvidenceSourceKubelet) || !strings.Contains(ev, uuid) {
+		t.Errorf("evidence %q: want the kubelet's word (%s) on GPU %s", ev, v1alpha1.EvidenceSourceKubelet, uuid)
+	}
+	if !slices.Contains(got.Status.ExcludedNodes, node.Name) {
+		t.Errorf("excluded nodes %v, want %s (the GPU fault's)", got.Status.ExcludedNodes, node.Name)
+	}
+	for i, p := range waitWorkers(ctx, t, c, ns, run.Name, 2, 2) {
+		if p.Spec.NodeName == node.Name {
+			t.Errorf("attempt 2 index %d on %s, the excluded node", i, node.Name)
+		}
+	}
+	requireStays(ctx, t, c, ns, beside.Name, 5*time.Second, "the run beside, on healthy GPUs, is untouched", restartedAtAll)
+}
+
+// deviceUnhealthy: the kubelet reports device id Unhealthy in one of pod's container statuses.
+func deviceUnhealthy(p *corev1.Pod, id string) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, h := range rs.Resources {
+				if string(h.ResourceID) == id && h.Health == corev1.ResourceHealthStatusUnhealthy {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
