@@ -63,23 +63,63 @@ var driverLibDirs = []string{
 // errNoLibrary: libnvidia-ml is not there; the monitor becomes a Null one.
 var errNoLibrary = errors.New("libnvidia-ml not found")
 
-// libraryPath picks the library to load: an explicit path wins; under a driver root other
-// than "/" (the GPU Operator mounts its driver at /run/nvidia/driver) the library is looked
-// up in the usual directories; otherwise "" leaves the search to the dynamic loader.
-func libraryPath(explicit, driverRoot string) (string, error) {
+// DriverRoot is where a platform puts the NVIDIA driver, relative to the node's root.
+type DriverRoot struct {
+	// Platform names who puts it there.
+	Platform string
+	// Path is the driver's root under the node's root ("" is the node's root itself).
+	Path string
+}
+
+// DriverRoots are where platforms put the driver, in the order the agent looks when no
+// --driver-root is given: the GPU Operator's driver container mounts it at
+// /run/nvidia/driver; EKS's GPU AMIs and most on-prem nodes install it on the host; GKE's
+// installer puts it under /home/kubernetes/bin/nvidia (its libraries in lib64).
+var DriverRoots = []DriverRoot{
+	{Platform: "the GPU Operator", Path: "run/nvidia/driver"},
+	{Platform: "the host", Path: ""},
+	{Platform: "GKE", Path: "home/kubernetes/bin/nvidia"},
+}
+
+// libraryPath picks the library to load: an explicit path wins; a driver root is searched in
+// the usual directories; without one, each of DriverRoots under hostRoot (the node's root
+// as the agent sees it) is, in order. Found nowhere, "" leaves the search to the dynamic
+// loader, and tried says where it looked (for the agent's word on why it sees no GPU).
+func libraryPath(explicit, driverRoot, hostRoot string) (path string, tried []string, err error) {
 	if explicit != "" {
-		return explicit, nil
+		return explicit, []string{explicit}, nil
 	}
-	if driverRoot == "" || filepath.Clean(driverRoot) == "/" {
-		return "", nil
+	if driverRoot != "" {
+		if p, ok := underRoot(driverRoot); ok {
+			return p, []string{driverRoot}, nil
+		}
+		if filepath.Clean(driverRoot) == "/" {
+			return "", []string{"/", "the dynamic loader's path"}, nil
+		}
+		return "", []string{driverRoot}, fmt.Errorf("%w under driver root %s", errNoLibrary, driverRoot)
 	}
-	for _, dir := range driverLibDirs {
-		p := filepath.Join(driverRoot, dir, nvmlLibName)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
+	if hostRoot == "" {
+		hostRoot = "/"
+	}
+	for _, r := range DriverRoots {
+		root := filepath.Join(hostRoot, r.Path)
+		tried = append(tried, root+" ("+r.Platform+")")
+		if p, ok := underRoot(root); ok {
+			return p, tried, nil
 		}
 	}
-	return "", fmt.Errorf("%w under driver root %s", errNoLibrary, driverRoot)
+	return "", append(tried, "the dynamic loader's path"), nil
+}
+
+// underRoot finds libnvidia-ml in the usual library directories under a driver root.
+func underRoot(root string) (string, bool) {
+	for _, dir := range driverLibDirs {
+		p := filepath.Join(root, dir, nvmlLibName)
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // initLibrary runs Init and turns a library that cannot be loaded, or whose loading

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,10 +31,15 @@ const (
 
 // Options configures New.
 type Options struct {
-	// LibraryPath is the libnvidia-ml to load; "" finds it under DriverRoot, or leaves the
-	// search to the dynamic loader when DriverRoot is "" or "/".
+	// LibraryPath is the libnvidia-ml to load; "" finds it.
 	LibraryPath string
-	DriverRoot  string
+	// DriverRoot is where the driver is installed, as the agent sees it: the library is
+	// looked for there only ("/" then falls back to the dynamic loader). "" looks under
+	// each of DriverRoots below HostRoot, in order, then leaves it to the dynamic loader.
+	DriverRoot string
+	// HostRoot is the node's root as the agent sees it ("" is "/": the agent on the node
+	// itself; the DaemonSet mounts the node's root read-only at /host).
+	HostRoot string
 	// RequireGPU makes a missing or failing NVML an error instead of a Null monitor.
 	RequireGPU bool
 	// HealthInterval is the period of the health poll.
@@ -66,7 +72,7 @@ func New(opts Options) (Monitor, error) {
 	}
 	log := opts.Logger.With("component", "gpu-monitor")
 
-	path, err := libraryPath(opts.LibraryPath, opts.DriverRoot)
+	path, tried, err := libraryPath(opts.LibraryPath, opts.DriverRoot, opts.HostRoot)
 	var lib Library
 	if err == nil {
 		lib = opts.NewLibrary(path)
@@ -80,7 +86,7 @@ func New(opts Options) (Monitor, error) {
 		if errors.Is(err, errNoLibrary) {
 			level = slog.LevelInfo // a node without GPUs is normal
 		}
-		log.Log(context.Background(), level, "NVML unavailable; GPU monitoring disabled", "error", err, "libraryPath", path)
+		log.Log(context.Background(), level, "NVML unavailable; GPU monitoring disabled", "error", err, "libraryPath", path, "looked in", strings.Join(tried, ", "))
 		return Null{}, nil
 	}
 

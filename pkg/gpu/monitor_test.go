@@ -344,3 +344,63 @@ func TestDiscoveryFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestDriverRootIsFound: without --driver-root, the agent finds libnvidia-ml where each
+// platform puts it, under the node's root as it sees it (a temporary root here): the GPU
+// Operator's driver root, the host's own library directories, GKE's installer, in that order;
+// a driver root given is the only place looked in; found nowhere, the dynamic loader is left
+// to try, and the places looked in are said.
+func TestDriverRootIsFound(t *testing.T) {
+	lib := func(root string, parts ...string) string {
+		p := filepath.Join(append([]string{root}, append(parts, nvmlLibName)...)...)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	operator := t.TempDir()
+	opLib := lib(operator, "run/nvidia/driver/usr/lib64")
+	host := t.TempDir()
+	hostLib := lib(host, "usr/lib/x86_64-linux-gnu")
+	gke := t.TempDir()
+	gkeLib := lib(gke, "home/kubernetes/bin/nvidia/lib64")
+	both := t.TempDir()
+	bothOp := lib(both, "run/nvidia/driver/usr/lib/x86_64-linux-gnu")
+	lib(both, "usr/lib64")
+	empty := t.TempDir()
+	for name, tc := range map[string]struct {
+		hostRoot, driverRoot string
+		want                 string
+		tried                []string
+	}{
+		"the GPU Operator's root":               {hostRoot: operator, want: opLib},
+		"the host's library directories":        {hostRoot: host, want: hostLib},
+		"GKE's installer":                       {hostRoot: gke, want: gkeLib},
+		"the GPU Operator's before the host":    {hostRoot: both, want: bothOp},
+		"a driver root given is the only place": {hostRoot: host, driverRoot: filepath.Join(operator, "run/nvidia/driver"), want: opLib},
+		"nowhere: the dynamic loader, and where it looked": {hostRoot: empty, want: "", tried: []string{
+			filepath.Join(empty, "run/nvidia/driver") + " (the GPU Operator)", empty + " (the host)",
+			filepath.Join(empty, "home/kubernetes/bin/nvidia") + " (GKE)", "the dynamic loader's path"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, tried, err := libraryPath("", tc.driverRoot, tc.hostRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("library %q, want %q (looked in %v)", got, tc.want, tried)
+			}
+			if tc.tried != nil {
+				if diff := cmp.Diff(tc.tried, tried); diff != "" {
+					t.Errorf("looked in (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+	if _, _, err := libraryPath("", empty, host); !errors.Is(err, errNoLibrary) {
+		t.Errorf("a driver root without the library: %v, want errNoLibrary", err)
+	}
+}
