@@ -15,7 +15,7 @@ import (
 
 // readmeLimit is the README's size at most: what it is, the quick start, deploying, the tour
 // and the links; everything else has a page here.
-const readmeLimit = 20 << 10
+const readmeLimit = 16 << 10
 
 // pages are the documents TestDocsAreTrue reads: these pages, the README and the examples'.
 func pages(t *testing.T) []string {
