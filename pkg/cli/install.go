@@ -104,17 +104,11 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 		if !slices.Contains(want, c) {
 			continue
 		}
-		files, err := kustomizationFiles(installComponents[c])
+		docs, err := componentObjects(c)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range files {
-			docs, err := decodeManifest(f)
-			if err != nil {
-				return nil, err
-			}
-			objs = append(objs, docs...)
-		}
+		objs = append(objs, docs...)
 	}
 	namespaces := map[string]bool{}
 	for _, u := range objs {
@@ -160,19 +154,13 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 // its Pod Security labels: the agent alone needs it too), else a bare one.
 func namespaceOf(name string) (*unstructured.Unstructured, error) {
 	for _, c := range slices.Concat(InstallComponents, OptionalComponents) {
-		files, err := kustomizationFiles(installComponents[c])
+		docs, err := componentObjects(c)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range files {
-			docs, err := decodeManifest(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, u := range docs {
-				if u.GetKind() == "Namespace" && u.GetName() == name {
-					return u, nil
-				}
+		for _, u := range docs {
+			if u.GetKind() == "Namespace" && u.GetName() == name {
+				return u, nil
 			}
 		}
 	}
@@ -181,6 +169,23 @@ func namespaceOf(name string) (*unstructured.Unstructured, error) {
 	n.SetKind("Namespace")
 	n.SetName(name)
 	return n, nil
+}
+
+// componentObjects are the objects of component c's manifests, in their order.
+func componentObjects(c string) ([]*unstructured.Unstructured, error) {
+	files, err := kustomizationFiles(installComponents[c])
+	if err != nil {
+		return nil, err
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		docs, err := decodeManifest(f)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, docs...)
+	}
+	return objs, nil
 }
 
 // kustomizationFiles lists the manifest files of a kustomization directory of deploy/, in

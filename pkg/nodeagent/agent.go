@@ -309,10 +309,7 @@ func (a *Agent) HandleGPUFault(ctx context.Context, f gpu.Fault) error {
 	a.cfg.Metrics.eventSeen(f.Source)
 	key := faultKey{uuid: f.UUID, xid: f.XID, reason: f.Reason, source: f.Source, cleared: f.Cleared}
 	now := a.cfg.Clock.Now()
-	a.mu.Lock()
-	last, seen := a.handled[key]
-	a.mu.Unlock()
-	if seen && now.Sub(last) < a.cfg.RepeatWindow {
+	if a.handledRecently(key, now) {
 		return nil
 	}
 	a.log.Info("GPU fault", "gpu", f.UUID, "index", f.Index, "xid", f.XID, "cause", f.Cause, "fatal", f.Fatal, "reason", f.Reason, "source", f.Source, "detail", f.Detail, "cleared", f.Cleared)
@@ -353,6 +350,15 @@ func (a *Agent) HandleGPUFault(ctx context.Context, f gpu.Fault) error {
 		a.handledNow(key, now)
 	}
 	return err
+}
+
+// handledRecently: the fault was handled successfully within the repeat window before now
+// (an XID storm, or a kubelet that keeps reporting a device Unhealthy, repeats one fault).
+func (a *Agent) handledRecently(key faultKey, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last, seen := a.handled[key]
+	return seen && now.Sub(last) < a.cfg.RepeatWindow
 }
 
 // handledNow notes that the fault was handled successfully at now.

@@ -112,10 +112,7 @@ func (a *Agent) onDeviceUnhealthy(f podDeviceFault) {
 func (a *Agent) HandleDeviceFault(ctx context.Context, f podDeviceFault) error {
 	key := faultKey{uuid: f.fault.UUID, reason: f.fault.Reason + " " + f.pod.String(), source: f.fault.Source}
 	now := a.cfg.Clock.Now()
-	a.mu.Lock()
-	last, seen := a.handled[key]
-	a.mu.Unlock()
-	if seen && now.Sub(last) < a.cfg.RepeatWindow {
+	if a.handledRecently(key, now) {
 		return nil
 	}
 	a.cfg.Metrics.eventSeen(f.fault.Source)

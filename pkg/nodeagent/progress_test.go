@@ -38,19 +38,9 @@ func (b *podBuilder) worker(deadline string, started time.Time) *podBuilder {
 // writeLog makes pod's worker log, last written at t, in the kubelet's layout under dir.
 func writeLog(t *testing.T, dir string, pod *corev1.Pod, at time.Time) {
 	t.Helper()
-	d := filepath.Join(dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "worker")
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(d, "0.log")
-	if err := os.WriteFile(f, []byte("2026-03-01T12:00:00Z stdout F step 1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(f, at, at); err != nil {
-		t.Fatal(err)
-	}
+	f := logFile(t, dir, pod, "2026-03-01T12:00:00Z stdout F step 1\n", at)
 	// A rotated log is older and does not count.
-	old := filepath.Join(d, "0.log.20260301-115900")
+	old := f + ".20260301-115900"
 	if err := os.WriteFile(old, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -63,17 +53,24 @@ func writeLog(t *testing.T, dir string, pod *corev1.Pod, at time.Time) {
 // before the worker writes anything.
 func emptyLog(t *testing.T, dir string, pod *corev1.Pod, at time.Time) {
 	t.Helper()
+	logFile(t, dir, pod, "", at)
+}
+
+// logFile writes pod's worker's current log (content, modified at at) and returns its path.
+func logFile(t *testing.T, dir string, pod *corev1.Pod, content string, at time.Time) string {
+	t.Helper()
 	d := filepath.Join(dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "worker")
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := filepath.Join(d, "0.log")
-	if err := os.WriteFile(f, nil, 0o644); err != nil {
+	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(f, at, at); err != nil {
 		t.Fatal(err)
 	}
+	return f
 }
 
 func noProgressCond(p *corev1.Pod) *corev1.PodCondition {

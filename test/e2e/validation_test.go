@@ -28,13 +28,7 @@ import (
 // bad values (unknown enum strings, a missing container list, duplicate list-map keys).
 func TestE2EInvalidSpecsRejected(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := dyn.Resource(v1alpha1.GroupVersion.WithResource(v1alpha1.ResourceTrainingRun)).Namespace(ns)
+	runs := unstructuredRuns(t)
 
 	rules := func(rs ...map[string]any) []any {
 		out := make([]any, len(rs))
@@ -358,13 +352,7 @@ func requireInvalid(t *testing.T, err error, field, phrase string) {
 // admission counted. Queued again (no admission), the same change is taken.
 func TestE2EFrameworkOptionsFixedWhileAdmitted(t *testing.T) {
 	t.Parallel()
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := dyn.Resource(v1alpha1.GroupVersion.WithResource(v1alpha1.ResourceTrainingRun)).Namespace(ns)
+	runs := unstructuredRuns(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	spec := validSpec()
@@ -415,4 +403,16 @@ func TestE2EFrameworkOptionsFixedWhileAdmitted(t *testing.T) {
 	if err := setOptions(map[string]any{"strategy": "ParameterServer", "ps": "4"}); err != nil {
 		t.Fatalf("a queued run's frameworkOptions change rejected: %v", err)
 	}
+}
+
+// unstructuredRuns is the TrainingRuns of a namespace of its own on the shared cluster, as
+// unstructured objects: the typed struct cannot carry the values these tests send.
+func unstructuredRuns(t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	c := cluster.Shared(t)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn.Resource(v1alpha1.GroupVersion.WithResource(v1alpha1.ResourceTrainingRun)).Namespace(c.Namespace(t))
 }
