@@ -21,6 +21,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/cli"
 	"github.com/faultline-dev/faultline/pkg/controller"
 	"github.com/faultline-dev/faultline/pkg/election"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
@@ -39,6 +40,7 @@ func newControllerCommand() *cobra.Command {
 	var burst int
 	var nmSelector string
 	var kueueMode string
+	var nodeConditions []string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
@@ -68,6 +70,13 @@ controller), or --leader-elect=false where no other faultline controller acts on
 			opts.LeaderElectionNamespace = leaseNS
 			if opts.NodeMaintenances, err = controller.NodeMaintenanceSelector(opts.Namespace, nmSelector, cmd.Flags().Changed(flagNodeMaintenanceSelector)); err != nil {
 				return err
+			}
+			for _, c := range nodeConditions {
+				r, err := exitclass.ParseNodeConditionRule(c)
+				if err != nil {
+					return cli.UsageError("--node-condition-evidence: %v", err)
+				}
+				opts.NodeConditions = append(opts.NodeConditions, r)
 			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
@@ -169,6 +178,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 	f.StringVar(&nmSelector, flagNodeMaintenanceSelector, "", "act on the NodeMaintenances this label selector matches (default: every one when watching all namespaces, none with --namespace, which sees only that namespace's runs)")
 	f.BoolVar(&opts.Maintenance.Cordon, "maintenance-cordon", opts.Maintenance.Cordon, "move runs off a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint), or one tainted karpenter.sh/disrupted or ToBeDeletedByClusterAutoscaler, as a planned maintenance, before its drain evicts them")
 	f.DurationVar(&opts.Maintenance.Lead, "maintenance-lead", opts.Maintenance.Lead, "move runs off a node this long before the maintenance GKE scheduled for it (cloud.google.com/scheduled-maintenance-time)")
+	f.StringSliceVar(&nodeConditions, "node-condition-evidence", defaultNodeConditions(), "node conditions of the cluster's own GPU health checker, each TYPE[=STATUS][:CAUSE] (status True, cause GPUFault unless given), that are infrastructure evidence for the workers of their node when set while a worker ran (default: NVSentinel's fatal GPU checks); empty: none")
 	f.StringSliceVar(&opts.Maintenance.Conditions, "maintenance-conditions", opts.Maintenance.Conditions, "node condition types that, status True, announce a planned maintenance (e.g. NVSentinel's)")
 	f.StringVar(&kueueMode, "kueue", kueue.ModeAuto, "the Kueue integration for runs labelled "+v1alpha1.LabelQueueName+": auto (on when the cluster serves Kueue's Workloads at start), true or false")
 	f.StringVar(&crashAt, "test-crash-at", "", "for crash-safety tests only: SIGKILL this process at the named point")
@@ -188,4 +198,13 @@ func newPluginSandboxCommand() *cobra.Command {
 			return sandbox.Exec(args[0], args)
 		},
 	}
+}
+
+// defaultNodeConditions are exitclass.DefaultNodeConditionRules as the flag writes them.
+func defaultNodeConditions() []string {
+	out := make([]string, len(exitclass.DefaultNodeConditionRules))
+	for i, r := range exitclass.DefaultNodeConditionRules {
+		out[i] = r.String()
+	}
+	return out
 }

@@ -226,7 +226,7 @@ func ClassifyPod(ctx context.Context, kube kubernetes.Interface, namespace, name
 		case err != nil:
 			// Without read access to nodes the facts stay unknown, as for the controller.
 		default:
-			nodes[n] = exitclass.FactsOfNode(node)
+			nodes[n] = exitclass.FactsOfNode(node, exitclass.DefaultNodeConditionRules)
 		}
 	}
 	v := exitclass.Classify(exitclass.Observation{Pods: pods, Nodes: nodes, Now: now, SettleDeadline: now})

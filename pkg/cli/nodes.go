@@ -134,7 +134,7 @@ func NodeReports(in NodeInputs) []NodeReport {
 	out := make([]NodeReport, 0, len(in.Nodes))
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
-		facts := exitclass.FactsOfNode(n)
+		facts := exitclass.FactsOfNode(n, nil)
 		r := NodeReport{Name: n.Name, GPUs: gpusOf(n), Cordoned: maintenance.Cordoned(n), RunsUnknown: !runsKnown}
 		if t := facts.ShutdownDetectedAt; t != nil {
 			r.ShutdownAnnouncedAt = &metav1.Time{Time: *t}

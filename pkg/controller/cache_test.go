@@ -108,6 +108,7 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 			Conditions: []corev1.NodeCondition{
 				{Type: corev1.NodeReady, Status: corev1.ConditionFalse},
 				{Type: v1alpha1.NodeConditionGPUHealthy, Status: corev1.ConditionFalse, Reason: "XID79", LastTransitionTime: metav1.NewTime(time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC))},
+				{Type: "GpuMemWatch", Status: corev1.ConditionTrue, Reason: "GpuMemWatchIsNotHealthy", LastTransitionTime: metav1.NewTime(time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC))},
 			},
 			Images:    []corev1.ContainerImage{{Names: []string{"trainer"}, SizeBytes: 1 << 30}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.3"}},
@@ -120,11 +121,12 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	slim := obj.(*corev1.Node)
-	if got, want := exitclass.FactsOfNode(slim), exitclass.FactsOfNode(full); !reflect.DeepEqual(got, want) {
+	rules := exitclass.DefaultNodeConditionRules
+	if got, want := exitclass.FactsOfNode(slim, rules), exitclass.FactsOfNode(full, rules); !reflect.DeepEqual(got, want) {
 		t.Fatalf("facts of the slim node %+v, of the full one %+v", got, want)
 	}
-	if f := exitclass.FactsOfNode(full); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" ||
-		f.GPUUnhealthySince == nil || !f.Unreachable || f.UnreachableSince == nil || !f.OutOfService {
+	if f := exitclass.FactsOfNode(full, rules); f.ShutdownDetectedAt == nil || !f.NotReady || !f.Unschedulable || f.GPUUnhealthyReason == "" ||
+		f.GPUUnhealthySince == nil || !f.Unreachable || f.UnreachableSince == nil || !f.OutOfService || len(f.Conditions) != 1 {
 		t.Fatalf("the test node should have every fact, or the comparison above proves little: %+v", f)
 	}
 	if why := inplacegate.ImageVolumesCannot(slim); why != "" {

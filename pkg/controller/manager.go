@@ -27,6 +27,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
@@ -73,6 +74,9 @@ type Options struct {
 	// process it left, and the barrier waits again in the same container, which the kubelet
 	// never restarts. launcher controller's default.
 	BarrierInWorker bool
+	// NodeConditions are the node conditions of the cluster's own health checkers that are
+	// infrastructure evidence for the workers of their node (exitclass.NodeConditionRule).
+	NodeConditions []exitclass.NodeConditionRule
 	// Kueue turns on the Kueue integration: the cluster must serve Kueue's Workloads
 	// (kueue.x-k8s.io/v1beta2), which the controller then watches.
 	Kueue bool
@@ -184,6 +188,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 
 		BarrierImage:    opts.BarrierImage,
 		BarrierInWorker: opts.BarrierInWorker,
+		NodeConditions:  opts.NodeConditions,
 	}
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

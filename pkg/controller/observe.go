@@ -190,7 +190,7 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 			// Other errors: facts unknown, which exitclass treats as no evidence.
 			continue
 		}
-		f := exitclass.FactsOfNode(node)
+		f := exitclass.FactsOfNode(node, r.NodeConditions)
 		f.Agent = r.agentHeartbeat(ctx, name)
 		facts[name] = f
 	}

@@ -63,6 +63,9 @@ type Reconciler struct {
 	// template and the nodes allow it (attempt.Options.BarrierInWorker, barrier), where it
 	// stays with the worker as its child: a restart in place restarts no container.
 	BarrierInWorker bool
+	// NodeConditions are the node conditions of the cluster's own health checkers that are
+	// infrastructure evidence for the workers of their node (exitclass rule 7b).
+	NodeConditions []exitclass.NodeConditionRule
 	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
 	// through its Workload. Off, such a run stalls rather than bypass the queue.
 	Kueue bool

@@ -2,6 +2,7 @@ package exitclass
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
@@ -552,6 +554,30 @@ func TestClassifyNodeFacts(t *testing.T) {
 			nodes: map[string]NodeFacts{"gpu-3": {GPUUnhealthyReason: "Xid79", NotReady: true}},
 			want:  app(v1alpha1.CauseOOMKilled, "r-3", 3, 137, true),
 		},
+		"a health checker's node condition set while the container ran": {
+			pods: []*corev1.Pod{worker(3, 1, at(10)).startedAt(at(0)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {Conditions: []NodeConditionFact{{
+				Rule: DefaultNodeConditionRules[4], Reason: "GpuAllWatchIsNotHealthy", Message: "XID 95 on GPU 0", Since: ptrTime(at(9)),
+			}}}},
+			want:         infra(v1alpha1.CauseGPUFault, "r-3", 3, 1),
+			wantBasis:    "on a node its health checker calls unhealthy (NVSentinel: GpuAllWatch=True, reason GpuAllWatchIsNotHealthy)",
+			wantEvidence: []string{"node gpu-3: NVSentinel's GpuAllWatch=True, reason GpuAllWatchIsNotHealthy: XID 95 on GPU 0 since 12:01:09.000"},
+		},
+		"a health checker's node condition from before the container started": {
+			pods: []*corev1.Pod{worker(3, 1, at(3600)).startedAt(at(1800)).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {Conditions: []NodeConditionFact{{
+				Rule: NodeConditionRule{Type: "GpuProblem", Cause: v1alpha1.CauseNodeMaintenance, Source: "node condition"}, Since: ptrTime(at(0)),
+			}}}},
+			want:         app(v1alpha1.CauseAppExit, "r-3", 3, 1, false),
+			wantEvidence: []string{"node gpu-3: node condition's GpuProblem=True, reason (none) since 12:01:00.000 (before the container started at 12:31:00.000; not counted)"},
+		},
+		"a health checker's node condition with its own cause, exit 0 in a failed pod": {
+			pods: []*corev1.Pod{worker(3, 0, at(1)).phase(corev1.PodFailed).obj()},
+			nodes: map[string]NodeFacts{"gpu-3": {Conditions: []NodeConditionFact{{
+				Rule: NodeConditionRule{Type: "GpuProblem", Cause: v1alpha1.CauseNodeMaintenance, Source: "node condition"}, Since: ptrTime(at(0.5)),
+			}}}},
+			want: unknown("r-3", 3, 0),
+		},
 		"NotReady node": {
 			pods:         []*corev1.Pod{worker(3, 1, at(1)).obj()},
 			nodes:        map[string]NodeFacts{"gpu-3": {NotReady: true}},
@@ -858,5 +884,40 @@ func TestAnUnreachableNodeIsNotLostWithinItsBound(t *testing.T) {
 				t.Errorf("LostAt = %v, want %v", got, tc.lostAt)
 			}
 		})
+	}
+}
+
+// TestNodeConditionRules: a health checker's node condition is read from the Node as its rule
+// says (status True unless the rule names another), and rules parse as the controller's flag
+// writes them, refusing a cause that would make a node condition prove the program's fault.
+func TestNodeConditionRules(t *testing.T) {
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: "GpuMemWatch", Status: corev1.ConditionTrue, Reason: "GpuMemWatchIsNotHealthy", LastTransitionTime: metav1.NewTime(at(5))},
+		{Type: "GpuNvlinkWatch", Status: corev1.ConditionFalse, Reason: "GpuNvlinkWatchIsHealthy"},
+		{Type: "GPUHealth", Status: corev1.ConditionFalse, Reason: "Xid79"},
+	}}}
+	health, err := ParseNodeConditionRule("GPUHealth=False:GPUFault")
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := FactsOfNode(node, append(slices.Clone(DefaultNodeConditionRules), health))
+	var got []string
+	for _, c := range facts.Conditions {
+		got = append(got, c.Rule.Source+" "+c.Rule.String()+" "+c.Reason)
+	}
+	if diff := cmp.Diff([]string{"NVSentinel GpuMemWatch GpuMemWatchIsNotHealthy", "node condition GPUHealth=False:GPUFault Xid79"}, got); diff != "" {
+		t.Errorf("conditions read (-want +got):\n%s", diff)
+	}
+	if len(FactsOfNode(node, nil).Conditions) != 0 {
+		t.Error("conditions read without a rule")
+	}
+	for in, want := range map[string]string{
+		"":                   "no condition type",
+		"GpuProblem=Maybe":   `status "Maybe" is not True, False or Unknown`,
+		"GpuProblem:AppExit": `cause "AppExit" is not an infrastructure cause`,
+	} {
+		if _, err := ParseNodeConditionRule(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseNodeConditionRule(%q) = %v, want an error saying %q", in, err, want)
+		}
 	}
 }

@@ -174,6 +174,16 @@ func (f *podFailure) describeNode(ev []string) []string {
 		}
 		ev = append(ev, line)
 	}
+	for i, c := range f.facts.Conditions {
+		line := node + c.Rule.Source + "'s " + string(c.Rule.Type) + "=" + string(c.Rule.badStatus()) + ", reason " + orNone(c.Reason) + quote(c.Message)
+		if c.Since != nil {
+			line += " since " + clock(*c.Since)
+		}
+		if i < len(f.conditionWhy) && f.conditionWhy[i] != "" {
+			line += " (" + f.conditionWhy[i] + "; not counted)"
+		}
+		ev = append(ev, line)
+	}
 	switch {
 	case f.facts.Gone:
 		ev = append(ev, node+"the Node object is gone")
@@ -264,6 +274,9 @@ func (f *podFailure) basisPhrase() string {
 		return "because it ran out of memory (" + containerReasonOOMKilled + ")"
 	case basisNodeGPU:
 		return "on a node with an unhealthy GPU (" + v1alpha1.NodeConditionGPUHealthy + "=False, reason " + f.facts.GPUUnhealthyReason + ")"
+	case basisNodeCondition:
+		c := f.condition
+		return "on a node its health checker calls unhealthy (" + c.Rule.Source + ": " + string(c.Rule.Type) + "=" + string(c.Rule.badStatus()) + ", reason " + orNone(c.Reason) + ")"
 	case basisNodeLost:
 		switch {
 		case f.facts.Gone:

@@ -138,6 +138,11 @@
 //     exit → GPUFault. This is node-level (the pod's own GPU may be healthy) and so weaker
 //     than rule 1, but still infrastructure. It is not limited to pods requesting
 //     nvidia.com/gpu, since GPUs allocated through DRA do not show up as that resource.
+//     7b. A condition of the node's own health checker (NodeConditionRule: NVSentinel's by
+//     default, DefaultNodeConditionRules), in its unhealthy status since inside the failing
+//     container's life, and a non-zero exit → the rule's cause (GPUFault unless it names
+//     another), as rule 7; the checker's service account writes the Node's status, which
+//     no tenant can.
 //  8. The node Gone or NotReady → NodeLost (the verdict says how long an unreachable node
 //     had been so, the pod's toleration and its agent's heartbeat).
 //  9. A hint matching the termination message of the pod's failing container (or the

@@ -27,6 +27,7 @@ const (
 	basisNodeShutdown               // node ShutdownDetectedAt
 	basisOOM                        // container OOMKilled
 	basisNodeGPU                    // node GPUHealthy=False
+	basisNodeCondition              // a health checker's node condition (NodeConditionRule)
 	basisNodeLost                   // node Gone / NotReady
 	basisHint                       // a framework hint with an infrastructure or application cause
 )
@@ -75,6 +76,8 @@ type podFailure struct {
 	disruptionLate bool                 // set after the container had exited: not the cause
 	shutdownWhy    string               // why the node's shutdown announcement does not count
 	gpuWhy         string               // why the node's GPUHealthy=False does not count
+	condition      *NodeConditionFact   // the health checker's condition that counts
+	conditionWhy   []string             // why each of the node's conditions does not, in order
 	fe             *v1alpha1.FaultEvidence
 	feErr          error
 	feAt           time.Time
@@ -288,6 +291,7 @@ func (f *podFailure) decide() {
 	feCause := f.faultEvidenceCause(condCause != "")
 	shutdown := f.nodeShutdown()
 	gpu := f.nodeGPU()
+	condition := f.nodeCondition()
 	statusCause := f.statusReasonCause()
 	switch {
 	case condCause != "":
@@ -304,6 +308,8 @@ func (f *podFailure) decide() {
 		f.set(v1alpha1.CauseOOMKilled, basisOOM)
 	case gpu:
 		f.set(v1alpha1.CauseGPUFault, basisNodeGPU)
+	case condition:
+		f.set(f.condition.Rule.cause(), basisNodeCondition)
 	case f.known && (f.facts.Gone || f.facts.NotReady):
 		f.set(v1alpha1.CauseNodeLost, basisNodeLost)
 	case f.hint != nil && !f.peerHint && claimable(f.hint.Cause):
@@ -418,6 +424,27 @@ func (f *podFailure) nodeGPU() bool {
 		f.gpuWhy = f.outsideLife(*since)
 	}
 	return f.gpuWhy == ""
+}
+
+// nodeCondition: a health checker's condition says the node unhealthy since a time inside
+// the failing container's life, and it exited non-zero, as for nodeGPU (a condition from
+// before the worker started explains nothing of its exit). The first that counts is the
+// evidence; why each other does not is noted.
+func (f *podFailure) nodeCondition() bool {
+	if f.term.exitCode == 0 {
+		return false
+	}
+	f.conditionWhy = make([]string, len(f.facts.Conditions))
+	for i := range f.facts.Conditions {
+		c := &f.facts.Conditions[i]
+		if c.Since != nil {
+			f.conditionWhy[i] = f.outsideLife(*c.Since)
+		}
+		if f.conditionWhy[i] == "" && f.condition == nil {
+			f.condition = c
+		}
+	}
+	return f.condition != nil
 }
 
 // disruptionCause maps a DisruptionTarget reason to a cause.

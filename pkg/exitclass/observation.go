@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,9 @@ type NodeFacts struct {
 	GPUUnhealthyReason string
 	// GPUUnhealthySince is that condition's lastTransitionTime (nil: unknown).
 	GPUUnhealthySince *time.Time
+	// Conditions are the node conditions of a cluster's own health checkers that say the
+	// node is unhealthy now (NodeConditionRule), in the rules' order.
+	Conditions []NodeConditionFact
 	// ShutdownDetectedAt is the faultline.dev/shutdown-detected-at annotation, if set.
 	ShutdownDetectedAt *time.Time
 	// Unschedulable is node.Spec.Unschedulable: the node is cordoned, which is what
@@ -66,6 +70,97 @@ type NodeFacts struct {
 	Agent *Heartbeat
 }
 
+// NodeConditionRule names a node condition that a cluster's own GPU health checker writes
+// (NVSentinel, node-problem-detector with a GPU plugin, a platform's), which the controller
+// takes as infrastructure evidence for the workers of that node (rule 7b of the package doc).
+// The checker's service account writes the Node's status, which no tenant can.
+type NodeConditionRule struct {
+	// Type is the condition's type; Status the status that says the node is unhealthy
+	// (True where it is empty).
+	Type   corev1.NodeConditionType
+	Status corev1.ConditionStatus
+	// Cause is what a worker that failed under it failed of (GPUFault where it is empty).
+	Cause v1alpha1.Cause
+	// Source names who writes it, for the explanation.
+	Source string
+}
+
+// DefaultNodeConditionRules are the conditions NVIDIA's NVSentinel sets on a node for its
+// fatal GPU checks (its platform connector names each condition after the check, True with
+// reason <Check>IsNotHealthy; non-fatal checks only raise events): the syslog monitor's XID,
+// SXID and fallen-off-the-bus checks, and the DCGM health watches that can be fatal.
+var DefaultNodeConditionRules = []NodeConditionRule{
+	{Type: "SysLogsXIDError", Source: "NVSentinel"},
+	{Type: "SysLogsSXIDError", Source: "NVSentinel"},
+	{Type: "SysLogsGPUFallenOff", Source: "NVSentinel"},
+	{Type: "GpuXidError", Source: "NVSentinel"},
+	{Type: "GpuAllWatch", Source: "NVSentinel"},
+	{Type: "GpuMemWatch", Source: "NVSentinel"},
+	{Type: "GpuInforomWatch", Source: "NVSentinel"},
+	{Type: "GpuNvlinkWatch", Source: "NVSentinel"},
+	{Type: "GpuPcieWatch", Source: "NVSentinel"},
+	{Type: "GpuDriverWatch", Source: "NVSentinel"},
+	{Type: "GpuNvswitchFatalWatch", Source: "NVSentinel"},
+}
+
+// ParseNodeConditionRule reads a rule as written TYPE[=STATUS][:CAUSE] (launcher controller
+// --node-condition-evidence): GpuMemWatch, GPUHealth=False, GpuProblem=True:GPUFault. Its
+// cause must be an infrastructure cause: a node condition never proves the program's fault.
+func ParseNodeConditionRule(s string) (NodeConditionRule, error) {
+	rest, cause, hasCause := strings.Cut(s, ":")
+	typ, status, hasStatus := strings.Cut(rest, "=")
+	r := NodeConditionRule{Type: corev1.NodeConditionType(typ), Status: corev1.ConditionStatus(status), Cause: v1alpha1.Cause(cause), Source: "node condition"}
+	for _, d := range DefaultNodeConditionRules {
+		if d.Type == r.Type {
+			r.Source = d.Source
+		}
+	}
+	switch {
+	case typ == "":
+		return r, fmt.Errorf("node condition rule %q: no condition type (want TYPE[=STATUS][:CAUSE], e.g. GpuMemWatch or GPUHealth=False)", s)
+	case hasStatus && !slices.Contains([]corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown}, r.Status):
+		return r, fmt.Errorf("node condition rule %q: status %q is not True, False or Unknown", s, status)
+	case hasCause && r.Cause.Class() != v1alpha1.ClassInfrastructure:
+		return r, fmt.Errorf("node condition rule %q: cause %q is not an infrastructure cause (GPUFault, NodeMaintenance, ...): a node condition never proves the program's fault", s, cause)
+	}
+	return r, nil
+}
+
+// String is the rule as ParseNodeConditionRule reads it.
+func (r NodeConditionRule) String() string {
+	s := string(r.Type)
+	if r.Status != "" {
+		s += "=" + string(r.Status)
+	}
+	if r.Cause != "" {
+		s += ":" + string(r.Cause)
+	}
+	return s
+}
+
+// badStatus is the status that says the node is unhealthy; cause what a failure under it is.
+func (r NodeConditionRule) badStatus() corev1.ConditionStatus {
+	if r.Status == "" {
+		return corev1.ConditionTrue
+	}
+	return r.Status
+}
+
+func (r NodeConditionRule) cause() v1alpha1.Cause {
+	if r.Cause == "" {
+		return v1alpha1.CauseGPUFault
+	}
+	return r.Cause
+}
+
+// NodeConditionFact is a rule's condition found unhealthy on a node.
+type NodeConditionFact struct {
+	Rule            NodeConditionRule
+	Reason, Message string
+	// Since is the condition's lastTransitionTime (nil: unknown).
+	Since *time.Time
+}
+
 // Heartbeat is the last renewal of a node agent's Lease.
 type Heartbeat struct {
 	RenewedAt time.Time
@@ -76,8 +171,9 @@ type Heartbeat struct {
 // ExpiresAt is when the agent has gone silent unless it renews before.
 func (h *Heartbeat) ExpiresAt() time.Time { return h.RenewedAt.Add(h.Duration) }
 
-// FactsOfNode reads what Classify needs to know about a node from its Node object.
-func FactsOfNode(node *corev1.Node) NodeFacts {
+// FactsOfNode reads what Classify needs to know about a node from its Node object, the
+// conditions of rules among it.
+func FactsOfNode(node *corev1.Node, rules []NodeConditionRule) NodeFacts {
 	f := NodeFacts{Unschedulable: node.Spec.Unschedulable}
 	for _, t := range node.Spec.Taints {
 		switch t.Key {
@@ -108,6 +204,18 @@ func FactsOfNode(node *corev1.Node) NodeFacts {
 					f.GPUUnhealthySince = &c.LastTransitionTime.Time
 				}
 			}
+		}
+	}
+	for _, r := range rules {
+		for _, c := range node.Status.Conditions {
+			if c.Type != r.Type || c.Status != r.badStatus() {
+				continue
+			}
+			fact := NodeConditionFact{Rule: r, Reason: c.Reason, Message: c.Message}
+			if !c.LastTransitionTime.IsZero() {
+				fact.Since = &c.LastTransitionTime.Time
+			}
+			f.Conditions = append(f.Conditions, fact)
 		}
 	}
 	if v, ok := node.Annotations[v1alpha1.AnnotationShutdownDetectedAt]; ok {

@@ -116,7 +116,7 @@ func TestE2ENodeShutdownMarksPodsBeforeFailure(t *testing.T) {
 	now := time.Now()
 	v := exitclass.Classify(exitclass.Observation{
 		Pods:  failed,
-		Nodes: map[string]exitclass.NodeFacts{node: exitclass.FactsOfNode(n)},
+		Nodes: map[string]exitclass.NodeFacts{node: exitclass.FactsOfNode(n, exitclass.DefaultNodeConditionRules)},
 		Now:   now, SettleDeadline: now.Add(time.Hour),
 	})
 	if v.Class != v1alpha1.ClassInfrastructure || v.Cause != v1alpha1.CauseNodeShutdown || !v.Final {
