@@ -46,7 +46,9 @@ func TestE2ENodeConditionIsEvidence(t *testing.T) {
 		t.Fatalf("verdict: %s; want Infrastructure/GPUFault on %s", describeRun(got), victim.Name)
 	}
 	if !strings.Contains(lf.Explanation, "NVSentinel: GpuMemWatch=True") ||
-		!slices.ContainsFunc(lf.Evidence, func(s string) bool { return strings.Contains(s, "NVSentinel's GpuMemWatch=True, reason GpuMemWatchIsNotHealthy") }) {
+		!slices.ContainsFunc(lf.Evidence, func(s string) bool {
+			return strings.Contains(s, "NVSentinel's GpuMemWatch=True, reason GpuMemWatchIsNotHealthy")
+		}) {
 		t.Errorf("explanation %q, evidence %q: want the health checker's condition as the source", lf.Explanation, lf.Evidence)
 	}
 	requireRestarts(t, got, v1alpha1.RestartCounts{Infrastructure: 1})
