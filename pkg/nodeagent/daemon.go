@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +41,13 @@ type DaemonConfig struct {
 	// DBusAddress is the system bus ("" = the default system bus).
 	DBusAddress string
 	// CRIEndpoint is the container runtime's CRI socket ("unix:///path"), through which the
-	// agent restarts its node's pods in place (pkg/nodeagent/inplace); "" or a runtime that
+	// agent restarts its node's pods in place (pkg/nodeagent/inplace); "" finds it under
+	// HostRoot (inplace.RuntimeSockets); inplace.EndpointNone, none found, or a runtime that
 	// does not answer leaves the node without in-place restarts, never the agent down.
 	CRIEndpoint string
+	// HostRoot is the node's root as the agent sees it (the DaemonSet mounts it read-only at
+	// /host), under which it finds the NVIDIA driver and the CRI socket.
+	HostRoot string
 	// GPU configures NVML; GPU.NewLibrary is replaced in simulation.
 	GPU gpu.Options
 	// ReleaseTimeout bounds how long pod marking may hold a shutdown back (the marks go on
@@ -178,7 +183,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	}
 
 	// Before readiness: whoever sees the agent ready can read whether it restarts in place.
-	restarter, reason, message := dialRestarter(ctx, cfg.CRIEndpoint, log)
+	restarter, reason, message := dialRestarter(ctx, cfg.CRIEndpoint, cfg.HostRoot, log)
 	// A runtime that sends no container events is found once the exit watcher subscribes:
 	// the node then says it cannot restart in place, after (never before) the start's word.
 	marked := make(chan struct{})
@@ -228,6 +233,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	close(marked)
 
 	gpuOpts := cfg.GPU
+	gpuOpts.HostRoot = cfg.HostRoot
 	gpuOpts.Logger = log
 	var sim *gpusim.Server
 	var owners GPUOwnerSource
@@ -343,10 +349,18 @@ func stopped(asked context.Context, node string, err error) error {
 // why not (the reason and message of the node's InPlaceReady condition). It fails soft, as
 // a missing GPU library does: a node whose runtime the agent cannot reach restarts its pods
 // the recreate way, and the agent goes on with everything else.
-func dialRestarter(ctx context.Context, endpoint string, log *slog.Logger) (r *inplace.Restarter, reason, message string) {
-	if endpoint == "" {
-		log.Info("in-place restart off on this node: no CRI endpoint (--cri-endpoint)")
-		return nil, v1alpha1.InPlaceReasonNoRuntime, "the node agent has no CRI endpoint (--cri-endpoint)"
+func dialRestarter(ctx context.Context, endpoint, hostRoot string, log *slog.Logger) (r *inplace.Restarter, reason, message string) {
+	switch endpoint {
+	case inplace.EndpointNone:
+		log.Info("in-place restart off on this node: --cri-endpoint=" + inplace.EndpointNone)
+		return nil, v1alpha1.InPlaceReasonNoRuntime, "the node agent was told to use no container runtime (--cri-endpoint=" + inplace.EndpointNone + ")"
+	case "":
+		var tried []string
+		if endpoint, tried = inplace.FindEndpoint(hostRoot); endpoint == "" {
+			msg := "no CRI socket found (looked in " + strings.Join(tried, ", ") + "); --cri-endpoint names one"
+			log.Info("in-place restart off on this node: " + msg)
+			return nil, v1alpha1.InPlaceReasonNoRuntime, msg
+		}
 	}
 	r, v, err := inplace.Dial(ctx, endpoint, log)
 	if err != nil {

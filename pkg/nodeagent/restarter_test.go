@@ -37,7 +37,8 @@ func TestDialRestarterFailsSoft(t *testing.T) {
 		}
 	}()
 	for name, endpoint := range map[string]string{
-		"no endpoint":         "",
+		"none":                inplace.EndpointNone,
+		"none found":          "",
 		"no socket":           "unix://" + filepath.Join(t.TempDir(), "none.sock"),
 		"not a unix endpoint": "tcp://127.0.0.1:1",
 		"a socket but no CRI": "unix://" + notCRI,
@@ -46,7 +47,7 @@ func TestDialRestarterFailsSoft(t *testing.T) {
 			var out bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			r, reason, message := dialRestarter(ctx, endpoint, slog.New(slog.NewTextHandler(&out, nil)))
+			r, reason, message := dialRestarter(ctx, endpoint, t.TempDir(), slog.New(slog.NewTextHandler(&out, nil)))
 			if r != nil {
 				r.Close()
 				t.Fatalf("dialRestarter(%q) = a restarter, want none", endpoint)

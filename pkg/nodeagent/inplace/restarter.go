@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,8 +29,39 @@ import (
 	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
-// DefaultEndpoint is containerd's CRI socket where the kubelet usually finds it.
-const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
+// EndpointNone turns restarts in place off on the node (nodeagent --cri-endpoint=none).
+const EndpointNone = "none"
+
+// RuntimeSocket is where a container runtime puts its CRI socket, relative to the node's root.
+type RuntimeSocket struct {
+	Runtime, Path string
+}
+
+// RuntimeSockets are the places the agent looks for the node's CRI socket when none is given,
+// in order: containerd's (the GPU Operator's and most managed platforms' runtime), then
+// CRI-O's (OpenShift), at the paths their packages and the kubelet's defaults use.
+var RuntimeSockets = []RuntimeSocket{
+	{Runtime: "containerd", Path: "run/containerd/containerd.sock"},
+	{Runtime: "CRI-O", Path: "var/run/crio/crio.sock"},
+	{Runtime: "CRI-O", Path: "run/crio/crio.sock"},
+}
+
+// FindEndpoint is the CRI endpoint ("unix:///path") of the first of RuntimeSockets that is a
+// socket under hostRoot (the node's root as the agent sees it; "" is "/"), "" if none is;
+// tried says where it looked, for the node's word on why it has no restarts in place.
+func FindEndpoint(hostRoot string) (endpoint string, tried []string) {
+	if hostRoot == "" {
+		hostRoot = "/"
+	}
+	for _, s := range RuntimeSockets {
+		p := filepath.Join(hostRoot, s.Path)
+		tried = append(tried, p+" ("+s.Runtime+")")
+		if info, err := os.Stat(p); err == nil && info.Mode()&os.ModeSocket != 0 {
+			return "unix://" + p, tried
+		}
+	}
+	return "", tried
+}
 
 // Runtime is the part of the CRI runtime service the restarter uses: these four calls and
 // nothing else (docs/in-place-restart.md, "Least privilege"). runtimeapi's client is one.

@@ -263,3 +263,51 @@ func TestOpenBySocketFollowsNoLink(t *testing.T) {
 	default:
 	}
 }
+
+// TestCRIEndpointIsFound: without --cri-endpoint the agent finds the node's CRI socket under
+// the node's root as it sees it (a temporary root here): containerd's, then CRI-O's at either
+// of its paths; a file that is no socket is not one; none found, it says where it looked.
+func TestCRIEndpointIsFound(t *testing.T) {
+	socketAt := func(root, rel string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+	containerd, crio, crioRun, both, notSocket, none := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	socketAt(containerd, "run/containerd/containerd.sock")
+	socketAt(crio, "var/run/crio/crio.sock")
+	socketAt(crioRun, "run/crio/crio.sock")
+	socketAt(both, "run/containerd/containerd.sock")
+	socketAt(both, "var/run/crio/crio.sock")
+	if err := os.MkdirAll(filepath.Join(notSocket, "run/containerd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(notSocket, "run/containerd/containerd.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ root, want string }{
+		"containerd":                    {containerd, "unix://" + filepath.Join(containerd, "run/containerd/containerd.sock")},
+		"CRI-O":                         {crio, "unix://" + filepath.Join(crio, "var/run/crio/crio.sock")},
+		"CRI-O under /run":              {crioRun, "unix://" + filepath.Join(crioRun, "run/crio/crio.sock")},
+		"containerd before CRI-O":       {both, "unix://" + filepath.Join(both, "run/containerd/containerd.sock")},
+		"a file that is no socket":      {notSocket, ""},
+		"none: where it looked is said": {none, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, tried := FindEndpoint(tc.root)
+			if got != tc.want {
+				t.Errorf("FindEndpoint = %q, want %q (looked in %v)", got, tc.want, tried)
+			}
+			if tc.want == "" && (len(tried) != len(RuntimeSockets) || !strings.Contains(tried[1], "var/run/crio/crio.sock (CRI-O)")) {
+				t.Errorf("looked in %v, want every runtime's place", tried)
+			}
+		})
+	}
+}

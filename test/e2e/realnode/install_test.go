@@ -510,7 +510,7 @@ func checkAgentPods(ctx context.Context, t *testing.T, c *cluster.Cluster, ds *a
 			want[v.Name] = v.HostPath.Path
 		}
 	}
-	for _, path := range []string{"/run/dbus/system_bus_socket", "/run/containerd", "/var/lib/kubelet/pod-resources", "/var/log/pods", "/"} {
+	for _, path := range []string{"/run/dbus/system_bus_socket", "/var/lib/kubelet/pod-resources", "/var/log/pods", "/"} {
 		if !slices.Contains(slices.Collect(maps.Values(want)), path) {
 			t.Errorf("the DaemonSet mounts no %s from its node", path)
 		}
