@@ -159,6 +159,14 @@ func (a *Agent) OnGPUFault(f gpu.Fault) {
 // monitor's first poll is in, a node marked GPU-unhealthy before it last booted is healthy
 // again if no GPU is lost now.
 func (a *Agent) Run(ctx context.Context) error {
+	// The kubelet's word on devices is written by a loop of its own: nothing on its path
+	// (a pod's write, its retries) ever holds back the evidence of an XID.
+	devicesDone := make(chan struct{})
+	go func() {
+		defer close(devicesDone)
+		a.runDeviceFaults(ctx)
+	}()
+	defer func() { <-devicesDone }()
 	retry := time.NewTicker(a.cfg.Retry)
 	defer retry.Stop()
 	rebootCheck := time.After(a.cfg.RebootCheckAfter)
@@ -170,10 +178,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		case f := <-a.faults:
 			if err := a.HandleGPUFault(ctx, f); err != nil {
 				a.log.Error("GPU fault evidence incomplete", "gpu", f.UUID, "reason", f.Reason, "error", err)
-			}
-		case f := <-a.devices:
-			if err := a.HandleDeviceFault(ctx, f); err != nil {
-				a.log.Error("device fault evidence incomplete", "pod", f.pod.String(), "device", f.fault.UUID, "error", err)
 			}
 		case <-retry.C:
 			a.takeBack(ctx)

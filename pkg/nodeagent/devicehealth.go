@@ -106,6 +106,20 @@ func (a *Agent) onDeviceUnhealthy(f podDeviceFault) {
 	}
 }
 
+// runDeviceFaults writes the unhealthy devices' evidence as they come, until ctx is done.
+func (a *Agent) runDeviceFaults(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-a.devices:
+			if err := a.HandleDeviceFault(ctx, f); err != nil {
+				a.log.Error("device fault evidence incomplete", "pod", f.pod.String(), "device", f.fault.UUID, "error", err)
+			}
+		}
+	}
+}
+
 // HandleDeviceFault writes the evidence of an unhealthy device onto the pod the kubelet named
 // (the first evidence on a pod wins, as for every fault). A device the kubelet keeps
 // reporting Unhealthy is written once a repeat window, as an XID storm is.
