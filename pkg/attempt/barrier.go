@@ -494,14 +494,15 @@ func RunningWorkers(pod *corev1.Pod) []Worker {
 		}
 		at := r.StartedAt.Time
 		if at.IsZero() {
-			at = podStart(pod)
+			at = PodStart(pod)
 		}
 		out = append(out, Worker{Container: cs.Name, Since: b.WorkerStart(cs.Name, at)})
 	}
 	return out
 }
 
-func podStart(pod *corev1.Pod) time.Time {
+// PodStart is when the kubelet started pod (its status's startTime), else its creation.
+func PodStart(pod *corev1.Pod) time.Time {
 	if t := pod.Status.StartTime; t != nil && !t.IsZero() {
 		return t.Time
 	}

@@ -104,7 +104,7 @@ func ShutdownEndsBy(pod *corev1.Pod) (at time.Time, ok bool) {
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return time.Time{}, false
 	}
-	fe, at, ok := attestedEvidence(pod, podStart(pod))
+	fe, at, ok := attestedEvidence(pod, attempt.PodStart(pod))
 	if !ok || fe.Cause != v1alpha1.CauseNodeShutdown {
 		return time.Time{}, false
 	}
@@ -116,7 +116,7 @@ func ShutdownEndsBy(pod *corev1.Pod) (at time.Time, ok bool) {
 // NodeShutdown evidence's PodStoppedAt, not before the announcement): its sandbox is down
 // and none of its containers runs, though its status may not say so yet.
 func StoppedByShutdown(pod *corev1.Pod) bool {
-	fe, at, ok := attestedEvidence(pod, podStart(pod))
+	fe, at, ok := attestedEvidence(pod, attempt.PodStart(pod))
 	if !ok || fe.Cause != v1alpha1.CauseNodeShutdown || fe.PodStoppedAt == "" {
 		return false
 	}
@@ -154,13 +154,6 @@ func runningSince(pod *corev1.Pod) (container string, since time.Time, running b
 		running = true
 	}
 	return container, since, running
-}
-
-func podStart(pod *corev1.Pod) time.Time {
-	if t := pod.Status.StartTime; t != nil && !t.IsZero() {
-		return t.Time
-	}
-	return pod.CreationTimestamp.Time
 }
 
 // shutdownReportSlack is how long past a pod's grace period a node shutdown's kill of its

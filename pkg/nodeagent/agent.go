@@ -74,6 +74,8 @@ type faultKey struct {
 	source string
 	// cleared: the health poll's report that the state is gone, not that it appeared.
 	cleared bool
+	// pod is the pod the kubelet reported the device of (a device fault); zero for NVML's.
+	pod types.NamespacedName
 }
 
 // Agent turns GPU faults and shutdown announcements into evidence. It is the sink of a

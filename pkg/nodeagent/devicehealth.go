@@ -124,7 +124,7 @@ func (a *Agent) runDeviceFaults(ctx context.Context) {
 // (the first evidence on a pod wins, as for every fault). A device the kubelet keeps
 // reporting Unhealthy is written once a repeat window, as an XID storm is.
 func (a *Agent) HandleDeviceFault(ctx context.Context, f podDeviceFault) error {
-	key := faultKey{uuid: f.fault.UUID, reason: f.fault.Reason + " " + f.pod.String(), source: f.fault.Source}
+	key := faultKey{uuid: f.fault.UUID, reason: f.fault.Reason, source: f.fault.Source, pod: f.pod}
 	now := a.cfg.Clock.Now()
 	if a.handledRecently(key, now) {
 		return nil
