@@ -113,24 +113,11 @@ func (f *failureClock) saw(o client.Object, now time.Time) {
 		return
 	}
 	// The attempt of the worker that failed: a pod restarted in place keeps the label of
-	// the attempt it was made for.
-	n, ok := attempt.Running(p)
+	// the attempt it was made for, and its report or restart names the one that failed.
 	name := p.Labels[v1alpha1.LabelRun]
+	n, failed, ok := exitclass.FailedAttempt(p, now) // the pod alone: no event of its node wakes the clock
 	if !ok || name == "" {
 		return
-	}
-	failed := exitclass.Failed(p, nil, now) // the pod alone: no event of its node wakes the clock
-	// A worker of a pod that restarts in place that exited on its own: its status never
-	// shows it (the pod is back at its barrier), its node agent's report does, and names
-	// the attempt it ran.
-	if ex, reported := attempt.ReportedExit(p); reported && ex.Attempt >= n {
-		if _, counts := reportCounts(p, ex); counts {
-			n, failed = ex.Attempt, true
-		}
-	}
-	// Or, the report lost, the kubelet's record of the pod restarted on its own.
-	if _, ended, restarted := restartedOnItsOwn(p); restarted && ended >= n {
-		n, failed = ended, true
 	}
 	if !failed {
 		return

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -81,8 +82,14 @@ func TestDecisionSecondsFromTheFirstFailureSeen(t *testing.T) {
 	// status); its node agent's report of attempt 4 is the failure.
 	run.Status.Attempt = 4
 	f.decided(run, t0.Add(11*time.Second))
-	inPlace := reportedPod(reportJSON(t, v1alpha1.WorkerExit{Attempt: 4, Container: "worker", ExitCode: 143, Node: "n1"}))
-	inPlace.Namespace, inPlace.Labels[v1alpha1.LabelRun] = "ml", "llm"
+	report, _ := json.Marshal(v1alpha1.WorkerExit{Attempt: 4, Container: "worker", ExitCode: 143, Node: "n1"})
+	inPlace := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm-3-1", Namespace: "ml", Labels: map[string]string{v1alpha1.LabelAttempt: "1", v1alpha1.LabelRun: "llm"},
+			Annotations: map[string]string{v1alpha1.AnnotationWorkerExit: string(report)}},
+		Spec: corev1.PodSpec{NodeName: "n1", InitContainers: []corev1.Container{{Name: v1alpha1.BarrierContainer}}, Containers: []corev1.Container{{Name: "worker"}}},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", RestartCount: 1,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}},
+	}
 	f.saw(inPlace, t0.Add(20*time.Second))
 	if seen, ok := f.firstSeen(run); !ok || !seen.Equal(t0.Add(20*time.Second)) {
 		t.Fatalf("a worker restarted in place with its exit reported: first failure seen at %v (%v), want %v", seen, ok, t0.Add(20*time.Second))

@@ -72,8 +72,8 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 			// The current attempt's, or, if it restarted in place, made for an earlier
 			// attempt of the same Job and restarted in place since; with the exit of a
 			// worker that ended this attempt on its own (workerExit), and without the end
-			// of one its agent stopped for a restart (withoutStoppedWorker).
-			o.current = append(o.current, workerExit(withoutStoppedWorker(p), run.Status.Attempt))
+			// of one its agent stopped for a restart (exitclass.AsJudged).
+			o.current = append(o.current, exitclass.AsJudged(p, run.Status.Attempt))
 		default:
 			o.older = append(o.older, p)
 		}

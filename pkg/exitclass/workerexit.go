@@ -1,13 +1,45 @@
-package controller
+package exitclass
 
 import (
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 )
+
+// AsJudged is pod as the judgement of attempt n reads it: a worker its node agent stopped for
+// a restart in place shows no exit (withoutStoppedWorker), and a worker that ended attempt n
+// on its own in a pod that restarts in place shows that exit (workerExit). Pure; pod (a
+// cached object) is not modified.
+func AsJudged(pod *corev1.Pod, n int32) *corev1.Pod {
+	return workerExit(withoutStoppedWorker(pod), n)
+}
+
+// FailedAttempt says whether pod, as one event of it shows it alone (no node's facts), is a
+// failed worker, and of which attempt: the one it runs, or the one its node agent's report
+// or the kubelet's restart of the pod names (a worker of a pod that restarts in place that
+// exited on its own: its status never shows it, the pod being back at its barrier). ok is
+// false for a pod of no attempt.
+func FailedAttempt(pod *corev1.Pod, now time.Time) (n int32, failed, ok bool) {
+	n, ok = attempt.Running(pod)
+	if !ok {
+		return 0, false, false
+	}
+	failed = Failed(pod, nil, now)
+	if ex, reported := attempt.ReportedExit(pod); reported && ex.Attempt >= n {
+		if _, counts := reportCounts(pod, ex); counts {
+			n, failed = ex.Attempt, true
+		}
+	}
+	// Or, the report lost, the kubelet's record of the pod restarted on its own.
+	if _, ended, restarted := restartedOnItsOwn(pod); restarted && ended >= n {
+		n, failed = ended, true
+	}
+	return n, failed, true
+}
 
 // withReportedExit is pod as the exit its node agent reported shows it: a pod that restarts
 // in place, whose worker exited non-zero on its own in attempt n (the current one), gets

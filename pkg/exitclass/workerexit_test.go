@@ -1,4 +1,4 @@
-package controller
+package exitclass
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // reportedPod is a pod that restarts in place on node n1, its worker back at the barrier
@@ -102,8 +101,8 @@ func TestWithReportedExit(t *testing.T) {
 			if diff := cmp.Diff(corev1.ContainerState{Terminated: tc.want}, got.Status.ContainerStatuses[0].State); diff != "" {
 				t.Errorf("the worker's state (-want +got):\n%s", diff)
 			}
-			if !exitclass.Failed(got, nil, time.Time{}) || exitclass.Failed(tc.pod, nil, time.Time{}) {
-				t.Errorf("exitclass.Failed: %t with the report, %t without; want true, false", exitclass.Failed(got, nil, time.Time{}), exitclass.Failed(tc.pod, nil, time.Time{}))
+			if !Failed(got, nil, time.Time{}) || Failed(tc.pod, nil, time.Time{}) {
+				t.Errorf("exitclass.Failed: %t with the report, %t without; want true, false", Failed(got, nil, time.Time{}), Failed(tc.pod, nil, time.Time{}))
 			}
 		})
 	}
@@ -138,7 +137,7 @@ func TestWithRestartedExit(t *testing.T) {
 				if got != tc.pod {
 					t.Fatalf("the pod changed: %+v", got.Status.ContainerStatuses)
 				}
-				if exitclass.Failed(got, nil, time.Time{}) {
+				if Failed(got, nil, time.Time{}) {
 					t.Errorf("judged failed")
 				}
 				return
@@ -146,7 +145,7 @@ func TestWithRestartedExit(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got.Status.ContainerStatuses[0].State.Terminated); diff != "" {
 				t.Errorf("the worker's state (-want +got):\n%s", diff)
 			}
-			if !exitclass.Failed(got, nil, time.Time{}) {
+			if !Failed(got, nil, time.Time{}) {
 				t.Errorf("not judged failed")
 			}
 		})
@@ -186,7 +185,7 @@ func TestWithoutStoppedWorker(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()
 			view := withoutStoppedWorker(tc.pod)
-			if got := exitclass.Failed(view, nil, time.Now()); got != tc.judged {
+			if got := Failed(view, nil, time.Now()); got != tc.judged {
 				t.Errorf("failed %v, want %v: %+v", got, tc.judged, view.Status.ContainerStatuses)
 			}
 			if tc.judged && view != tc.pod {
