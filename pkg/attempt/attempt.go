@@ -77,6 +77,22 @@ func Record(run *v1alpha1.TrainingRun) *v1alpha1.AttemptRecord {
 	return &h[len(h)-1]
 }
 
+// RecordOf is st's history entry of attempt n, nil if it has none.
+func RecordOf(st *v1alpha1.TrainingRunStatus, n int32) *v1alpha1.AttemptRecord {
+	for i := range st.Attempts {
+		if st.Attempts[i].Attempt == n {
+			return &st.Attempts[i]
+		}
+	}
+	return nil
+}
+
+// Ended reports whether st records attempt n as ended.
+func Ended(st *v1alpha1.TrainingRunStatus, n int32) bool {
+	rec := RecordOf(st, n)
+	return rec != nil && rec.EndTime != nil
+}
+
 // JobAttempt is the attempt whose Job run's current attempt runs in: its own, unless it
 // restarted in place (then the Job, and the pods made since it, are the attempt's before).
 // The controller and the node agent both select the current attempt's pods by it: those

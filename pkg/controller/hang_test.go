@@ -169,26 +169,3 @@ func TestASilentGangRestartsOnItsOwnBudget(t *testing.T) {
 		t.Errorf("verdict %+v", f)
 	}
 }
-
-// The trace of an episode whose worker hung says so, and how long it ran on after its
-// evidence until the decision.
-func TestTraceSaysTheWorkerStillRan(t *testing.T) {
-	failed := metav1.NewTime(time.Date(2026, 11, 26, 7, 0, 0, 0, time.UTC))
-	decided := metav1.NewTime(failed.Add(2 * time.Second))
-	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml"}, Status: v1alpha1.TrainingRunStatus{
-		LastFailure: &v1alpha1.FailureVerdict{Class: v1alpha1.ClassInfrastructure, Cause: v1alpha1.CauseGPUFault, StillRunning: true, FailedAt: &failed, DecidedAt: &decided},
-	}}
-	attrs := map[string]string{}
-	for _, a := range failureAttributes(run) {
-		attrs[string(a.Key)] = a.Value.String()
-	}
-	if attrs["faultline.worker.still_running"] != "true" || attrs["faultline.worker.running_seconds"] != "2" {
-		t.Errorf("attributes %v: want the worker still running, for 2 s", attrs)
-	}
-	run.Status.LastFailure.StillRunning = false
-	for _, a := range failureAttributes(run) {
-		if strings.HasPrefix(string(a.Key), "faultline.worker.") {
-			t.Errorf("a worker that exited: attribute %s", a.Key)
-		}
-	}
-}

@@ -165,15 +165,6 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	st := &run.Status
 	st.Phase = v1alpha1.PhasePending
 	st.NextAttemptAt = nil
-	if tr := st.Trace; tr != nil && tr.Traceparent != "" {
-		if tr.TornDownAt == nil {
-			tr.TornDownAt = micro(now.Time)
-		}
-		if tr.CreatingAt == nil {
-			tr.CreatingAt = micro(now.Time)
-		}
-		tr.CreatedAt = micro(now.Time)
-	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionRestarting, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAttemptCreated,
 		Message: fmt.Sprintf("attempt %d restarted in place", n)})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonOpeningBarriers,

@@ -220,7 +220,7 @@ func (r *Reconciler) layout(ctx context.Context, run *v1alpha1.TrainingRun) ([]k
 	if len(run.Spec.Roles) == 0 {
 		return nil, nil
 	}
-	fw, err := r.Frameworks.Resolve(withCurrentEpisode(ctx, run), run)
+	fw, err := r.Frameworks.Resolve(r.Episodes.Context(ctx, run), run)
 	if err != nil {
 		return nil, err
 	}

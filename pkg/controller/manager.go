@@ -27,6 +27,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Recorder:    mgr.GetEventRecorder("faultline-controller"),
 		Clock:       clock.RealClock{},
 		Frameworks:  frameworks,
-		Tracing:     opts.Tracing,
+		Episodes:    episode.New(opts.Tracing, clock.RealClock{}),
 		Crash:       opts.Crash,
 		Maintenance: opts.Maintenance,
 		Kueue:       opts.Kueue,
@@ -240,7 +241,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // decision's latency starts; the pod read as the reconciler reads it, with its node's
 // barrier record (the attempt a pod restarted in place ran, which its labels do not say).
 func (r *Reconciler) podSeen(ctx context.Context, o client.Object) {
-	r.noteEvidence(o)
+	r.Episodes.SawEvidence(o)
 	if p, ok := o.(*corev1.Pod); ok {
 		if _, place := attempt.BarrierContainer(&p.Spec); place == attempt.BarrierInWorker {
 			o = r.withNodeRecords(ctx, []*corev1.Pod{p})[0]

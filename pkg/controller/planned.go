@@ -193,12 +193,7 @@ func (r *Reconciler) plannedRestart(ctx context.Context, run *v1alpha1.TrainingR
 		}
 	}
 	setMaintenanceBlocked(run, false, "")
-	decided := run.Status.Attempt
-	res, err := apply(r, ctx, run, obs, v, d, nil)
-	if err == nil {
-		r.seen.forgetAttempt(runKey(run), decided)
-	}
-	return res, err
+	return apply(r, ctx, run, obs, v, d, nil)
 }
 
 // why names the maintenances behind signals, for people: the SRE's reason first.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/tracing"
@@ -112,7 +113,7 @@ func TestReconcileTracesARestart(t *testing.T) {
 		WithObjects(run, job, worker(0, 1, true), worker(1, 1, false), node).
 		WithStatusSubresource(&v1alpha1.TrainingRun{}, &batchv1.Job{}).Build()
 	spy := &spyFrameworks{}
-	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clock, Frameworks: spy, Tracing: provider}
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clock, Frameworks: spy, Episodes: episode.New(provider, clock)}
 	reconcile := func(step string, want ...string) {
 		t.Helper()
 		exp.Reset()

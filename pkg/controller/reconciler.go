@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,12 +25,12 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
-	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
 // Frameworks gives the framework-specific parts of a run: what its pods need for the
@@ -50,8 +51,8 @@ type Reconciler struct {
 	Recorder   events.EventRecorder
 	Clock      clock.PassiveClock
 	Frameworks Frameworks
-	// Tracing records the fault episodes' spans (nil: no tracing).
-	Tracing *tracing.Provider
+	// Episodes records the fault episodes' traces (nil: none).
+	Episodes *episode.Recorder
 	// Crash is called at the named crash points; tests make it kill the process.
 	Crash func(point string)
 	// Maintenance says which platform signals of a planned maintenance the runs act on.
@@ -70,7 +71,7 @@ type Reconciler struct {
 	// through its Workload. Off, such a run stalls rather than bypass the queue.
 	Kueue bool
 
-	seen      sightings
+	progress  progressWrites
 	failures  failureClock
 	versions  knownVersions
 	removed   removals
@@ -279,6 +280,32 @@ func leaderSucceeded(run *v1alpha1.TrainingRun, workers []*corev1.Pod) bool {
 // is written at once, and so is the count with it.
 const progressInterval = time.Second
 
+// progressWrites remember when updateProgress last wrote each run's current attempt.
+type progressWrites struct{ runs sync.Map } // types.NamespacedName → progressWrite
+
+type progressWrite struct {
+	uid     types.UID
+	attempt int32
+	at      time.Time
+}
+
+// last is when updateProgress last wrote run's current attempt (zero: never, as far as this
+// process knows).
+func (w *progressWrites) last(run *v1alpha1.TrainingRun) time.Time {
+	if v, ok := w.runs.Load(runKey(run)); ok {
+		if pw := v.(progressWrite); pw.uid == run.UID && pw.attempt == run.Status.Attempt {
+			return pw.at
+		}
+	}
+	return time.Time{}
+}
+
+func (w *progressWrites) wrote(run *v1alpha1.TrainingRun, at time.Time) {
+	w.runs.Store(runKey(run), progressWrite{uid: run.UID, attempt: run.Status.Attempt, at: at})
+}
+
+func (w *progressWrites) forget(key types.NamespacedName) { w.runs.Delete(key) }
+
 // updateProgress records readiness and the attempt's start; it writes only on change, and a
 // change in the count of ready workers alone at most once per progressInterval.
 func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
@@ -300,17 +327,12 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		attemptCreated(run, obs.job) // an attempt restarted in place started when its barrier opened
 	}
 	rec := currentRecord(run)
-	episode := st.Trace != nil && st.Trace.Traceparent != ""
-	var scheduledAt time.Time
-	if episode && st.Trace.ScheduledAt == nil && (bound >= run.Spec.Workers || ready == run.Spec.Workers) {
-		scheduledAt = r.seen.scheduled(run, now.Time)
+	if bound >= run.Spec.Workers || ready == run.Spec.Workers {
+		r.Episodes.SawScheduled(run, now.Time)
 	}
 	if ready == run.Spec.Workers {
 		if rec.RunningTime == nil {
 			rec.RunningTime = &now
-			if episode {
-				st.Trace.RunningAt = micro(now.Time)
-			}
 		}
 		st.Phase = v1alpha1.PhaseRunning
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
@@ -330,19 +352,15 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		// write records it, with the time it was first seen.
 		return ctrl.Result{RequeueAfter: again}, nil
 	}
-	sg := r.seen.of(run)
 	if onlyReadyCount(before, st) {
-		if wait := sg.progressWritten.Add(progressInterval).Sub(now.Time); wait > 0 {
+		if wait := r.progress.last(run).Add(progressInterval).Sub(now.Time); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-	}
-	if !scheduledAt.IsZero() {
-		st.Trace.ScheduledAt = micro(scheduledAt)
 	}
 	if err := r.writeStatus(ctx, run); err != nil {
 		return ctrl.Result{}, err
 	}
-	sg.progressWritten = now.Time
+	r.progress.wrote(run, now.Time)
 	return ctrl.Result{RequeueAfter: again}, nil
 }
 
@@ -426,16 +444,6 @@ func attemptCreated(run *v1alpha1.TrainingRun, job *batchv1.Job) {
 	if rec.StartTime == nil {
 		rec.StartTime = ptr.To(job.CreationTimestamp)
 	}
-	if tr := st.Trace; tr != nil && tr.CreatedAt == nil {
-		created := micro(job.CreationTimestamp.Time)
-		if tr.Traceparent != "" && tr.TornDownAt == nil {
-			tr.TornDownAt = created
-		}
-		if tr.CreatingAt == nil {
-			tr.CreatingAt = created
-		}
-		tr.CreatedAt = created
-	}
 	if st.Phase == v1alpha1.PhaseRestarting {
 		st.Phase = v1alpha1.PhasePending
 		st.NextAttemptAt = nil
@@ -453,10 +461,8 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		failureSeen = judgedAt
 		r.failures.note(runKey(run), run.Status.Attempt, judgedAt)
 	}
-	// The plugin's calls belong to the failure's episode; the verdict has not named its root
-	// pod yet, so the episode is a guess that the verdict nearly always confirms.
-	hintsCtx := withEpisode(ctx, r.episodeOf(run, failedPodWithEpisode(run, obs.workers()), "").root)
-	hints, err := r.Frameworks.Hints(hintsCtx, run)
+	// The plugin's calls belong to the failure's episode.
+	hints, err := r.Frameworks.Hints(r.Episodes.HintsContext(ctx, run, obs.workers()), run)
 	if err != nil {
 		hints = nil // a broken plugin costs its hints, never the decision
 	}
@@ -504,16 +510,8 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if !ok {
 		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
 	}
-	decided := r.now()
-	vs := verdictStatus(v, d, decided)
-	ep := r.episodeOf(run, podNamed(obs.workers(), v.RootPod), v.Cause)
-	tr := r.newEpisodeTrace(ep, r.seen.settleStart(ep, failureSeen), judgedAt, vs.DecidedAt.Time)
-	decidedAttempt := run.Status.Attempt
-	res, err := apply(r, ctx, run, obs, vs, d, tr)
-	if err == nil {
-		r.seen.forgetAttempt(runKey(run), decidedAttempt)
-	}
-	return res, err
+	vs := verdictStatus(v, d, r.now())
+	return apply(r, ctx, run, obs, vs, d, r.Episodes.Decided(run, obs.workers(), v.RootPod, v.Cause, failureSeen, judgedAt, vs.DecidedAt.Time))
 }
 
 // namedWait is how long after a gang's first failure the judgement waits for the exit of the
@@ -536,13 +534,17 @@ var actions = map[v1alpha1.Action]applier{
 // (transitioned: spans, metrics, events).
 func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun) error {
 	run.Status.ObservedGeneration = run.Generation
+	p, _ := ctx.Value(persistedKey{}).(*persisted)
+	if p != nil {
+		r.Episodes.Stamp(p.status, run, r.Clock.Now())
+	}
 	from := run.ResourceVersion
 	written := run.Status.DeepCopy()
 	if err := r.Status().Update(ctx, run); err != nil {
 		return fmt.Errorf("update status of %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	r.versions.wrote(run, from)
-	if p, ok := ctx.Value(persistedKey{}).(*persisted); ok {
+	if p != nil {
 		after := answered(run, written)
 		r.transitioned(ctx, run, p.status, after)
 		p.status = after
@@ -552,7 +554,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun)
 
 // forget drops what the reconciler remembers of a deleted run.
 func (r *Reconciler) forget(key types.NamespacedName) {
-	r.seen.forget(key)
+	r.Episodes.Forget(key)
+	r.progress.forget(key)
 	r.failures.forget(key)
 	r.versions.forget(key)
 }

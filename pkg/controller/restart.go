@@ -171,19 +171,11 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	now := r.now()
-	if tr := run.Status.Trace; tr != nil && tr.Traceparent != "" && tr.TornDownAt == nil {
-		tr.TornDownAt = micro(now.Time) // the teardown is over; the backoff, if any, goes on
-		if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
-			if err := r.writeStatus(ctx, run); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-	}
+	r.Episodes.SawTornDown(run, now.Time) // the backoff, if any, goes on
 	if next := run.Status.NextAttemptAt; next != nil && now.Before(next) {
 		return ctrl.Result{RequeueAfter: next.Sub(now.Time)}, nil
 	}
-	creating := r.now()
-	fw, err := r.Frameworks.Resolve(withCurrentEpisode(ctx, run), run)
+	fw, err := r.Frameworks.Resolve(r.Episodes.Context(ctx, run), run)
 	if err != nil {
 		return r.pluginNotReady(ctx, run, err)
 	}
@@ -260,17 +252,6 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		if err := r.createPods(ctx, run, job, nil, attempt.PodOptions{}); err != nil && !errors.Is(err, errPodRefused) {
 			return ctrl.Result{}, err
 		}
-	}
-	// Written now rather than when the Job is next seen: the trace's create phase ends here.
-	if r.Tracing.Enabled() {
-		if run.Status.Trace == nil {
-			run.Status.Trace = &v1alpha1.TraceStatus{}
-		}
-		tr := run.Status.Trace
-		if tr.CreatingAt == nil {
-			tr.CreatingAt = micro(creating.Time)
-		}
-		tr.CreatedAt = micro(r.now().Time)
 	}
 	if rec := currentRecord(run); rec.JobAttempt != 0 {
 		// An attempt that was to restart in place whose Job went (someone deleted it): it

@@ -2,15 +2,14 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
-	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -32,7 +31,7 @@ type persisted struct{ status *v1alpha1.TrainingRunStatus }
 func answered(run *v1alpha1.TrainingRun, written *v1alpha1.TrainingRunStatus) *v1alpha1.TrainingRunStatus {
 	out := run.Status.DeepCopy()
 	for i := range out.Attempts {
-		if w := recordOf(written, out.Attempts[i].Attempt); w != nil && w.EndTime != nil && out.Attempts[i].EndTime != nil {
+		if w := attempt.RecordOf(written, out.Attempts[i].Attempt); w != nil && w.EndTime != nil && out.Attempts[i].EndTime != nil {
 			out.Attempts[i].EndTime = w.EndTime.DeepCopy()
 		}
 	}
@@ -50,7 +49,7 @@ func withPersisted(ctx context.Context, run *v1alpha1.TrainingRun) context.Conte
 // held, after what the write made it hold (run carries after too, as the API server answered).
 func (r *Reconciler) transitioned(ctx context.Context, run *v1alpha1.TrainingRun, before, after *v1alpha1.TrainingRunStatus) {
 	was, is := withStatus(run, before), withStatus(run, after)
-	r.traceWritten(ctx, is, before.Trace)
+	r.Episodes.Written(ctx, was, is)
 	if v := after.LastFailure; v != nil && v.DecidedAt != nil && (before.LastFailure == nil || before.LastFailure.DecidedAt == nil || !v.DecidedAt.Equal(before.LastFailure.DecidedAt)) {
 		// A new decision, on the attempt that was current before the write.
 		if v.FailedAt != nil {
@@ -64,36 +63,20 @@ func (r *Reconciler) transitioned(ctx context.Context, run *v1alpha1.TrainingRun
 	}
 	for i := range after.Attempts {
 		rec := &after.Attempts[i]
-		if rec.EndTime != nil && !endedIn(before, rec.Attempt) {
-			r.attemptEnded(ctx, was, is, rec)
+		if rec.EndTime != nil && !attempt.Ended(before, rec.Attempt) {
+			r.attemptEnded(is, rec)
 		}
 	}
-	if rec := recordOf(after, after.Attempt); rec != nil && rec.RunningTime != nil {
-		if old := recordOf(before, after.Attempt); old == nil || old.RunningTime == nil {
+	if rec := attempt.RecordOf(after, after.Attempt); rec != nil && rec.RunningTime != nil {
+		if old := attempt.RecordOf(before, after.Attempt); old == nil || old.RunningTime == nil {
 			r.observeRunning(is)
 		}
 	}
 }
 
-// attemptEnded tells of attempt rec, which ended in the write from was to is: the root of the
-// restart that started it if it never saw every worker Running, the attempt's span, the run's
-// event, and the restart count.
-func (r *Reconciler) attemptEnded(ctx context.Context, was, is *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord) {
-	end, ended := rec.EndTime.Time, trace.SpanContext{}
-	if rec.Outcome == policy.OutcomeRestarted || rec.Outcome == policy.OutcomeFailed {
-		// Decided on a failure: the attempt ends at the decision, and that episode ended it.
-		end, ended = decidedAt(is.Status.Trace, *rec.EndTime), episodeRoot(is.Status.Trace)
-	}
-	if r.Tracing.Enabled() {
-		if was.Status.Attempt == rec.Attempt {
-			if root, s, ok := unfinishedRestart(was, rec.EndTime.Time, fmt.Sprintf(unfinishedBecause[rec.Outcome], rec.Attempt)); ok {
-				r.Tracing.EmitRoot(ctx, root, s)
-			}
-		}
-		if parent, s, ok := attemptSpan(is, rec.Attempt, was.Status.Trace, end, ended); ok {
-			r.Tracing.Emit(ctx, parent, s)
-		}
-	}
+// attemptEnded tells of attempt rec, which ended in the write that made is: the run's event,
+// and the restart count (its spans are the episode recorder's).
+func (r *Reconciler) attemptEnded(is *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord) {
 	st := &is.Status
 	v := rec.Verdict
 	switch rec.Outcome {
@@ -117,31 +100,6 @@ func (r *Reconciler) attemptEnded(ctx context.Context, was, is *v1alpha1.Trainin
 		}
 		r.event(is, corev1.EventTypeNormal, reason, v1alpha1.ActionSuspend, "attempt %d suspended by %s; no restart is counted", rec.Attempt, rec.Suspension)
 	}
-}
-
-// unfinishedBecause says, per outcome, why the restart that started an attempt never saw it
-// Running: the error of that restart's root span.
-var unfinishedBecause = map[string]string{
-	policy.OutcomeRestarted: "attempt %d failed before all its workers were Running",
-	policy.OutcomeFailed:    "attempt %d failed before all its workers were Running",
-	policy.OutcomeSucceeded: "attempt %d succeeded before all its workers were Running together",
-	policy.OutcomeSuspended: "attempt %d was suspended before all its workers were Running",
-}
-
-// endedIn reports whether st records attempt n as ended.
-func endedIn(st *v1alpha1.TrainingRunStatus, n int32) bool {
-	rec := recordOf(st, n)
-	return rec != nil && rec.EndTime != nil
-}
-
-// recordOf is st's record of attempt n, nil if it has none.
-func recordOf(st *v1alpha1.TrainingRunStatus, n int32) *v1alpha1.AttemptRecord {
-	for i := range st.Attempts {
-		if st.Attempts[i].Attempt == n {
-			return &st.Attempts[i]
-		}
-	}
-	return nil
 }
 
 // failReason is the reason of the decision that failed the run: a budget exhausted, which

@@ -1,9 +1,10 @@
-package controller
+package episode
 
 import (
 	"context"
 	"encoding/json"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -30,12 +33,19 @@ func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) 
 
 func mt(ms int) *metav1.MicroTime { return micro(at(ms)) }
 
-func newTracedReconciler() (*Reconciler, *tracetest.InMemoryExporter) {
+func newRecorder() (*Recorder, *tracetest.InMemoryExporter) {
 	exp := tracetest.NewInMemoryExporter()
-	return &Reconciler{Tracing: tracing.New(nil, sdktrace.WithSyncer(exp)), Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(at(0))}, exp
+	return New(tracing.New(nil, sdktrace.WithSyncer(exp)), clocktesting.NewFakeClock(at(0))), exp
 }
 
-// runBuilder builds test runs: makeRun("llm", 4).attempt(2).obj().
+// withStatus is run with status st instead of its own (a shallow copy: read only).
+func withStatus(run *v1alpha1.TrainingRun, st *v1alpha1.TrainingRunStatus) *v1alpha1.TrainingRun {
+	out := *run
+	out.Status = *st
+	return &out
+}
+
+// runBuilder builds test runs: makeRun("llm", 4).trace(tr).obj().
 type runBuilder struct{ r *v1alpha1.TrainingRun }
 
 func makeRun(name string, workers int32) *runBuilder {
@@ -59,18 +69,19 @@ func (b *runBuilder) trace(tr *v1alpha1.TraceStatus) *runBuilder {
 	return b
 }
 
-// failed records a decided failure of the current attempt as restart() or fail() do.
+// failed records a decided failure of the current attempt as the reconciler's restart and
+// fail do.
 func (b *runBuilder) failed(v *v1alpha1.FailureVerdict, tr *v1alpha1.TraceStatus) *runBuilder {
 	st := &b.r.Status
-	outcome := policy.OutcomeRestarted
+	rec := attempt.Record(b.r)
+	rec.EndTime, rec.Verdict, rec.Outcome = ptr.To(metav1.NewTime(v.DecidedAt.Time)), v, policy.OutcomeRestarted
 	if v.Action == v1alpha1.ActionFailRun {
-		outcome = policy.OutcomeFailed
+		rec.Outcome = policy.OutcomeFailed
 	}
-	endAttempt(b.r, metav1.NewTime(v.DecidedAt.Time), v, outcome)
 	st.LastFailure = v
 	if v.Action != v1alpha1.ActionFailRun {
 		st.Attempt++
-		appendRecord(b.r, v1alpha1.AttemptRecord{Attempt: st.Attempt})
+		st.Attempts = append(st.Attempts, v1alpha1.AttemptRecord{Attempt: st.Attempt})
 	}
 	st.Trace = tr
 	return b
@@ -137,7 +148,7 @@ func view(spans []sdktrace.ReadOnlySpan, keys ...attribute.Key) []spanView {
 // see the evidence before the failure).
 func TestRestartTrace(t *testing.T) {
 	ctx := context.Background()
-	r, exp := newTracedReconciler()
+	r, exp := newRecorder()
 	agentExp := tracetest.NewInMemoryExporter()
 	agent := tracing.New(nil, sdktrace.WithSyncer(agentExp))
 
@@ -158,9 +169,9 @@ func TestRestartTrace(t *testing.T) {
 
 	// restart(): the decision is persisted with the episode.
 	before := run.Status.DeepCopy()
-	tr := r.newEpisodeTrace(ep, at(150), at(160), at(170))
+	tr := r.Decided(run, []*corev1.Pod{pod}, pod.Name, v1alpha1.CauseNodeShutdown, at(150), at(160), at(170))
 	run = makeRun("llm", 4).traceparent(runTrace).trace(before.Trace.DeepCopy()).failed(shutdownVerdict(at(170)), tr).obj()
-	r.transitioned(ctx, run, before, run.Status.DeepCopy())
+	r.Written(ctx, withStatus(run, before), run)
 	steps := []struct {
 		step string
 		set  func(*v1alpha1.TraceStatus)
@@ -178,7 +189,7 @@ func TestRestartTrace(t *testing.T) {
 		if st.set != nil {
 			before := run.Status.DeepCopy()
 			st.set(run.Status.Trace)
-			r.transitioned(ctx, run, before, run.Status.DeepCopy())
+			r.Written(ctx, withStatus(run, before), run)
 		}
 		spans := exp.GetSpans().Snapshots()
 		var got []string
@@ -262,7 +273,7 @@ func TestRestartTrace(t *testing.T) {
 // classify, error.type = the cause, and the attempt's span linked to it.
 func TestFailFastTrace(t *testing.T) {
 	ctx := context.Background()
-	r, exp := newTracedReconciler()
+	r, exp := newRecorder()
 	run := makeRun("app", 2).trace(&v1alpha1.TraceStatus{CreatingAt: mt(-5010), CreatedAt: mt(-5000)}).obj()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-0"}}
 	ep := r.episodeOf(run, pod, v1alpha1.CauseAppExit)
@@ -278,10 +289,10 @@ func TestFailFastTrace(t *testing.T) {
 		DecidedAt: ptr.To(metav1.NewTime(at(1005))),
 	}
 	before := run.Status.DeepCopy()
-	tr := r.newEpisodeTrace(ep, at(0), at(1000), at(1005))
+	tr := r.Decided(run, []*corev1.Pod{pod}, pod.Name, v1alpha1.CauseAppExit, at(0), at(1000), at(1005))
 	run = makeRun("app", 2).trace(before.Trace.DeepCopy()).failed(v, tr).obj()
 	run.Status.Phase = v1alpha1.PhaseFailed
-	r.transitioned(ctx, run, before, run.Status.DeepCopy())
+	r.Written(ctx, withStatus(run, before), run)
 
 	ms := time.Millisecond
 	failure := "Application failure (AppExit): rule default-application failed the run"
@@ -310,14 +321,14 @@ func TestFailFastTrace(t *testing.T) {
 }
 
 func TestEpisodeOf(t *testing.T) {
-	r, _ := newTracedReconciler()
-	agentRoot := r.Tracing.NewEpisode()
-	runTrace := r.Tracing.NewEpisode()
+	r, _ := newRecorder()
+	agentRoot := r.tracing.NewEpisode()
+	runTrace := r.tracing.NewEpisode()
 	evidence := func(cause v1alpha1.Cause) string {
 		raw, _ := json.Marshal(v1alpha1.FaultEvidence{Source: "logind", Cause: cause, DetectedAt: at(0).Format(time.RFC3339Nano)})
 		return string(raw)
 	}
-	minted := r.Tracing.EpisodeFor("uid-run/1")
+	minted := r.tracing.EpisodeFor("uid-run/1")
 	for name, tc := range map[string]struct {
 		annotations  map[string]string
 		cause        v1alpha1.Cause
@@ -358,7 +369,7 @@ func TestEpisodeOf(t *testing.T) {
 			}
 		})
 	}
-	if ep := (&Reconciler{}).episodeOf(makeRun("run", 2).obj(), nil, ""); ep.root.IsValid() {
+	if ep := (&Recorder{}).episodeOf(makeRun("run", 2).obj(), nil, ""); ep.root.IsValid() {
 		t.Error("an episode was reserved without tracing")
 	}
 }
@@ -366,9 +377,9 @@ func TestEpisodeOf(t *testing.T) {
 // TestUnfinishedRestart: a restart whose attempt ends before its workers all ran still gets
 // its root, ended then and marked failed, so its children are not orphans.
 func TestUnfinishedRestart(t *testing.T) {
-	r, _ := newTracedReconciler()
-	ep := episode{root: r.Tracing.EpisodeFor("x")}
-	tr := r.newEpisodeTrace(ep, at(0), at(10), at(20))
+	r, _ := newRecorder()
+	ep := episode{root: r.tracing.EpisodeFor("x")}
+	tr := &v1alpha1.TraceStatus{Traceparent: tracing.Traceparent(ep.root), SeenAt: mt(0), JudgedAt: mt(10), DecidedAt: mt(20)}
 	run := makeRun("llm", 4).failed(shutdownVerdict(at(20)), tr).obj()
 	root, s, ok := unfinishedRestart(run, at(5000), "attempt 2 failed before all its workers were Running")
 	if !ok || !root.Equal(ep.root) || s.Name != tracing.SpanRestart || !s.End.Equal(at(5000)) || s.Error == "" {
@@ -383,8 +394,8 @@ func TestUnfinishedRestart(t *testing.T) {
 // TestAttemptSpan: an attempt that a restart started and another ended is linked to both,
 // and is a child of the run's own trace.
 func TestAttemptSpan(t *testing.T) {
-	r, _ := newTracedReconciler()
-	runTrace, startedBy, endedBy := r.Tracing.NewEpisode(), r.Tracing.NewEpisode(), r.Tracing.NewEpisode()
+	r, _ := newRecorder()
+	runTrace, startedBy, endedBy := r.tracing.NewEpisode(), r.tracing.NewEpisode(), r.tracing.NewEpisode()
 	run := makeRun("llm", 4).traceparent(runTrace).obj()
 	run.Status.Attempts = append(run.Status.Attempts, v1alpha1.AttemptRecord{Attempt: 2, StartTime: ptr.To(metav1.NewTime(at(0))), Outcome: policy.OutcomeRestarted})
 	started := &v1alpha1.TraceStatus{Traceparent: tracing.Traceparent(startedBy), CreatedAt: mt(730)}
@@ -408,24 +419,28 @@ func TestAttemptSpan(t *testing.T) {
 	}
 }
 
-// TestSightings: settle starts when the controller first saw the agent's evidence of the
+// TestSightings: settle starts when the recorder first saw the agent's evidence of the
 // episode (the agent's detect phase ends with its first evidence written), whether the
 // failure came before or after it, and when it first saw the failure if it saw no evidence;
 // a new attempt, or another run under the same name, starts afresh.
 func TestSightings(t *testing.T) {
-	var s sightings
-	run := makeRun("llm", 4).obj()
-	if got := s.scheduled(run, at(0)); !got.Equal(at(0)) {
+	r, _ := newRecorder()
+	run := makeRun("llm", 4).trace(&v1alpha1.TraceStatus{Traceparent: "tp-run"}).obj()
+	scheduled := func(run *v1alpha1.TrainingRun, now time.Time) time.Time {
+		r.SawScheduled(run, now)
+		return r.of(run).scheduled
+	}
+	if got := scheduled(run, at(0)); !got.Equal(at(0)) {
 		t.Errorf("first sighting %v", got)
 	}
-	if got := s.scheduled(run, at(500)); !got.Equal(at(0)) {
+	if got := scheduled(run, at(500)); !got.Equal(at(0)) {
 		t.Errorf("second sighting %v, want the first's time", got)
 	}
 	run.Status.Attempt = 2
-	s.sawEvidence("tp-a", at(700))
-	s.sawEvidence("tp-a", at(800)) // more of the episode's workers marked
-	s.sawEvidence("tp-c", at(950))
-	if got := s.scheduled(run, at(900)); !got.Equal(at(900)) {
+	r.sawEvidence("tp-a", at(700))
+	r.sawEvidence("tp-a", at(800)) // more of the episode's workers marked
+	r.sawEvidence("tp-c", at(950))
+	if got := scheduled(run, at(900)); !got.Equal(at(900)) {
 		t.Errorf("next attempt's first sighting %v", got)
 	}
 	for _, tc := range []struct {
@@ -439,24 +454,116 @@ func TestSightings(t *testing.T) {
 		{"evidence seen before the failure", episode{agent: "tp-a"}, at(700)},
 		{"the same, once consumed", episode{agent: "tp-a"}, at(900)},
 	} {
-		if got := s.settleStart(tc.ep, at(900)); !got.Equal(tc.want) {
+		if got := r.settleStart(tc.ep, at(900)); !got.Equal(tc.want) {
 			t.Errorf("%s: settle starts %v, want %v", tc.name, got.Sub(t0), tc.want.Sub(t0))
 		}
 	}
-	s.sawEvidence("tp-old", at(0))
-	s.sawEvidence("tp-new", at(0).Add(evidenceMemory+time.Second))
-	if _, ok := s.evidence["tp-old"]; ok {
+	r.sawEvidence("tp-old", at(0))
+	r.sawEvidence("tp-new", at(0).Add(evidenceMemory+time.Second))
+	if _, ok := r.evidence["tp-old"]; ok {
 		t.Error("evidence of an episode that never failed is remembered for ever")
 	}
 
-	recreated := makeRun("llm", 4).obj()
+	recreated := makeRun("llm", 4).trace(&v1alpha1.TraceStatus{Traceparent: "tp-run"}).obj()
 	recreated.UID = "uid-other"
 	recreated.Status.Attempt = 2
-	if got := s.scheduled(recreated, at(1000)); !got.Equal(at(1000)) {
+	if got := scheduled(recreated, at(1000)); !got.Equal(at(1000)) {
 		t.Errorf("a new run of the same name inherited %v", got)
 	}
-	s.forget(runKey(recreated))
-	if got := s.scheduled(recreated, at(1100)); !got.Equal(at(1100)) {
+	r.Forget(types.NamespacedName{Namespace: recreated.Namespace, Name: recreated.Name})
+	if got := scheduled(recreated, at(1100)); !got.Equal(at(1100)) {
 		t.Errorf("after forget %v", got)
+	}
+}
+
+// TestStampEndsPhasesFromTransitions: the stamps of status.trace come from what a status
+// write changes: the attempt's creation (its record's start) ends the teardown where it was
+// seen over, the backoff at the persisted next attempt's time, and the creation at the write;
+// every worker Running ends the run-up, with every worker bound as first seen. A write that
+// changes neither stamps nothing, and without tracing nothing is stamped at all.
+func TestStampEndsPhasesFromTransitions(t *testing.T) {
+	r, _ := newRecorder()
+	episodeTrace := &v1alpha1.TraceStatus{Traceparent: tracing.Traceparent(r.tracing.EpisodeFor("x")), SeenAt: mt(0), JudgedAt: mt(10), DecidedAt: mt(20)}
+	run := makeRun("llm", 2).failed(shutdownVerdict(at(20)), episodeTrace).obj()
+	run.Status.NextAttemptAt = ptr.To(metav1.NewTime(at(3000)))
+
+	// The teardown over at 1000, in the backoff: nothing is written, nothing stamped.
+	r.SawTornDown(run, at(1000))
+	r.SawTornDown(run, at(2000))
+	before := run.Status.DeepCopy()
+	r.Stamp(before, run, at(2500))
+	if tr := run.Status.Trace; tr.TornDownAt != nil || tr.CreatingAt != nil || tr.CreatedAt != nil {
+		t.Fatalf("a write that creates nothing stamped %+v", tr)
+	}
+
+	// The Job created at 3100: teardown ends where it was first seen over, the backoff at
+	// the persisted deadline, the creation now.
+	before = run.Status.DeepCopy()
+	run.Status.NextAttemptAt = nil
+	attempt.Record(run).StartTime = ptr.To(metav1.NewTime(at(3000)))
+	r.Stamp(before, run, at(3100))
+	tr := run.Status.Trace
+	if !tr.TornDownAt.Time.Equal(at(1000)) || !tr.CreatingAt.Time.Equal(at(3000)) || !tr.CreatedAt.Time.Equal(at(3100)) {
+		t.Errorf("created: torn down %v, creating %v, created %v; want 1000, 3000, 3100 ms", tr.TornDownAt, tr.CreatingAt, tr.CreatedAt)
+	}
+
+	// Every worker bound at 3500, Running at 4000.
+	r.SawScheduled(run, at(3500))
+	r.SawScheduled(run, at(3900))
+	before = run.Status.DeepCopy()
+	attempt.Record(run).RunningTime = ptr.To(metav1.NewTime(at(4000)))
+	r.Stamp(before, run, at(4001))
+	if !tr.ScheduledAt.Time.Equal(at(3500)) || !tr.RunningAt.Time.Equal(at(4000)) {
+		t.Errorf("running: scheduled %v, running %v; want 3500, 4000 ms", tr.ScheduledAt, tr.RunningAt)
+	}
+	stamped := tr.DeepCopy()
+	before = run.Status.DeepCopy()
+	r.Stamp(before, run, at(9000))
+	if !equality.Semantic.DeepEqual(stamped, run.Status.Trace) {
+		t.Errorf("a later write restamped %+v into %+v", stamped, run.Status.Trace)
+	}
+
+	// The first attempt, traced: its creation starts its attempt span.
+	first := makeRun("first", 2).obj()
+	first.Status.Attempts[0].StartTime = nil
+	before = first.Status.DeepCopy()
+	first.Status.Attempts[0].StartTime = ptr.To(metav1.NewTime(at(50)))
+	r.Stamp(before, first, at(60))
+	if tr := first.Status.Trace; tr == nil || tr.Traceparent != "" || !tr.CreatedAt.Time.Equal(at(60)) || tr.TornDownAt != nil {
+		t.Errorf("first attempt created: trace %+v, want its creation alone", tr)
+	}
+
+	// Without tracing, nothing.
+	off := New(nil, clocktesting.NewFakeClock(at(0)))
+	untraced := makeRun("off", 2).obj()
+	untraced.Status.Attempts[0].StartTime = nil
+	before = untraced.Status.DeepCopy()
+	untraced.Status.Attempts[0].StartTime = ptr.To(metav1.NewTime(at(50)))
+	off.Stamp(before, untraced, at(60))
+	if untraced.Status.Trace != nil {
+		t.Errorf("stamped without tracing: %+v", untraced.Status.Trace)
+	}
+}
+
+// TestTraceSaysTheWorkerStillRan: the trace of an episode whose worker hung says so, and how long it ran on after its
+// evidence until the decision.
+func TestTraceSaysTheWorkerStillRan(t *testing.T) {
+	failed := metav1.NewTime(time.Date(2026, 11, 26, 7, 0, 0, 0, time.UTC))
+	decided := metav1.NewTime(failed.Add(2 * time.Second))
+	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml"}, Status: v1alpha1.TrainingRunStatus{
+		LastFailure: &v1alpha1.FailureVerdict{Class: v1alpha1.ClassInfrastructure, Cause: v1alpha1.CauseGPUFault, StillRunning: true, FailedAt: &failed, DecidedAt: &decided},
+	}}
+	attrs := map[string]string{}
+	for _, a := range failureAttributes(run) {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	if attrs["faultline.worker.still_running"] != "true" || attrs["faultline.worker.running_seconds"] != "2" {
+		t.Errorf("attributes %v: want the worker still running, for 2 s", attrs)
+	}
+	run.Status.LastFailure.StillRunning = false
+	for _, a := range failureAttributes(run) {
+		if strings.HasPrefix(string(a.Key), "faultline.worker.") {
+			t.Errorf("a worker that exited: attribute %s", a.Key)
+		}
 	}
 }

@@ -1,254 +1,21 @@
-package controller
+package episode
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
-// The controller's side of the fault-episode traces (pkg/tracing has the design). It never
-// holds a span open: each phase's end is persisted in status.trace, and the spans of the
-// phases a status write ended are emitted once that write has succeeded (traceWritten, called
-// by the observer of every status write, transitioned).
-// Everything here that builds spans is a pure function of the run.
-
-// episode is the fault episode of a failure, before it is persisted.
-type episode struct {
-	// root is the reserved root span: the node agent's, or one reserved from the run.
-	root trace.SpanContext
-	// agent is the traceparent annotation the root came from, when the agent reserved it.
-	agent string
-	// detectedAt is the agent's signal, when its evidence explains the failure.
-	detectedAt *time.Time
-}
-
-// episodeOf is the episode of a failure of run's current attempt whose root pod is pod: the
-// root the node agent reserved when pod carries evidence (of cause, unless cause is "") and
-// the agent's traceparent, otherwise a root reserved from the run's UID and attempt.
-func (r *Reconciler) episodeOf(run *v1alpha1.TrainingRun, pod *corev1.Pod, cause v1alpha1.Cause) episode {
-	var ep episode
-	if pod != nil {
-		if ev := v1alpha1.EvidenceOf(pod.Annotations); ev != nil && (cause == "" || ev.Cause == cause) {
-			if t, err := time.Parse(time.RFC3339Nano, ev.DetectedAt); err == nil {
-				ep.detectedAt = &t
-			}
-			if tp := agentTraceparent(run, pod); tp != "" {
-				if sc, ok := tracing.ParseTraceparent(tp); ok {
-					ep.root, ep.agent = sc, tp
-				}
-			}
-		}
-	}
-	if !ep.root.IsValid() {
-		ep.root = r.Tracing.EpisodeFor(fmt.Sprintf("%s/%d", run.UID, run.Status.Attempt))
-	}
-	return ep
-}
-
-// agentTraceparent is the traceparent the node agent wrote on pod with its evidence: the
-// episode it started. The traceparent the Job template copied from the run is the run's, not
-// an episode's, and is never taken for one.
-func agentTraceparent(run *v1alpha1.TrainingRun, pod *corev1.Pod) string {
-	tp := pod.Annotations[v1alpha1.AnnotationTraceparent]
-	if _, ok := pod.Annotations[v1alpha1.AnnotationFaultEvidence]; !ok || tp == run.Annotations[v1alpha1.AnnotationTraceparent] {
-		return ""
-	}
-	return tp
-}
-
-// failedPodWithEpisode is the first failed pod that carries the agent's episode: before the
-// verdict names the root pod, the best guess of the episode the plugin's hints belong to.
-func failedPodWithEpisode(run *v1alpha1.TrainingRun, pods []*corev1.Pod) *corev1.Pod {
-	for _, p := range pods {
-		if exitclass.Failed(p, nil, time.Time{}) && agentTraceparent(run, p) != "" {
-			return p
-		}
-	}
-	return nil
-}
-
-func podNamed(pods []*corev1.Pod, name string) *corev1.Pod {
-	for _, p := range pods {
-		if p.Name == name {
-			return p
-		}
-	}
-	return nil
-}
-
-// newEpisodeTrace is the status.trace of an episode decided at decidedAt: judging began at
-// judgedAt, and the failure was first seen at seenAt. Nil when tracing is off.
-func (r *Reconciler) newEpisodeTrace(ep episode, seenAt, judgedAt, decidedAt time.Time) *v1alpha1.TraceStatus {
-	if !r.Tracing.Enabled() {
-		return nil
-	}
-	tr := &v1alpha1.TraceStatus{
-		Traceparent: tracing.Traceparent(ep.root),
-		SeenAt:      micro(seenAt),
-		JudgedAt:    micro(judgedAt),
-		DecidedAt:   micro(decidedAt),
-	}
-	if ep.detectedAt != nil {
-		tr.DetectedAt = micro(*ep.detectedAt)
-	}
-	return tr
-}
-
-// sightings remember what this process saw first, for the phases that span reconciles
-// (failureClock remembers when each run's current attempt was first seen failing, where
-// settle starts without the agent): when the node agent's first evidence of an episode
-// reached it (settle starts then instead: the agent's detect phase ends with its first
-// evidence written, and settle covers the workers stopping, or the wait for the root
-// worker's evidence), and when every worker was first seen bound, until a status write
-// records it. A controller that restarts forgets them and starts the phases when it next
-// sees the facts; the settle window itself is measured from the pod's failure time and does
-// not depend on them.
-type sightings struct {
-	runs sync.Map // types.NamespacedName → *sighting; a run is never reconciled twice at once
-
-	mu sync.Mutex
-	// evidence is when the agent's evidence of an episode was first seen, by the episode's
-	// traceparent, which is unique: the informer reports it before any reconcile of the run
-	// has read the run.
-	evidence map[string]time.Time
-}
-
-type sighting struct {
-	uid       types.UID
-	attempt   int32
-	scheduled time.Time
-	// progressWritten: when updateProgress last wrote the attempt's status.
-	progressWritten time.Time
-}
-
-// evidenceMemory bounds how long the evidence of an episode that no failure followed (a
-// cancelled shutdown, a fault that did not stop the program) is remembered.
-const evidenceMemory = time.Hour
-
-func (s *sightings) of(run *v1alpha1.TrainingRun) *sighting {
-	key := runKey(run)
-	if v, ok := s.runs.Load(key); ok {
-		if sg := v.(*sighting); sg.uid == run.UID && sg.attempt == run.Status.Attempt {
-			return sg
-		}
-	}
-	sg := &sighting{uid: run.UID, attempt: run.Status.Attempt}
-	s.runs.Store(key, sg)
-	return sg
-}
-
-// scheduled is when every worker of the current attempt was first seen bound, now if not
-// before: recorded in status.trace with the next write there is anyway.
-func (s *sightings) scheduled(run *v1alpha1.TrainingRun, now time.Time) time.Time {
-	sg := s.of(run)
-	if sg.scheduled.IsZero() {
-		sg.scheduled = now
-	}
-	return sg.scheduled
-}
-
-// sawEvidence notes the agent's evidence of the episode traceparent.
-func (s *sightings) sawEvidence(traceparent string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.evidence[traceparent]; ok {
-		return
-	}
-	if s.evidence == nil {
-		s.evidence = map[string]time.Time{}
-	}
-	for tp, seen := range s.evidence {
-		if now.Sub(seen) > evidenceMemory {
-			delete(s.evidence, tp)
-		}
-	}
-	s.evidence[traceparent] = now
-}
-
-// settleStart is when the settle phase of ep began, and forgets ep's evidence: when its
-// first evidence was seen, or without any (an episode the controller started, or evidence
-// this process did not see), when the failure was.
-func (s *sightings) settleStart(ep episode, failure time.Time) time.Time {
-	if ep.agent == "" {
-		return failure
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen, ok := s.evidence[ep.agent]
-	delete(s.evidence, ep.agent)
-	if ok {
-		return seen
-	}
-	return failure
-}
-
-func (s *sightings) forget(key types.NamespacedName) { s.runs.Delete(key) }
-
-// forgetAttempt forgets what was seen of a run's attempt, once it is decided; not what is
-// already seen of the next one (a restart's teardown).
-func (s *sightings) forgetAttempt(key types.NamespacedName, attempt int32) {
-	if v, ok := s.runs.Load(key); ok && v.(*sighting).attempt == attempt {
-		s.runs.CompareAndDelete(key, v)
-	}
-}
-
-// noteEvidence notes the agent's evidence on a pod as the informer delivers it (see
-// sightings). Without the run at hand, a traceparent next to evidence may be the run's own
-// (an agent without tracing): it is noted, and never looked up.
-func (r *Reconciler) noteEvidence(o client.Object) {
-	if !r.Tracing.Enabled() {
-		return
-	}
-	a := o.GetAnnotations()
-	if _, ok := a[v1alpha1.AnnotationFaultEvidence]; !ok {
-		return
-	}
-	if tp := a[v1alpha1.AnnotationTraceparent]; tp != "" {
-		r.seen.sawEvidence(tp, r.Clock.Now())
-	}
-}
-
-// traceWritten emits, after a successful status write, the spans of run's episode whose
-// phases that write ended: those complete now and not in before (the status.trace the write
-// replaced).
-func (r *Reconciler) traceWritten(ctx context.Context, run *v1alpha1.TrainingRun, before *v1alpha1.TraceStatus) {
-	tr := run.Status.Trace
-	if !r.Tracing.Enabled() || tr == nil || equality.Semantic.DeepEqual(before, tr) {
-		return
-	}
-	root, ok := tracing.ParseTraceparent(tr.Traceparent)
-	if !ok {
-		return
-	}
-	done := map[string]bool{}
-	for _, s := range episodeSpans(run, before) {
-		done[s.key] = true
-	}
-	for _, s := range episodeSpans(run, tr) {
-		switch {
-		case done[s.key]:
-		case s.root:
-			r.Tracing.EmitRoot(ctx, root, s.Span)
-		default:
-			r.Tracing.Emit(ctx, root, s.Span)
-		}
-	}
-}
+// The spans of an episode, each a pure function of the run's persisted status: a phase's
+// span is the time between two of status.trace's stamps.
 
 // episodeSpan is a span of an episode; key tells it from the spans of other episodes.
 type episodeSpan struct {
@@ -474,25 +241,6 @@ func attemptSpan(run *v1alpha1.TrainingRun, n int32, started *v1alpha1.TraceStat
 	}
 	parent, _ = tracing.TraceparentFrom(run.Annotations)
 	return parent, s, true
-}
-
-// withEpisode is ctx carrying the episode's root as its (remote) span: the plugin host
-// propagates it into the plugin's calls.
-func withEpisode(ctx context.Context, root trace.SpanContext) context.Context {
-	if !root.IsValid() {
-		return ctx
-	}
-	return trace.ContextWithSpanContext(ctx, root)
-}
-
-// withCurrentEpisode is ctx carrying the episode that started the current attempt, if any.
-func withCurrentEpisode(ctx context.Context, run *v1alpha1.TrainingRun) context.Context {
-	if tr := run.Status.Trace; tr != nil {
-		if sc, ok := tracing.ParseTraceparent(tr.Traceparent); ok {
-			return withEpisode(ctx, sc)
-		}
-	}
-	return ctx
 }
 
 func micro(t time.Time) *metav1.MicroTime {
