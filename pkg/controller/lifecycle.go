@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/admission"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -139,6 +142,62 @@ func (r *Reconciler) suspendFor(ctx context.Context, run *v1alpha1.TrainingRun, 
 		_, err = r.retire(ctx, obs.job, obs.all, obs.nodes)
 	}
 	return ctrl.Result{}, errors.Join(err, r.removePods(ctx, rest, true))
+}
+
+// admit keeps the run in step with its admission (admission.Gate) and reports whether the
+// reconcile ends here (done): a run that may not run yet holds, and every change of its
+// admission is written first, then told.
+func (r *Reconciler) admit(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, bool, error) {
+	before := run.Status.DeepCopy()
+	a, err := r.gate().Sync(ctx, run)
+	var res ctrl.Result
+	switch {
+	case err != nil:
+	case a.Stall != nil:
+		res, err = r.stall(ctx, run, a.Stall.Reason, a.Stall.Message)
+	case a.PluginErr != nil:
+		res, err = r.pluginNotReady(ctx, run, a.PluginErr)
+	case a.Hold != nil && run.Status.Attempt > 0:
+		res, err = r.hold(ctx, run, *a.Hold)
+	case !equality.Semantic.DeepEqual(before, &run.Status):
+		if err = r.writeStatus(ctx, run); err == nil {
+			for _, e := range a.Events {
+				r.event(run, e.Type, e.Reason, e.Action, "%s", e.Message)
+			}
+		}
+	default:
+		return res, !a.Proceed, nil
+	}
+	return res, true, err
+}
+
+// hold keeps a run whose admission is gone from running: its attempt is suspended (as a
+// preemption, which spends no restart) and, once its last worker is gone, the quota it
+// still holds is given back.
+func (r *Reconciler) hold(ctx context.Context, run *v1alpha1.TrainingRun, h admission.Hold) (ctrl.Result, error) {
+	obs, err := r.observe(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var res ctrl.Result
+	if ptr.Deref(run.Spec.Suspend, false) {
+		res, err = r.suspend(ctx, run, obs) // the user's suspend: the run's own step says so
+	} else {
+		res, err = r.suspendFor(ctx, run, obs, h.Reason, h.Message)
+	}
+	if err != nil || !h.ReleaseQuota || obs.job != nil || slices.ContainsFunc(obs.all, func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }) {
+		return res, err // the workers' deletions wake the run again
+	}
+	return res, r.gate().ReleaseQuota(ctx, run)
+}
+
+// gate is the run's admission gate: a reconciler built without one admits as one without
+// the Kueue integration.
+func (r *Reconciler) gate() admission.Gate {
+	if r.Admission == nil {
+		return admission.New(admission.Config{})
+	}
+	return r.Admission
 }
 
 // resume starts a fresh attempt after a suspend; it spends no budget.

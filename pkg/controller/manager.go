@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -134,11 +136,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			},
 		},
 	}
-	if opts.Kueue {
-		// Workloads are read at every reconcile of a queued run: from the cache, which holds
-		// only faultline's own (they carry the run label).
-		cacheOpts.ByObject[newWorkloadObject()] = cache.ByObject{Label: byRun}
-	}
+	// Workloads are read at every reconcile of a queued run: from the cache, which holds
+	// only faultline's own (they carry the run label).
+	maps.Copy(cacheOpts.ByObject, admission.CacheObjects(opts.Kueue, byRun))
 	if opts.Namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
 	}
@@ -185,12 +185,18 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Episodes:    episode.New(opts.Tracing, clock.RealClock{}),
 		Crash:       opts.Crash,
 		Maintenance: opts.Maintenance,
-		Kueue:       opts.Kueue,
 
 		BarrierImage:    opts.BarrierImage,
 		BarrierInWorker: opts.BarrierInWorker,
 		NodeConditions:  opts.NodeConditions,
 	}
+	r.Admission = admission.New(admission.Config{
+		Kueue: opts.Kueue, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
+		Roles: func(ctx context.Context, run *v1alpha1.TrainingRun) ([]framework.Role, error) {
+			fw, err := frameworks.Resolve(r.Episodes.Context(ctx, run), run)
+			return fw.Roles, err
+		},
+	})
 	if err := metrics.Registry.Register(runsCollector{reader: mgr.GetCache()}); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -272,12 +278,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		}
 		return runOf(ctx, o)
 	}
-	b := ctrl.NewControllerManagedBy(mgr)
-	if r.Kueue {
-		// An admission, an eviction, a lost admission check: the run follows its Workload.
-		b = b.Watches(newWorkloadObject(), handler.EnqueueRequestsFromMapFunc(runOf))
-	}
-	return b.
+	return r.gate().Watches(ctrl.NewControllerManagedBy(mgr), runOf).
 		// Every change of a run wakes it, our own status writes included: each write is a
 		// step of the state machine and the next step follows from it.
 		For(&v1alpha1.TrainingRun{}).

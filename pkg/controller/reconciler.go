@@ -25,10 +25,10 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
-	"github.com/faultline-dev/faultline/pkg/kueue"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
@@ -67,9 +67,8 @@ type Reconciler struct {
 	// NodeConditions are the node conditions of the cluster's own health checkers that are
 	// infrastructure evidence for the workers of their node (exitclass rule 7b).
 	NodeConditions []exitclass.NodeConditionRule
-	// Kueue turns on the Kueue integration (kueue.go): a run that names a queue is admitted
-	// through its Workload. Off, such a run stalls rather than bypass the queue.
-	Kueue bool
+	// Admission admits runs that name a Kueue queue (nil: as without the Kueue integration).
+	Admission admission.Gate
 
 	progress  progressWrites
 	failures  failureClock
@@ -98,10 +97,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.retireGone(ctx, req.NamespacedName)
 	}
 	ctx = withPersisted(ctx, run)
-	if kueue.QueueName(run) != "" {
-		if res, done, err := r.queueGate(ctx, run); done || err != nil {
-			return res, err
-		}
+	if res, done, err := r.admit(ctx, run); done || err != nil {
+		return res, err
 	}
 	if run.Status.Attempt == 0 {
 		return ctrl.Result{}, r.start(ctx, run)

@@ -231,8 +231,11 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		RoleRanges:         layout,
 		ServiceAccountName: sa,
 	})
-	if res, ok, err := r.placeAdmitted(ctx, run, job, fw.Roles); !ok || err != nil {
-		return res, err
+	if pl, err := r.gate().Place(ctx, run, job, fw.Roles); err != nil || !pl.Ready {
+		if err == nil && pl.Stall != nil {
+			return r.stallFor(ctx, run, pl.Stall.Reason, jobRejectedRetry, pl.Stall.Message)
+		}
+		return ctrl.Result{}, err // the Workload's change brings the run back
 	}
 	if err := r.Create(ctx, job); err != nil {
 		switch {

@@ -1,15 +1,4 @@
-package controller
-
-// The Kueue integration (docs/kueue.md). A run that names a LocalQueue (the
-// kueue.x-k8s.io/queue-name label) is one Kueue Workload, which the controller creates and
-// owns, as Kueue's own job reconciler does for the jobs it integrates: Kueue
-// (integrations.externalFrameworks: TrainingRun.v1alpha1.faultline.dev) knows the attempts'
-// Jobs for children of the run, and the Workload, not the Jobs, is what it queues, admits,
-// preempts and counts against quota. The run starts no attempt until the Workload is
-// admitted; every attempt's pods get the admitted flavors' node selectors and tolerations; a
-// restart stays inside the admission; an eviction suspends the run, which spends nothing,
-// gives the quota back once its last worker is gone, and resumes with a fresh attempt when
-// admitted again.
+package admission
 
 import (
 	"context"
@@ -22,7 +11,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,12 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/kueue"
 )
@@ -45,6 +33,11 @@ import (
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=resourceflavors;workloadpriorityclasses,verbs=get
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get
 
+// kueueGate admits runs through their Kueue Workloads.
+type kueueGate struct{ cfg Config }
+
+var _ Gate = (*kueueGate)(nil)
+
 // newWorkloadObject is an empty unstructured Workload, for reads.
 func newWorkloadObject() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
@@ -52,51 +45,49 @@ func newWorkloadObject() *unstructured.Unstructured {
 	return u
 }
 
-// queueGate keeps a run that names a queue in step with its Workload. It runs before the
-// run's own steps and reports whether the reconcile ends here (done): while the Workload is
-// not admitted, the run stays suspended (its workers stopped, nothing counted), and every
-// change of the Workload the run must reflect is written first.
-func (r *Reconciler) queueGate(ctx context.Context, run *v1alpha1.TrainingRun) (res ctrl.Result, done bool, err error) {
-	before := run.Status.DeepCopy()
-	finished := run.Status.Phase == v1alpha1.PhaseSucceeded || run.Status.Phase == v1alpha1.PhaseFailed
-	if !r.Kueue {
-		if finished {
-			return res, false, nil
-		}
-		res, err = r.stall(ctx, run, v1alpha1.ReasonKueueOff, fmt.Sprintf("the run names Kueue queue %q (label %s) and this controller runs without the Kueue integration: it starts no worker that would bypass the queue (launcher controller --kueue)", kueue.QueueName(run), v1alpha1.LabelQueueName))
-		return res, true, err
-	}
+func (g *kueueGate) now() metav1.Time { return metav1.NewTime(g.cfg.Clock.Now()) }
+
+// workload reads run's Workload from the cache.
+func (g *kueueGate) workload(ctx context.Context, run *v1alpha1.TrainingRun) (*unstructured.Unstructured, error) {
 	u := newWorkloadObject()
-	err = r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: kueue.WorkloadName(run)}, u)
+	return u, g.cfg.Client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: kueue.WorkloadName(run)}, u)
+}
+
+// Sync keeps a run that names a queue in step with its Workload: while the Workload is not
+// admitted the run holds (its workers stopped, nothing counted), and every change of the
+// Workload the run must reflect is in its status first.
+func (g *kueueGate) Sync(ctx context.Context, run *v1alpha1.TrainingRun) (Admission, error) {
+	if kueue.QueueName(run) == "" {
+		return Admission{Proceed: true}, nil
+	}
+	u, err := g.workload(ctx, run)
 	switch {
 	case apierrors.IsNotFound(err):
-		if finished {
-			return res, false, nil
+		if finished(run) {
+			return Admission{Proceed: true}, nil
 		}
-		res, err = r.createWorkload(ctx, run)
-		return res, true, err
+		return g.create(ctx, run)
 	case err != nil:
-		return res, true, fmt.Errorf("get workload %s: %w", kueue.WorkloadName(run), err)
+		return Admission{}, fmt.Errorf("get workload %s: %w", kueue.WorkloadName(run), err)
 	}
 	if owner := metav1.GetControllerOf(u); owner == nil || owner.UID != run.UID {
-		res, err = r.stall(ctx, run, v1alpha1.ReasonWorkloadTaken, fmt.Sprintf("Workload %s exists and is not this run's: delete it, or the run, to queue it", u.GetName()))
-		return res, true, err
+		return Admission{Stall: &Stall{Reason: v1alpha1.ReasonWorkloadTaken, Message: fmt.Sprintf("Workload %s exists and is not this run's: delete it, or the run, to queue it", u.GetName())}}, nil
 	}
 	wl, err := kueue.Parse(u)
 	if err != nil {
-		return res, true, err
+		return Admission{}, err
 	}
-	if finished {
+	if finished(run) {
 		// Finished gives the quota back; the run's own steps (the TTL) go on.
-		return res, false, r.workloadConditions(ctx, u, kueue.Finished(run))
+		return Admission{Proceed: true}, g.workloadConditions(ctx, u, kueue.Finished(run))
 	}
 	if wantActive := !ptr.Deref(run.Spec.Suspend, false); wl.Active() != wantActive {
 		// A suspended run gives its quota back: Kueue evicts an inactive Workload.
 		patch := []byte(fmt.Sprintf(`{"spec":{"active":%t}}`, wantActive))
-		if err := r.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return res, true, fmt.Errorf("set workload %s spec.active=%t: %w", u.GetName(), wantActive, err)
+		if err := g.cfg.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return Admission{}, fmt.Errorf("set workload %s spec.active=%t: %w", u.GetName(), wantActive, err)
 		}
-		return res, true, nil
+		return Admission{}, nil
 	}
 	admitted := wl.Admitted()
 	if c := wl.Condition(kueue.ConditionPodsReady); admitted || (c != nil && c.Reason != kueue.ReasonWaitForStart) {
@@ -105,126 +96,124 @@ func (r *Reconciler) queueGate(ctx context.Context, run *v1alpha1.TrainingRun) (
 		allReady := run.Status.Phase == v1alpha1.PhaseRunning && run.Status.ReadyWorkers >= run.Spec.Workers
 		want := kueue.PodsReady(c, kueue.RunState{AllReady: allReady, Attempt: max(run.Status.Attempt, 1)}, admitted)
 		if c == nil || c.Status != want.Status || c.Reason != want.Reason {
-			if err := r.workloadConditions(ctx, u, want); err != nil {
-				return res, true, err
+			if err := g.workloadConditions(ctx, u, want); err != nil {
+				return Admission{}, err
 			}
 		}
 	}
-	newlyAdmitted := reflectWorkload(run, wl, r.now())
-	if e := run.Status.Queue.LastEviction; e != nil && e.Reason == kueue.EvictedByPreemption && e.Preemptor == "" {
-		e.Preemptor = r.preemptor(ctx, e.Message)
+	var a Admission
+	if reflectWorkload(run, wl, g.now()) {
+		a.Events = append(a.Events, Event{corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, v1alpha1.ActionQueue, admittedMessage(run.Status.Queue)})
 	}
-	if newlyAdmitted {
-		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, v1alpha1.ActionQueue, "%s", admittedMessage(run.Status.Queue))
+	if e := run.Status.Queue.LastEviction; e != nil && e.Reason == kueue.EvictedByPreemption && e.Preemptor == "" {
+		e.Preemptor = g.preemptor(ctx, e.Message)
 	}
 	if admitted {
-		if !equality.Semantic.DeepEqual(&run.Status, before) {
-			return res, true, r.writeStatus(ctx, run)
-		}
-		return res, false, nil
+		a.Proceed = true
+		return a, nil
 	}
-	return r.holdQueued(ctx, run, before, u, wl)
+	a.Hold = hold(run, wl)
+	return a, nil
 }
 
-// holdQueued keeps a run whose Workload is not admitted from running: before its first
-// attempt it only says so; later, its attempt is suspended (as a preemption, which spends no
-// restart) and, once its last worker is gone, the Workload's quota is given back.
-func (r *Reconciler) holdQueued(ctx context.Context, run *v1alpha1.TrainingRun, before *v1alpha1.TrainingRunStatus, u *unstructured.Unstructured, wl *kueue.Workload) (ctrl.Result, bool, error) {
+// hold is how a run whose Workload is not admitted holds: before its first attempt it is
+// suspended and says why (here); later, its attempt is suspended as a preemption, which
+// spends no restart, and the Workload's quota is given back once its last worker is gone.
+func hold(run *v1alpha1.TrainingRun, wl *kueue.Workload) *Hold {
 	st := &run.Status
-	ev := wl.Eviction()
 	if st.Attempt == 0 {
 		st.Phase = v1alpha1.PhaseSuspended
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonQueued, Message: queuedMessage(run, wl)})
-		if !equality.Semantic.DeepEqual(&run.Status, before) {
-			return ctrl.Result{}, true, r.writeStatus(ctx, run)
-		}
-		return ctrl.Result{}, true, nil
+		return &Hold{}
 	}
-	obs, err := r.observe(ctx, run)
-	if err != nil {
-		return ctrl.Result{}, true, err
-	}
-	var res ctrl.Result
-	if ptr.Deref(run.Spec.Suspend, false) {
-		// The user's suspend: the run's own step says so, and stops the workers.
-		res, err = r.suspend(ctx, run, obs)
-	} else {
-		reason, why := v1alpha1.ReasonQueued, "Kueue: workload "+wl.Name+" is not admitted"
-		if ev != nil {
-			reason, why = v1alpha1.ReasonEvictedByKueue, fmt.Sprintf("Kueue (%s): %s", ev.Reason, ev.Message)
-			if ev.Reason == kueue.EvictedByPreemption {
-				reason = v1alpha1.ReasonPreempted
-				if e := st.Queue.LastEviction; e != nil && e.Preemptor != "" {
-					why = fmt.Sprintf("Kueue (%s) for workload %s: %s", ev.Reason, e.Preemptor, ev.Message)
-				}
+	ev := wl.Eviction()
+	h := &Hold{Reason: v1alpha1.ReasonQueued, Message: "Kueue: workload " + wl.Name + " is not admitted", ReleaseQuota: ev != nil && wl.HoldsQuota()}
+	if ev != nil {
+		h.Reason, h.Message = v1alpha1.ReasonEvictedByKueue, fmt.Sprintf("Kueue (%s): %s", ev.Reason, ev.Message)
+		if ev.Reason == kueue.EvictedByPreemption {
+			h.Reason = v1alpha1.ReasonPreempted
+			if e := st.Queue.LastEviction; e != nil && e.Preemptor != "" {
+				h.Message = fmt.Sprintf("Kueue (%s) for workload %s: %s", ev.Reason, e.Preemptor, ev.Message)
 			}
 		}
-		res, err = r.suspendFor(ctx, run, obs, reason, why)
 	}
-	if err != nil {
-		return res, true, err
-	}
-	if ev == nil || !wl.HoldsQuota() {
-		return res, true, nil
-	}
-	if obs.job != nil || slices.ContainsFunc(obs.all, func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }) {
-		return res, true, nil // the workers' deletions wake the run again
-	}
-	// Only now may another workload have the quota: before, two gangs would hold the nodes.
-	if _, err := kueue.ClearAdmission(u, ev, r.now().Time); err != nil {
-		return res, true, err
-	}
-	if err := r.Status().Update(ctx, u); err != nil {
-		return res, true, fmt.Errorf("clear the admission of workload %s: %w", u.GetName(), err)
-	}
-	return res, true, nil
+	return h
 }
 
-// createWorkload creates run's Workload and says so in the run's status.
-func (r *Reconciler) createWorkload(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, error) {
-	prio, err := r.priority(ctx, run)
+// ReleaseQuota clears the admission of run's evicted Workload: only now may another
+// workload have the quota.
+func (g *kueueGate) ReleaseQuota(ctx context.Context, run *v1alpha1.TrainingRun) error {
+	u, err := g.workload(ctx, run)
 	if err != nil {
-		return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
+		return client.IgnoreNotFound(err)
 	}
-	roles, err := r.layout(ctx, run)
+	wl, err := kueue.Parse(u)
 	if err != nil {
-		return r.pluginNotReady(ctx, run, err)
+		return err
+	}
+	ev := wl.Eviction()
+	if ev == nil || !wl.HoldsQuota() {
+		return nil
+	}
+	if _, err := kueue.ClearAdmission(u, ev, g.now().Time); err != nil {
+		return err
+	}
+	if err := g.cfg.Client.Status().Update(ctx, u); err != nil {
+		return fmt.Errorf("clear the admission of workload %s: %w", u.GetName(), err)
+	}
+	return nil
+}
+
+// create creates run's Workload and says so in the run's status.
+func (g *kueueGate) create(ctx context.Context, run *v1alpha1.TrainingRun) (Admission, error) {
+	refused := func(msg string) (Admission, error) {
+		return Admission{Stall: &Stall{Reason: v1alpha1.ReasonWorkloadRefused, Message: msg}}, nil
+	}
+	prio, err := g.priority(ctx, run)
+	if err != nil {
+		return refused(err.Error())
+	}
+	var roles []kueue.Role
+	if len(run.Spec.Roles) > 0 {
+		layout, err := g.cfg.Roles(ctx, run)
+		if err != nil {
+			return Admission{PluginErr: err}, nil
+		}
+		roles = kueueRoles(layout)
 	}
 	sets, err := kueue.PodSets(run, roles)
 	if err != nil {
-		return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, err.Error())
+		return refused(err.Error())
 	}
 	u, err := kueue.NewWorkload(run, sets, prio)
 	if err != nil {
-		return ctrl.Result{}, err
+		return Admission{}, err
 	}
-	if err := r.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := g.cfg.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			return r.stall(ctx, run, v1alpha1.ReasonWorkloadRefused, fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
+			return refused(fmt.Sprintf("the API server (or Kueue's webhook) refused the run's Workload %s: %s", u.GetName(), apiMessage(err)))
 		}
-		return ctrl.Result{}, fmt.Errorf("create workload %s: %w", u.GetName(), err)
+		return Admission{}, fmt.Errorf("create workload %s: %w", u.GetName(), err)
 	}
 	st := &run.Status
 	st.Queue = &v1alpha1.QueueStatus{Name: kueue.QueueName(run), Workload: u.GetName()}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonQueued, Message: fmt.Sprintf("workload %s waits in queue %s", u.GetName(), kueue.QueueName(run))})
-	if err := r.writeStatus(ctx, run); err != nil {
-		return ctrl.Result{}, err
-	}
-	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonQueued, v1alpha1.ActionQueue, "workload %s created in queue %s", u.GetName(), kueue.QueueName(run))
-	return ctrl.Result{}, nil
+	return Admission{Events: []Event{{corev1.EventTypeNormal, v1alpha1.ReasonQueued, v1alpha1.ActionQueue, fmt.Sprintf("workload %s created in queue %s", u.GetName(), kueue.QueueName(run))}}}, nil
 }
 
-// layout is the roles of a run with spec.roles, as its framework lays them out (its pod
-// sets are per role); nil for a run without, whose pods are all alike.
-func (r *Reconciler) layout(ctx context.Context, run *v1alpha1.TrainingRun) ([]kueue.Role, error) {
-	if len(run.Spec.Roles) == 0 {
-		return nil, nil
+// apiMessage is the API server's own message of a refusal.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
 	}
-	fw, err := r.Frameworks.Resolve(r.Episodes.Context(ctx, run), run)
-	if err != nil {
-		return nil, err
-	}
-	return kueueRoles(fw.Roles), nil
+	return err.Error()
+}
+
+// Watches wakes a run at every change of its Workload: an admission, an eviction, a lost
+// admission check.
+func (g *kueueGate) Watches(b *builder.Builder, runOf handler.MapFunc) *builder.Builder {
+	return b.Watches(newWorkloadObject(), handler.EnqueueRequestsFromMapFunc(runOf))
 }
 
 func kueueRoles(roles []framework.Role) []kueue.Role {
@@ -237,11 +226,11 @@ func kueueRoles(roles []framework.Role) []kueue.Role {
 
 // priority is the Workload's priority, as Kueue gives its jobs': the WorkloadPriorityClass
 // the run's label names, else the PriorityClass of the workers' template, else none.
-func (r *Reconciler) priority(ctx context.Context, run *v1alpha1.TrainingRun) (kueue.Priority, error) {
+func (g *kueueGate) priority(ctx context.Context, run *v1alpha1.TrainingRun) (kueue.Priority, error) {
 	if name := run.Labels[v1alpha1.LabelWorkloadPriorityClass]; name != "" {
 		wpc := &unstructured.Unstructured{}
 		wpc.SetGroupVersionKind(kueue.WorkloadPriorityClassGVK)
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, wpc); err != nil {
+		if err := g.cfg.APIReader.Get(ctx, types.NamespacedName{Name: name}, wpc); err != nil {
 			return kueue.Priority{}, fmt.Errorf("label %s: WorkloadPriorityClass %s: %w", v1alpha1.LabelWorkloadPriorityClass, name, err)
 		}
 		v, _, _ := unstructured.NestedInt64(wpc.Object, "value")
@@ -249,7 +238,7 @@ func (r *Reconciler) priority(ctx context.Context, run *v1alpha1.TrainingRun) (k
 	}
 	if name := run.Spec.Template.Spec.PriorityClassName; name != "" {
 		pc := &schedulingv1.PriorityClass{}
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, pc); err != nil {
+		if err := g.cfg.APIReader.Get(ctx, types.NamespacedName{Name: name}, pc); err != nil {
 			return kueue.Priority{}, fmt.Errorf("spec.template.spec.priorityClassName: PriorityClass %s: %w", name, err)
 		}
 		return kueue.Priority{Value: pc.Value, Group: kueue.PriorityClassGroupPod, Kind: kueue.PriorityClassKindPod, Name: name}, nil
@@ -260,7 +249,7 @@ func (r *Reconciler) priority(ctx context.Context, run *v1alpha1.TrainingRun) (k
 // preemptor names the workload whose UID Kueue's preemption message gives (it may be in
 // another namespace of the ClusterQueue's cohort), or "" when it is gone or unreadable: the
 // message still has the UID.
-func (r *Reconciler) preemptor(ctx context.Context, message string) string {
+func (g *kueueGate) preemptor(ctx context.Context, message string) string {
 	uid := kueue.PreemptorUID(message)
 	if uid == "" {
 		return ""
@@ -268,7 +257,7 @@ func (r *Reconciler) preemptor(ctx context.Context, message string) string {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(kueue.WorkloadGVK.GroupVersion().WithKind(kueue.WorkloadGVK.Kind + "List"))
 	// Read once per preemption, across namespaces: the cache holds only this controller's own.
-	if err := r.APIReader.List(ctx, list); err != nil {
+	if err := g.cfg.APIReader.List(ctx, list); err != nil {
 		return ""
 	}
 	for i := range list.Items {
@@ -283,12 +272,12 @@ func (r *Reconciler) preemptor(ctx context.Context, message string) string {
 }
 
 // workloadConditions writes conditions into the Workload's status, if they change it.
-func (r *Reconciler) workloadConditions(ctx context.Context, u *unstructured.Unstructured, conds ...metav1.Condition) error {
-	changed, err := kueue.SetConditions(u, r.now().Time, conds...)
+func (g *kueueGate) workloadConditions(ctx context.Context, u *unstructured.Unstructured, conds ...metav1.Condition) error {
+	changed, err := kueue.SetConditions(u, g.now().Time, conds...)
 	if err != nil || !changed {
 		return err
 	}
-	if err := r.Status().Update(ctx, u); err != nil {
+	if err := g.cfg.Client.Status().Update(ctx, u); err != nil {
 		return fmt.Errorf("update status of workload %s: %w", u.GetName(), err)
 	}
 	return nil
@@ -365,27 +354,23 @@ func queuedMessage(run *v1alpha1.TrainingRun, wl *kueue.Workload) string {
 // creation; the Workload's change brings the run back.
 var errNotAdmitted = errors.New("workload not admitted")
 
-// placeAdmitted puts the admission of a run that names a queue onto an attempt's Job: the
-// node labels and tolerations of each pod set's flavors and what its admission checks ask,
-// on every attempt, so that no attempt lands outside what Kueue admitted (kueue.Place), and
-// only while the run's pods are still those the Workload was made with. It reports false
-// when the attempt must not be created now (res says when to look again).
-func (r *Reconciler) placeAdmitted(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, layout []framework.Role) (ctrl.Result, bool, error) {
-	if kueue.QueueName(run) == "" || !r.Kueue {
-		return ctrl.Result{}, true, nil
+// Place puts the admission of a run that names a queue onto an attempt's Job (kueue.Place),
+// only while the run's pods are still those the Workload was made with.
+func (g *kueueGate) Place(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, layout []framework.Role) (Placement, error) {
+	if kueue.QueueName(run) == "" {
+		return Placement{Ready: true}, nil
 	}
-	stall := func(reason, msg string) (ctrl.Result, bool, error) {
-		res, err := r.stallFor(ctx, run, reason, jobRejectedRetry, msg)
-		return res, false, err
+	stall := func(reason, msg string) (Placement, error) {
+		return Placement{Stall: &Stall{Reason: reason, Message: msg}}, nil
 	}
 	sets, err := kueue.PodSets(run, kueueRoles(layout))
 	if err != nil {
 		return stall(v1alpha1.ReasonJobRejected, err.Error())
 	}
-	infos, outdated, err := r.admissionInfos(ctx, run, sets)
+	infos, outdated, err := g.admissionInfos(ctx, run, sets)
 	switch {
 	case errors.Is(err, errNotAdmitted):
-		return ctrl.Result{}, false, nil
+		return Placement{}, nil
 	case outdated != "":
 		return stall(v1alpha1.ReasonWorkloadOutdated, outdated)
 	}
@@ -400,14 +385,14 @@ func (r *Reconciler) placeAdmitted(ctx context.Context, run *v1alpha1.TrainingRu
 		return stall(v1alpha1.ReasonJobRejected, fmt.Sprintf("Kueue's admission cannot be applied to attempt %d's workers: %v", run.Status.Attempt, err))
 	}
 	attempt.SetRoleTemplates(job, roles)
-	return ctrl.Result{}, true, nil
+	return Placement{Ready: true}, nil
 }
 
 // admissionInfos are what the admission of run's Workload adds to the pods of each of its
 // pod sets; outdated says why the Workload's pod sets are not sets any more.
-func (r *Reconciler) admissionInfos(ctx context.Context, run *v1alpha1.TrainingRun, sets []kueue.PodSet) (map[string]kueue.PodSetInfo, string, error) {
-	u := newWorkloadObject()
-	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: kueue.WorkloadName(run)}, u); err != nil {
+func (g *kueueGate) admissionInfos(ctx context.Context, run *v1alpha1.TrainingRun, sets []kueue.PodSet) (map[string]kueue.PodSetInfo, string, error) {
+	u, err := g.workload(ctx, run)
+	if err != nil {
 		return nil, "", fmt.Errorf("get workload: %w", err)
 	}
 	wl, err := kueue.Parse(u)
@@ -433,7 +418,7 @@ func (r *Reconciler) admissionInfos(ctx context.Context, run *v1alpha1.TrainingR
 			}
 			f := &unstructured.Unstructured{}
 			f.SetGroupVersionKind(kueue.ResourceFlavorGVK)
-			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, f); err != nil {
+			if err := g.cfg.APIReader.Get(ctx, types.NamespacedName{Name: name}, f); err != nil {
 				return nil, "", fmt.Errorf("resource flavor %s: %w", name, err)
 			}
 			rf := &kueue.ResourceFlavor{}
