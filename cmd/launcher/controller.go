@@ -20,6 +20,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/barrier"
 	"github.com/faultline-dev/faultline/pkg/cli"
 	"github.com/faultline-dev/faultline/pkg/controller"
+	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/election"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -68,7 +69,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 				return err
 			}
 			opts.LeaderElectionNamespace = leaseNS
-			if opts.NodeMaintenances, err = controller.NodeMaintenanceSelector(opts.Namespace, nmSelector, cmd.Flags().Changed(flagNodeMaintenanceSelector)); err != nil {
+			if opts.NodeMaintenances, err = plannedmove.NodeMaintenanceSelector(opts.Namespace, nmSelector, cmd.Flags().Changed(flagNodeMaintenanceSelector)); err != nil {
 				return err
 			}
 			for _, c := range nodeConditions {

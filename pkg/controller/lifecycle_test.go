@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -67,5 +68,31 @@ func TestFailedRunReleasesItsPods(t *testing.T) {
 		t.Errorf("failed pod %s: %v, want it kept for its logs", crashed.Name, err)
 	} else if kept.DeletionTimestamp != nil {
 		t.Errorf("failed pod %s is being deleted, want it kept for its logs", crashed.Name)
+	}
+}
+
+// TestFinishedRunLiftsNoMaintenance: a finished run that still keeps a node off for a
+// maintenance now over says nothing of it: it starts no attempt the node would matter to,
+// and an event of each reconcile that a Node's change brings would repeat without end (the
+// lift of a finished run is never written).
+func TestFinishedRunLiftsNoMaintenance(t *testing.T) {
+	ctx := context.Background()
+	run, job, _ := runWithJob(2, v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseSucceeded, CompletionTime: ptr.To(metav1.NewTime(t0)),
+		MaintenanceExcludedNodes: []string{"gpu-1"}})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}} // uncordoned: its maintenance is over
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(run, job, node).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	rec := events.NewFakeRecorder(100)
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: rec, Clock: clocktesting.NewFakeClock(t0)}
+	for range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(rec.Events)
+	for e := range rec.Events {
+		if strings.Contains(e, v1alpha1.ReasonMaintenanceOver) {
+			t.Errorf("a finished run told: %s", e)
+		}
 	}
 }

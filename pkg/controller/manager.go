@@ -30,6 +30,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
+	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
@@ -220,7 +221,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if _, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{}); err != nil {
 		return fmt.Errorf("node agent heartbeat informer: %w", err)
 	}
-	if err := indexMaintenance(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := plannedmove.Index(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("index for maintenance: %w", err)
 	}
 	if err := r.SetupWithManager(mgr, max(opts.Workers, 1)); err != nil {
@@ -287,7 +288,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		// A maintenance of a worker's node moves the run; its end lifts the run's exclusion.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.runsOnNodes(ctx, []string{o.GetName()})
-		}), builder.WithPredicates(maintenanceFactsChanged(r.Maintenance))).
+		}), builder.WithPredicates(plannedmove.FactsChanged(r.Maintenance))).
 		// An agent's records of its node's barriers (on its heartbeat) move the runs of the
 		// node's pods: a stop recorded may open a gang's barrier, an open make it Running.
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {

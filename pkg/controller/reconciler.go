@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -22,14 +23,17 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
+	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
+	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -107,11 +111,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if lifted, err := r.liftMaintenance(ctx, run); err != nil {
-		return ctrl.Result{}, err
-	} else if lifted && run.Status.Phase != v1alpha1.PhaseSucceeded && run.Status.Phase != v1alpha1.PhaseFailed {
-		if err := r.writeStatus(ctx, run); err != nil {
+	if run.Status.Phase != v1alpha1.PhaseSucceeded && run.Status.Phase != v1alpha1.PhaseFailed {
+		// A finished run starts no attempt that a node kept off would matter to.
+		if lifted, err := r.liftMaintenance(ctx, run); err != nil {
 			return ctrl.Result{}, err
+		} else if lifted {
+			if err := r.writeStatus(ctx, run); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
 	live := func(p *corev1.Pod) bool { return !exitclass.Gone(p, obs.nodes) }
@@ -254,6 +261,121 @@ func (r *Reconciler) trackPlanned(ctx context.Context, run *v1alpha1.TrainingRun
 		}
 	}
 	return r.updateProgress(ctx, run, obs)
+}
+
+// planner reads the planned maintenances of the runs' nodes from the cache.
+func (r *Reconciler) planner() *plannedmove.Planner {
+	return &plannedmove.Planner{Client: r.Client, Maintenance: r.Maintenance, Clock: r.Clock}
+}
+
+// plan acts on a planned maintenance of a running attempt's nodes: a restart, a word that
+// the run cannot move, or nothing yet. done is false when tracking goes on as usual.
+func (r *Reconciler) plan(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (res ctrl.Result, done bool, err error) {
+	mv, err := r.planner().Plan(ctx, run, obs.workers())
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if !mv.Next.IsZero() {
+		res.RequeueAfter = mv.Next.Sub(r.Clock.Now())
+	}
+	blocked := mv.Blocked != "" && len(mv.Nodes) == 0
+	if changed := setMaintenanceBlocked(run, blocked, mv.Blocked); changed {
+		if blocked {
+			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonMaintenanceBlocked, v1alpha1.ActionWait, "%s", mv.Blocked)
+		}
+		return res, true, r.writeStatus(ctx, run)
+	}
+	if len(mv.Nodes) == 0 {
+		return res, false, nil
+	}
+	res, err = r.plannedRestart(ctx, run, obs, mv)
+	return res, true, err
+}
+
+// setMaintenanceBlocked sets or clears the MaintenanceBlocked condition; it reports a change.
+func setMaintenanceBlocked(run *v1alpha1.TrainingRun, blocked bool, why string) bool {
+	if blocked {
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoPlacement, Message: why})
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionMaintenanceBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProgressing, Message: "no planned maintenance holds the run"})
+	}
+	return false
+}
+
+// plannedRestart decides on a planned move through the failure policy (a rule that names
+// PlannedMaintenance may spend budget or fail the run), and acts on it as on a failure's;
+// the move's nodes are kept off until their maintenance is over.
+func (r *Reconciler) plannedRestart(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed, mv plannedmove.Move) (ctrl.Result, error) {
+	now := r.now()
+	d := policy.Decide(policy.Input{
+		Policy:   run.Spec.FailurePolicy,
+		Restarts: run.Status.Restarts,
+		History:  run.Status.Attempts,
+		Failure:  mv.Failure(),
+		FailedAt: now.Time,
+	})
+	apply, ok := actions[d.Action]
+	if !ok {
+		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
+	}
+	if d.Action != v1alpha1.ActionFailRun {
+		for _, n := range mv.Nodes {
+			if !slices.Contains(run.Status.MaintenanceExcludedNodes, n) && len(run.Status.MaintenanceExcludedNodes) < v1alpha1.MaxExcludedNodes {
+				run.Status.MaintenanceExcludedNodes = append(run.Status.MaintenanceExcludedNodes, n)
+			}
+		}
+	}
+	setMaintenanceBlocked(run, false, "")
+	return apply(r, ctx, run, obs, mv.Verdict(run, d, now), d, nil)
+}
+
+// liftMaintenance drops the maintenance exclusions of nodes whose maintenance is over, and
+// says so in an event. It reports whether the status changed (the caller writes it).
+func (r *Reconciler) liftMaintenance(ctx context.Context, run *v1alpha1.TrainingRun) (bool, error) {
+	kept, lifted, err := r.planner().Lift(ctx, run)
+	if err != nil || len(lifted) == 0 {
+		return false, err
+	}
+	run.Status.MaintenanceExcludedNodes = kept
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonMaintenanceOver, v1alpha1.ActionLiftExclusion, "maintenance of %s is over (uncordoned, or its signal gone): later attempts may use %s again",
+		strings.Join(lifted, ", "), plural(len(lifted), "it", "them"))
+	return true, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// runsOnNodes are the runs with a worker on one of nodes, or that keep one of them off for a
+// maintenance.
+func (r *Reconciler) runsOnNodes(ctx context.Context, nodes []string) []reconcile.Request {
+	seen := map[client.ObjectKey]bool{}
+	var reqs []reconcile.Request
+	addKey := func(k client.ObjectKey) {
+		if k.Name != "" && !seen[k] {
+			seen[k] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: k})
+		}
+	}
+	for _, n := range nodes {
+		pods := &corev1.PodList{}
+		if err := r.List(ctx, pods, client.MatchingFields{nodemaintenance.PodsByNode: n}); err == nil {
+			for i := range pods.Items {
+				addKey(client.ObjectKey{Namespace: pods.Items[i].Namespace, Name: pods.Items[i].Labels[v1alpha1.LabelRun]})
+			}
+		}
+		runs := &v1alpha1.TrainingRunList{}
+		if err := r.List(ctx, runs, client.MatchingFields{plannedmove.RunsByExclusion: n}); err == nil {
+			for i := range runs.Items {
+				addKey(client.ObjectKeyFromObject(&runs.Items[i]))
+			}
+		}
+	}
+	return reqs
 }
 
 // leaderSucceeded: under successPolicy Leader, index 0 has exited 0, which ends the run
