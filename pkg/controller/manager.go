@@ -31,6 +31,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
+	"github.com/faultline-dev/faultline/pkg/controller/slim"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
@@ -120,14 +121,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	byRun := labels.NewSelector().Add(*hasRun)
 	cacheOpts := cache.Options{
-		DefaultTransform: stripManagedFields,
+		DefaultTransform: slim.Default,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:     {Label: byRun, Transform: slimPod},
+			&corev1.Pod{}:     {Label: byRun, Transform: slim.Pod},
 			&batchv1.Job{}:    {Label: byRun},
 			&corev1.Service{}: {Label: byRun},
 			// Nodes are only read (exitclass.FactsOfNode), for every distinct node of a run's
 			// pods at every reconcile: no copy of each.
-			&corev1.Node{}: {Transform: slimNode, UnsafeDisableDeepCopy: ptr.To(true)},
+			&corev1.Node{}: {Transform: slim.Node, UnsafeDisableDeepCopy: ptr.To(true)},
 			// The node agents' heartbeats (package agentlease), read with the nodes' facts:
 			// whatever namespace the controller is limited to, they are in the agents'.
 			&coordinationv1.Lease{}: {

@@ -3,13 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -18,6 +18,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
 )
@@ -78,42 +79,17 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 			o.older = append(o.older, p)
 		}
 	}
-	o.superseded = superseded(run, o.current)
+	o.superseded = inplacegate.Superseded(run, o.current)
 	o.nodes = r.nodeFacts(ctx, pods)
 	return o, nil
 }
 
-// superseded are the pods of current (the current attempt's, see observe) that an in-place
-// restart moved: made for an attempt before the current one, of an index the attempt's
-// record moved or that has a pod made for the current attempt; and a pod made for the
-// current attempt, of an index the record moved, that is being deleted before its barrier
-// opened for the attempt (a fallback retired it, inPlaceFallback): it ran nothing of the
-// attempt, and its end is no failure of it. Pure.
-func superseded(run *v1alpha1.TrainingRun, current []*corev1.Pod) map[types.UID]bool {
-	rec := attempt.Record(run)
-	if rec == nil || rec.RestartMode != v1alpha1.RestartModeInPlace {
-		return nil
-	}
-	n := run.Status.Attempt
-	recorded := map[int]bool{}
-	for _, i := range rec.MovedIndexes {
-		recorded[int(i)] = true
-	}
-	moved := maps.Clone(recorded)
-	for _, p := range current {
-		if k, _ := attempt.Number(p); k == n {
-			moved[attempt.IndexOrNone(p)] = true
-		}
-	}
-	out := map[types.UID]bool{}
-	for _, p := range current {
-		k, _ := attempt.Number(p)
-		i := attempt.IndexOrNone(p)
-		if k < n && moved[i] || k == n && recorded[i] && p.DeletionTimestamp != nil && !inplacegate.OpenedFor(p, n) {
-			out[p.UID] = true
-		}
-	}
-	return out
+// view is what the in-place coordinator reads of the observation.
+func (o *observed) view(r *Reconciler, run *v1alpha1.TrainingRun) inplace.View {
+	return inplace.View{Job: o.job, Pods: o.jobPods(), Workers: o.workers(), All: o.all, Nodes: o.nodes,
+		At: func(ctx context.Context) ([]metav1.PartialObjectMetadata, error) {
+			return r.podsAt(ctx, run.Namespace, run.Name)
+		}}
 }
 
 // supersededPods are the current Job's pods that an in-place restart superseded (see

@@ -29,6 +29,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
+	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
@@ -137,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.jobLost(ctx, run, obs)
 	case obs.job == nil:
 		return r.createAttempt(ctx, run, obs)
-	case inPlaceStarting(run):
+	case inplace.Starting(run):
 		return r.inPlace(ctx, run, obs)
 	}
 	return r.track(ctx, run, obs)
@@ -236,9 +237,9 @@ func (r *Reconciler) trackRunning(ctx context.Context, run *v1alpha1.TrainingRun
 	if res, acted, err := r.barrierUnpullable(ctx, run, obs); acted || err != nil {
 		return res, err
 	}
-	opening, acted, err := r.inPlaceOpening(ctx, run, obs.workers())
-	if err != nil || acted {
-		return ctrl.Result{RequeueAfter: opening}, err
+	f, opening := r.coordinator().Opening(ctx, run, obs.workers())
+	if f != nil {
+		return r.fallback(ctx, run, f)
 	}
 	res, err := r.trackPlanned(ctx, run, obs)
 	res.RequeueAfter = earliest(res.RequeueAfter, opening)
@@ -629,7 +630,7 @@ func (r *Reconciler) judge(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 	if !ok {
 		return ctrl.Result{}, fmt.Errorf("run %s/%s: rule %s has unknown action %q", run.Namespace, run.Name, d.Rule, d.Action)
 	}
-	vs := verdictStatus(v, d, r.now())
+	vs := v.Status(d.Rule, d.Action, r.now())
 	return apply(r, ctx, run, obs, vs, d, r.Episodes.Decided(run, obs.workers(), v.RootPod, v.Cause, failureSeen, judgedAt, vs.DecidedAt.Time))
 }
 

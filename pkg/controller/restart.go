@@ -19,6 +19,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
@@ -44,21 +45,18 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		}
 	}
 	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: excludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
-	if canRestartInPlace(run, obs) {
-		// The node of an infrastructure fault is left, excluded or not (a node shutting down
-		// comes back later, but its pods end now).
-		faulty := next.ExcludedNodes
-		if v.Class == v1alpha1.ClassInfrastructure && v.Node != "" {
-			faulty = append(slices.Clone(faulty), v.Node)
-		}
-		moved := inplacegate.MovedIndexes(obs.workers(), run.Spec.Workers, faulty, obs.nodes, r.cannotRestartInPlace(ctx))
-		if len(moved) < int(run.Spec.Workers) {
-			// The moved indexes' new pods keep off the fault's node too, for this attempt.
-			next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, attempt.JobAttempt(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStoppingOldWorkers,
-				Message: fmt.Sprintf("attempt %d restarts in place: its barrier opens once every worker of attempt %d has stopped, each pod's within its grace period and %s of the decision (the last by %s); a pod whose node agent is silent moves to a new pod at once",
-					st.Attempt+1, st.Attempt, inplacegate.StopMargin, now.Add(maxGrace(obs.workers())+inplacegate.StopMargin).UTC().Format(time.RFC3339))})
-		}
+	// The node of an infrastructure fault is left, excluded or not (a node shutting down
+	// comes back later, but its pods end now).
+	faulty := next.ExcludedNodes
+	if v.Class == v1alpha1.ClassInfrastructure && v.Node != "" {
+		faulty = append(slices.Clone(faulty), v.Node)
+	}
+	if moved, ok := r.coordinator().Plan(ctx, run, obs.view(r, run), faulty); ok {
+		// The moved indexes' new pods keep off the fault's node too, for this attempt.
+		next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, attempt.JobAttempt(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStoppingOldWorkers,
+			Message: fmt.Sprintf("attempt %d restarts in place: its barrier opens once every worker of attempt %d has stopped, each pod's within its grace period and %s of the decision (the last by %s); a pod whose node agent is silent moves to a new pod at once",
+				st.Attempt+1, st.Attempt, inplacegate.StopMargin, now.Add(maxGrace(obs.workers())+inplacegate.StopMargin).UTC().Format(time.RFC3339))})
 	}
 	st.Attempt++
 	appendRecord(run, next)
@@ -212,7 +210,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if res, ok, err := r.ensureService(ctx, run); !ok || err != nil {
 		return res, err
 	}
-	image, inWorker, why, err := r.barrier(ctx, run)
+	image, inWorker, why, err := r.coordinator().Shape(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -345,6 +343,87 @@ func excludedNodes(run *v1alpha1.TrainingRun) []string {
 		}
 	}
 	return out
+}
+
+// coordinator coordinates the gang restarts in place, reading through the reconciler's
+// cache and API reader.
+func (r *Reconciler) coordinator() *inplace.Coordinator {
+	return &inplace.Coordinator{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock, BarrierImage: r.BarrierImage, BarrierInWorker: r.BarrierInWorker}
+}
+
+// inPlace moves a restart in place on (inplace.Coordinator): the old pods of moved indexes
+// are stopped, and each gets its new pod once the old one is gone; once no worker of an older
+// attempt runs in the gang, the barrier opens (one status write for the gang). What
+// faultline cannot end is named in Stalled.
+func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
+	c := r.coordinator()
+	s := c.Stop(ctx, run, obs.view(r, run))
+	if s.Fallback != nil {
+		return r.fallback(ctx, run, s.Fallback)
+	}
+	if err := r.removePods(ctx, s.Remove, true); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.forceRemovePods(ctx, s.ForceRemove); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.createPods(ctx, run, obs.job, s.Present, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: attempt.Record(run).ExcludedNodes}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.Waiting {
+		res, err := r.waitingFor(ctx, run, obs)
+		res.RequeueAfter = earliest(res.RequeueAfter, s.RequeueAfter)
+		return res, err
+	}
+	open, err := c.Open(ctx, run, obs.view(r, run), s.Moved)
+	if err != nil || !open.Opened {
+		return ctrl.Result{RequeueAfter: open.RequeueAfter}, err
+	}
+	unstall(run)
+	if err := r.writeStatus(ctx, run); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonAttemptCreated, v1alpha1.ActionCreateAttempt, "%s", open.Message)
+	return ctrl.Result{}, nil
+}
+
+// fallback writes an in-place fallback (inplace.Fallback), then deletes its pods.
+func (r *Reconciler) fallback(ctx context.Context, run *v1alpha1.TrainingRun, f *inplace.Fallback) (ctrl.Result, error) {
+	if f.Changed {
+		if err := r.writeStatus(ctx, run); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonInPlaceFallback, v1alpha1.ActionStopWorkers, "%s", f.Message)
+	}
+	if err := r.removePods(ctx, f.Pods, true); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: recheck}, nil
+}
+
+// barrierUnpullable acts on a worker whose barrier image cannot be pulled on its node
+// (inplace.Unpullable): restartMode InPlace stalls; Auto starts the attempt again without
+// the barrier. done says it acted.
+func (r *Reconciler) barrierUnpullable(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, bool, error) {
+	msg, stall, found := inplace.Unpullable(run, obs.job, obs.workers())
+	switch {
+	case !found:
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Reason == v1alpha1.ReasonBarrierImageUnpullable && unstall(run) {
+			return ctrl.Result{}, true, r.writeStatus(ctx, run) // pulled after all
+		}
+		return ctrl.Result{}, false, nil
+	case stall:
+		res, err := r.stall(ctx, run, v1alpha1.ReasonBarrierImageUnpullable, msg)
+		return res, true, err
+	}
+	if err := r.writeStatus(ctx, run); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonBarrierImageUnpullable, v1alpha1.ActionCreateAttempt, "%s", msg)
+	// The attempt's pods and Job go; the Job is made again for the same attempt, without
+	// the barrier, once none is left.
+	res, err := r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...), all: obs.all, nodes: obs.nodes})
+	return res, true, err
 }
 
 // maxGrace is the longest termination grace period of pods: how long their workers may take

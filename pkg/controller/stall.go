@@ -34,9 +34,6 @@ const stalledRecheck = 15 * time.Second
 // jobRejectedRetry is how often a run whose Job the API server refused tries again.
 const jobRejectedRetry = 30 * time.Second
 
-// maxNamed bounds the pods a Stalled message names.
-const maxNamed = 5
-
 // waitingFor waits for the pods and Jobs that hold the run's next Job: every pod under the
 // run's name that may still run, and a deleted Job of faultline's not yet let go. When
 // something there is stuck (see stuck), the Stalled condition says so.
@@ -77,10 +74,10 @@ func stuck(obs *observed, now time.Time) (reason, msg string) {
 	}
 	switch {
 	case len(unreachable) > 0:
-		return v1alpha1.ReasonNodeUnreachable, "waiting for " + named(unreachable) + " to stop: the process may still run, and would meet the next attempt's. " +
+		return v1alpha1.ReasonNodeUnreachable, "waiting for " + exitclass.Named(unreachable) + " to stop: the process may still run, and would meet the next attempt's. " +
 			"Once the node is down, taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node; faultline then goes on"
 	case len(stopping) > 0:
-		return v1alpha1.ReasonPodsStuck, "waiting for " + named(stopping) + " to stop"
+		return v1alpha1.ReasonPodsStuck, "waiting for " + exitclass.Named(stopping) + " to stop"
 	}
 	for _, j := range []*batchv1.Job{obs.job, obs.other} {
 		if j != nil && j.DeletionTimestamp != nil && now.After(j.DeletionTimestamp.Add(stuckAfter)) &&
@@ -115,15 +112,6 @@ func jobPods(obs *observed) []*corev1.Pod {
 		}
 	}
 	return out
-}
-
-func named(items []string) string {
-	slices.Sort(items)
-	items = slices.Compact(items)
-	if len(items) > maxNamed {
-		return strings.Join(items[:maxNamed], ", ") + fmt.Sprintf(" and %d more", len(items)-maxNamed)
-	}
-	return strings.Join(items, ", ")
 }
 
 func orNone(s string) string {

@@ -380,7 +380,7 @@ func (r *Reconciler) livePodsAt(ctx context.Context, namespace, run string, matc
 	if err != nil {
 		return 0, err
 	}
-	return livePods(list, match, cached, nodes), nil
+	return exitclass.LiveCount(list, match, cached, nodes), nil
 }
 
 // podsAt lists, at the API server, the pods under a run's name: the cache may lag behind
@@ -393,26 +393,4 @@ func (r *Reconciler) podsAt(ctx context.Context, namespace, run string) ([]metav
 		return nil, fmt.Errorf("list pods of %s: %w", run, err)
 	}
 	return list.Items, nil
-}
-
-// livePods counts the pods of list for which match holds and that may still run. Whether a
-// pod has ended comes from the cache's copy (a phase never leaves Succeeded or Failed); a pod
-// the cache does not have counts as live.
-func livePods(list []metav1.PartialObjectMetadata, match func(*metav1.PartialObjectMetadata) bool, cached []*corev1.Pod, nodes map[string]exitclass.NodeFacts) int {
-	byUID := make(map[types.UID]*corev1.Pod, len(cached))
-	for _, p := range cached {
-		byUID[p.UID] = p
-	}
-	live := 0
-	for i := range list {
-		p := &list[i]
-		if !match(p) {
-			continue
-		}
-		if c, ok := byUID[p.UID]; ok && exitclass.Gone(c, nodes) {
-			continue
-		}
-		live++
-	}
-	return live
 }

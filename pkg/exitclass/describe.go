@@ -1,6 +1,7 @@
 package exitclass
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,19 @@ const maxMessage = 200
 // clock renders times the way every faultline explanation does.
 func clock(t time.Time) string {
 	return t.UTC().Format("15:04:05.000")
+}
+
+// maxNamed bounds the items a message names.
+const maxNamed = 5
+
+// Named names items for a message: sorted, each once, at most maxNamed of them and how many
+// more there are.
+func Named(items []string) string {
+	items = slices.Compact(slices.Sorted(slices.Values(items)))
+	if len(items) > maxNamed {
+		return strings.Join(items[:maxNamed], ", ") + " and " + strconv.Itoa(len(items)-maxNamed) + " more"
+	}
+	return strings.Join(items, ", ")
 }
 
 func quote(msg string) string {

@@ -1,4 +1,4 @@
-package controller
+package slim
 
 import (
 	"reflect"
@@ -69,7 +69,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			QOSClass: corev1.PodQOSBestEffort,
 		},
 	}
-	obj, err := slimPod(full.DeepCopy())
+	obj, err := Pod(full.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestSlimNodeKeepsItsFacts(t *testing.T) {
 			NodeInfo:  corev1.NodeSystemInfo{ContainerRuntimeVersion: "containerd://2.2.9", KernelVersion: "6.1.0"},
 		},
 	}
-	obj, err := slimNode(full.DeepCopy())
+	obj, err := Node(full.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,24 +1,23 @@
-package controller
+package exitclass
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-	"github.com/faultline-dev/faultline/pkg/exitclass"
-	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
 // maxEvidenceLines bounds the evidence kept in status (the CRD allows 20).
 const maxEvidenceLines = 20
 
-// verdictStatus is the verdict and decision as stored in status.
-func verdictStatus(v exitclass.Verdict, d policy.Decision, now metav1.Time) *v1alpha1.FailureVerdict {
+// Status is the verdict as the run's status keeps it, decided by rule with action at
+// decidedAt.
+func (v Verdict) Status(rule string, action v1alpha1.Action, decidedAt metav1.Time) *v1alpha1.FailureVerdict {
 	out := &v1alpha1.FailureVerdict{
 		Class:        v.Class,
 		Cause:        v.Cause,
-		Rule:         d.Rule,
-		Action:       d.Action,
+		Rule:         rule,
+		Action:       action,
 		Pod:          v.RootPod,
 		Node:         v.Node,
 		Container:    v.Container,
@@ -26,7 +25,7 @@ func verdictStatus(v exitclass.Verdict, d policy.Decision, now metav1.Time) *v1a
 		XID:          int64(v.XID),
 		PeerFailures: int32(len(v.Peers)),
 		StillRunning: v.StillRunning,
-		DecidedAt:    &now,
+		DecidedAt:    &decidedAt,
 		Explanation:  v.Explain(),
 	}
 	if v.Index >= 0 {
