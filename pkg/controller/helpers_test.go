@@ -5,7 +5,6 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -44,17 +43,6 @@ func makeRun(name string, workers int32) *runBuilder {
 }
 
 func (b *runBuilder) obj() *v1alpha1.TrainingRun { return b.r }
-
-func (b *runBuilder) traceparent(sc trace.SpanContext) *runBuilder {
-	b.r.Annotations = map[string]string{}
-	tracing.SetTraceparent(b.r.Annotations, sc)
-	return b
-}
-
-func (b *runBuilder) trace(tr *v1alpha1.TraceStatus) *runBuilder {
-	b.r.Status.Trace = tr
-	return b
-}
 
 // failed records a decided failure of the current attempt as restart() or fail() do.
 func (b *runBuilder) failed(v *v1alpha1.FailureVerdict, tr *v1alpha1.TraceStatus) *runBuilder {

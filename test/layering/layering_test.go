@@ -46,3 +46,44 @@ func TestLayering(t *testing.T) {
 		}
 	}
 }
+
+// The reconciler and the gates beside it (issue 57): pkg/controller holds the run's story
+// and calls each gate through its interface; the gates hold what they are about and know
+// nothing of the reconciler or of each other.
+var (
+	// reconcilerImportsNot are what pkg/controller must not import itself: Kueue's API is
+	// the admission gate's, and so is every unstructured Workload.
+	reconcilerImportsNot = []string{module + "pkg/kueue", "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"}
+	// gates are the packages beside the reconciler.
+	gates = []string{"pkg/controller/admission", "pkg/controller/plannedmove", "pkg/controller/inplace", "pkg/controller/episode", "pkg/controller/slim"}
+)
+
+func TestReconcilerSeams(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"pkg/controller").Output()
+	if err != nil {
+		t.Fatalf("go list pkg/controller: %v", err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		for _, bad := range reconcilerImportsNot {
+			if imp == bad {
+				t.Errorf("pkg/controller imports %s: the reconciler asks the admission gate (pkg/controller/admission), never Kueue's API", imp)
+			}
+		}
+	}
+	for _, gate := range gates {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+gate).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", gate, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == module+"pkg/controller" {
+				t.Errorf("%s depends on pkg/controller: nothing below the reconciler may", gate)
+			}
+			for _, other := range gates {
+				if other != gate && dep == module+other {
+					t.Errorf("%s depends on %s: the gates beside the reconciler are apart", gate, other)
+				}
+			}
+		}
+	}
+}
