@@ -31,11 +31,19 @@ const (
 	// ConditionAdmitted, on a run that names a Kueue queue, is True while Kueue admits its
 	// Workload; False (reason Queued) while it waits, or after an eviction (its reason).
 	ConditionAdmitted = "Admitted"
+	// ConditionGPUMonitoring is False (reason NodesNotMonitored) while a worker that asks for
+	// GPUs runs on a node whose agent does not watch its GPUs (no NVML: the message names
+	// each node and why, from the agent's heartbeat): a GPU fault there is no evidence, and
+	// the worker's failure is judged from its exit alone. True (reason AllNodesMonitored)
+	// once every such worker's node is watched again; absent while it never was False.
+	ConditionGPUMonitoring = "GPUMonitoring"
 )
 
 // Reasons of conditions and events that are not a Cause.
 const (
 	ReasonAllWorkersRunning = "AllWorkersRunning"
+	ReasonNodesNotMonitored = "NodesNotMonitored"
+	ReasonAllNodesMonitored = "AllNodesMonitored"
 	ReasonWaitingForWorkers = "WaitingForWorkers"
 	ReasonJobCompleted      = "JobCompleted"
 	ReasonSuspended         = "Suspended"

@@ -21,6 +21,9 @@ func newNodesCommand(env *cli.Env) *cobra.Command {
                plugin still offers (allocatable), 0 while the node agent's GPUHealthy is False
   GPU-HEALTH   the node agent's faultline.dev/GPUHealthy condition: Healthy, or its reason
                (Xid79, DoubleBitECC, ...) and for how long; <unknown> if the agent never wrote it
+  GPU-MONITOR  whether the node agent watches the node's GPUs (NVML loaded), from its heartbeat:
+               on, or off and why (NVMLNotFound: no libnvidia-ml where it looked, NVMLFailed);
+               <unknown> when it says nothing. Off, a GPU fault there is no evidence
   AGENT        the node agent pod on the node: Locked (Ready: its readiness probe passes only
                while it holds logind's delay inhibitor lock, which is all the API shows of the
                lock), NoLock (running, not Ready: a shutdown would go unseen), Pending, None
@@ -34,8 +37,11 @@ func newNodesCommand(env *cli.Env) *cobra.Command {
   RUNS         the runs whose current attempt has workers there: NAMESPACE/RUN#ATTEMPT[INDEXES],
                * when index 0 (the coordinator) is there, BLOCKED when a drain cannot move it
 
+-o wide adds AGENT-CANNOT: what the agent says it cannot do there (GPU monitoring, the
+shutdown lock, restarts in place, the kubelet's PodResources), each with why.
+
 The runs need list on pods and trainingruns in every namespace, the agents list on pods in
-faultline-system; without them the column says <unknown> and a warning says why (the
+faultline-system, the agents' capabilities list on leases there; without them the column says <unknown> and a warning says why (the
 faultline-sre role grants neither: ` + "`launcher drain --dry-run`" + ` shows an SRE what a drain hits).`,
 		Example: `  launcher nodes
   launcher nodes -l cloud.google.com/gke-nodepool=a3-pool -o wide

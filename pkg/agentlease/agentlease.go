@@ -77,10 +77,48 @@ func Heartbeat(l *coordinationv1.Lease, node string) *exitclass.Heartbeat {
 		ptr.Deref(l.Spec.HolderIdentity, "") != node || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
 		return nil
 	}
-	return &exitclass.Heartbeat{
+	hb := &exitclass.Heartbeat{
 		RenewedAt: l.Spec.RenewTime.Time,
 		Duration:  time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
 	}
+	if caps := Capabilities(l, node); caps != nil && !caps.GPUMonitoring.Enabled {
+		hb.NoGPUMonitoring = caps.GPUMonitoring.Reason + ": " + caps.GPUMonitoring.Message
+	}
+	return hb
+}
+
+// Capabilities are what node's agent says it can do on its heartbeat l
+// (v1alpha1.AnnotationAgentCapabilities); nil when l is not node's heartbeat, or says
+// nothing (an agent from before capabilities) or nothing that parses.
+func Capabilities(l *coordinationv1.Lease, node string) *v1alpha1.AgentCapabilities {
+	if l == nil || l.Name != Name(node) || ptr.Deref(l.Spec.HolderIdentity, "") != node {
+		return nil
+	}
+	raw, ok := l.Annotations[v1alpha1.AnnotationAgentCapabilities]
+	if !ok {
+		return nil
+	}
+	caps := &v1alpha1.AgentCapabilities{}
+	if json.Unmarshal([]byte(raw), caps) != nil {
+		return nil
+	}
+	return caps
+}
+
+// SetCapabilities writes caps on l, its node's heartbeat; it reports whether that changed l.
+func SetCapabilities(l *coordinationv1.Lease, caps v1alpha1.AgentCapabilities) (bool, error) {
+	raw, err := json.Marshal(caps)
+	if err != nil {
+		return false, err
+	}
+	if l.Annotations[v1alpha1.AnnotationAgentCapabilities] == string(raw) {
+		return false, nil
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[v1alpha1.AnnotationAgentCapabilities] = string(raw)
+	return true, nil
 }
 
 // Alive reports whether hb says an agent is there at now: it renewed within its duration.

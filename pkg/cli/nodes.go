@@ -11,12 +11,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 )
@@ -51,6 +54,9 @@ type NodeReport struct {
 	// AgentWhy is the kubelet's word on an agent pod that does not run: "ImagePullBackOff:
 	// Back-off pulling image ...".
 	AgentWhy string `json:"agentWhy,omitempty"`
+	// Capabilities are what the agent says on its heartbeat it can see and do on the node
+	// (nil: it says nothing, or its heartbeat could not be read).
+	Capabilities *v1alpha1.AgentCapabilities `json:"capabilities,omitempty"`
 	// ShutdownAnnouncedAt is the node agent's faultline.dev/shutdown-detected-at.
 	ShutdownAnnouncedAt *metav1.Time `json:"shutdownAnnouncedAt,omitempty"`
 	Cordoned            bool         `json:"cordoned"`
@@ -99,10 +105,12 @@ type NodeRun struct {
 // NodeInputs are what NodeReports reads; Workers and Runs nil means the runs could not
 // be read, AgentPods nil the agent's pods.
 type NodeInputs struct {
-	Nodes        []corev1.Node
-	Workers      []corev1.Pod
-	Runs         []v1alpha1.TrainingRun
-	AgentPods    []corev1.Pod
+	Nodes     []corev1.Node
+	Workers   []corev1.Pod
+	Runs      []v1alpha1.TrainingRun
+	AgentPods []corev1.Pod
+	// Heartbeats are the node agents' heartbeat Leases (package agentlease).
+	Heartbeats   []coordinationv1.Lease
 	Maintenances []v1alpha1.NodeMaintenance
 	Config       maintenance.Config
 	Now          time.Time
@@ -131,6 +139,10 @@ func NodeReports(in NodeInputs) []NodeReport {
 			agents[p.Spec.NodeName] = p
 		}
 	}
+	heartbeats := map[string]*coordinationv1.Lease{}
+	for i := range in.Heartbeats {
+		heartbeats[in.Heartbeats[i].Name] = &in.Heartbeats[i]
+	}
 	out := make([]NodeReport, 0, len(in.Nodes))
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
@@ -140,6 +152,7 @@ func NodeReports(in NodeInputs) []NodeReport {
 			r.ShutdownAnnouncedAt = &metav1.Time{Time: *t}
 		}
 		r.Agent, r.AgentPod, r.AgentWhy = agentOf(agents[n.Name], in.AgentPods != nil)
+		r.Capabilities = agentlease.Capabilities(heartbeats[agentlease.Name(n.Name)], n.Name)
 		active, next := maintenance.Of(n, in.Maintenances, in.Config, in.Now)
 		for _, s := range active {
 			r.Maintenance = append(r.Maintenance, NodeSignal{Source: s.Source, Name: s.Name, Reason: s.Reason})
@@ -238,9 +251,9 @@ func PrintNodes(w io.Writer, reports []NodeReport, f Format, now time.Time) erro
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	header := []string{"NAME", "GPUS", "GPU-HEALTH", "AGENT", "SHUTDOWN", "CORDONED", "MAINTENANCE", "RUNS"}
+	header := []string{"NAME", "GPUS", "GPU-HEALTH", "GPU-MONITOR", "AGENT", "SHUTDOWN", "CORDONED", "MAINTENANCE", "RUNS"}
 	if f == FormatWide {
-		header = append(header, "AGENT-POD", "MAINTENANCE-REASON")
+		header = append(header, "AGENT-POD", "AGENT-CANNOT", "MAINTENANCE-REASON")
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range reports {
@@ -252,6 +265,7 @@ func PrintNodes(w io.Writer, reports []NodeReport, f Format, now time.Time) erro
 			r.Name,
 			fmt.Sprintf("%d/%d", r.GPUs.Healthy, r.GPUs.Total),
 			gpuHealth(r.GPUs, now),
+			gpuMonitor(r.Capabilities),
 			r.Agent,
 			shutdown,
 			yesNo(r.Cordoned),
@@ -268,11 +282,48 @@ func PrintNodes(w io.Writer, reports []NodeReport, f Format, now time.Time) erro
 			if r.AgentWhy != "" {
 				reasons = append([]string{"agent: " + r.AgentWhy}, reasons...)
 			}
-			row = append(row, orNone(r.AgentPod), orNone(strings.Join(reasons, "; ")))
+			row = append(row, orNone(r.AgentPod), agentCannot(r.Capabilities), orNone(strings.Join(reasons, "; ")))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// gpuMonitor is "on", "off (NVMLNotFound)", or <unknown> where the agent says nothing.
+func gpuMonitor(c *v1alpha1.AgentCapabilities) string {
+	switch {
+	case c == nil:
+		return "<unknown>"
+	case c.GPUMonitoring.Enabled:
+		return "on"
+	}
+	return "off (" + c.GPUMonitoring.Reason + ")"
+}
+
+// agentCannot names what the agent says it cannot do on the node, each with why: "<none>"
+// when it can do all this version of it does (DRA is NotSupported by every agent of it).
+func agentCannot(c *v1alpha1.AgentCapabilities) string {
+	if c == nil {
+		return "<unknown>"
+	}
+	var out []string
+	for _, x := range []struct {
+		name string
+		c    v1alpha1.Capability
+	}{
+		{"gpu-monitoring", c.GPUMonitoring}, {"shutdown-lock", c.ShutdownLock}, {"in-place", c.InPlace},
+		{"pod-resources", c.PodResources}, {"dra", c.DRA},
+	} {
+		if x.c.Enabled || x.c.Reason == v1alpha1.CapabilityNotSupported {
+			continue
+		}
+		s := x.name + ": " + x.c.Reason
+		if x.c.Message != "" {
+			s += ": " + x.c.Message
+		}
+		out = append(out, s)
+	}
+	return orNone(strings.Join(out, "; "))
 }
 
 // gpuHealth is "Healthy", "Xid79 for 5m", or <unknown> before the agent wrote anything.
@@ -415,6 +466,15 @@ func ReadNodes(ctx context.Context, cl *Clients, selector string, now time.Time)
 	default:
 		if err := forbidden("node agents", "listing pods in "+v1alpha1.NodeAgentNamespace+" is not allowed to you", err); err != nil {
 			return in, nil, fmt.Errorf("list the node agent's pods: %w", err)
+		}
+	}
+	leases, err := cl.Kube.CoordinationV1().Leases(agentlease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agentlease.Labels()).String()})
+	switch {
+	case err == nil:
+		in.Heartbeats = leases.Items
+	default:
+		if err := forbidden("what the node agents can do", "listing leases in "+agentlease.Namespace+" is not allowed to you", err); err != nil {
+			return in, nil, fmt.Errorf("list the node agents' heartbeats: %w", err)
 		}
 	}
 	nms, err := (&Maintenances{REST: cl.Runs.REST}).List(ctx)

@@ -9,12 +9,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 )
@@ -96,6 +98,19 @@ func nodeFixture() NodeInputs {
 		},
 	}
 	return NodeInputs{
+		Heartbeats: []coordinationv1.Lease{
+			heartbeat("gpu-a", allOn()),
+			heartbeat("gpu-b", func() v1alpha1.AgentCapabilities {
+				c := allOn()
+				c.GPUMonitoring = v1alpha1.Capability{Reason: v1alpha1.CapabilityNVMLNotFound, Message: "libnvidia-ml not found (looked in /host/run/nvidia/driver (GPU Operator), /host (host), /host/home/kubernetes/bin/nvidia (GKE), the dynamic loader's path)"}
+				return c
+			}()),
+			heartbeat("gpu-d", func() v1alpha1.AgentCapabilities {
+				c := allOn()
+				c.ShutdownLock = v1alpha1.Capability{Reason: v1alpha1.CapabilityNotHeld, Message: "logind's delay inhibitor lock is not held: a shutdown would go unseen"}
+				return c
+			}()),
+		},
 		Nodes:        nodes,
 		Workers:      []corev1.Pod{worker(llm, 2, 1, "gpu-a"), worker(llm, 2, 0, "gpu-a"), worker(llm, 1, 1, "gpu-b")},
 		Runs:         []v1alpha1.TrainingRun{*llm},
@@ -106,14 +121,34 @@ func nodeFixture() NodeInputs {
 	}
 }
 
+// allOn is what an agent that sees everything says of itself.
+func allOn() v1alpha1.AgentCapabilities {
+	ok := v1alpha1.Capability{Enabled: true, Reason: v1alpha1.CapabilityOK}
+	return v1alpha1.AgentCapabilities{
+		GPUMonitoring: v1alpha1.Capability{Enabled: true, Reason: v1alpha1.CapabilityOK, Message: "NVML watches 8 GPUs"},
+		ShutdownLock:  ok, PodResources: ok,
+		InPlace: v1alpha1.Capability{Enabled: true, Reason: v1alpha1.InPlaceReasonRuntimeReady},
+		DRA:     v1alpha1.Capability{Reason: v1alpha1.CapabilityNotSupported},
+	}
+}
+
+func heartbeat(node string, caps v1alpha1.AgentCapabilities) coordinationv1.Lease {
+	l := agentlease.New(node, now, agentlease.Duration)
+	if _, err := agentlease.SetCapabilities(l, caps); err != nil {
+		panic(err)
+	}
+	return *l
+}
+
 func TestNodeReports(t *testing.T) {
-	got := NodeReports(nodeFixture())
+	in := nodeFixture()
+	got := NodeReports(in)
 	sched := metav1.NewTime(time.Unix(now.Add(2*time.Hour).Unix(), 0))
 	shutdown := metav1.NewTime(at(80).Time)
 	want := []NodeReport{
 		{
 			Name: "gpu-a", GPUs: NodeGPUs{Healthy: 8, Total: 8, Condition: "True", Reason: v1alpha1.GPUReasonHealthy, Since: at(0)},
-			Agent: AgentLocked, AgentPod: "faultline-nodeagent-gpu-a", Cordoned: true,
+			Agent: AgentLocked, AgentPod: "faultline-nodeagent-gpu-a", Cordoned: true, Capabilities: ptr.To(allOn()),
 			Maintenance: []NodeSignal{
 				{Source: maintenance.SourceNodeMaintenance, Name: "drain-x7k2p", Reason: "firmware FW-2291"},
 				{Source: maintenance.SourceCordon, Name: corev1.TaintNodeUnschedulable},
@@ -124,6 +159,7 @@ func TestNodeReports(t *testing.T) {
 		{
 			Name: "gpu-b", GPUs: NodeGPUs{Healthy: 0, Total: 8, Condition: "False", Reason: "Xid79", Since: at(35)},
 			Agent: AgentLocked, AgentPod: "faultline-nodeagent-gpu-b", ShutdownAnnouncedAt: &shutdown,
+			Capabilities: agentlease.Capabilities(&in.Heartbeats[1], "gpu-b"),
 		},
 		{
 			Name: "gpu-c", GPUs: NodeGPUs{Healthy: 8, Total: 8, Condition: "True", Reason: v1alpha1.GPUReasonHealthy, Since: at(0)},
@@ -131,7 +167,7 @@ func TestNodeReports(t *testing.T) {
 		},
 		{
 			Name: "gpu-d", GPUs: NodeGPUs{Healthy: 8, Total: 8, Condition: "True", Reason: v1alpha1.GPUReasonHealthy, Since: at(0)},
-			Agent: AgentNoLock, AgentPod: "faultline-nodeagent-gpu-d",
+			Agent: AgentNoLock, AgentPod: "faultline-nodeagent-gpu-d", Capabilities: agentlease.Capabilities(&in.Heartbeats[2], "gpu-d"),
 			Maintenance: []NodeSignal{{Source: maintenance.SourceCondition, Name: v1alpha1.NodeConditionCSPMaintenance, Reason: "host migration at 12:00Z"}},
 		},
 	}

@@ -463,6 +463,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	} else {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonWaitingForWorkers, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 	}
+	r.gpuMonitoring(run, workers, obs.nodes)
 	again, err := r.creationStall(ctx, run, obs.job, workers)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -482,6 +483,23 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 	}
 	r.progress.wrote(run, now.Time)
 	return ctrl.Result{RequeueAfter: again}, nil
+}
+
+// gpuMonitoring sets the GPUMonitoring condition (the caller writes it): False, with an
+// event, while workers that ask for GPUs sit on nodes whose agent does not watch them; True
+// again once none does.
+func (r *Reconciler) gpuMonitoring(run *v1alpha1.TrainingRun, workers []*corev1.Pod, nodes map[string]exitclass.NodeFacts) {
+	st := &run.Status
+	if blind := exitclass.Unmonitored(workers, nodes); len(blind) > 0 {
+		msg := "workers run on nodes whose GPUs no node agent watches, where a GPU fault is no evidence and a failure is judged from the workers' exits alone: " + exitclass.Named(blind)
+		if meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionGPUMonitoring, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNodesNotMonitored, Message: msg}) {
+			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonNodesNotMonitored, v1alpha1.ActionWait, "%s", msg)
+		}
+		return
+	}
+	if meta.IsStatusConditionFalse(st.Conditions, v1alpha1.ConditionGPUMonitoring) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionGPUMonitoring, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllNodesMonitored, Message: "every worker's node has its GPUs watched"})
+	}
 }
 
 // creationStall sets or clears Stalled for a Job that creates too few pods (see

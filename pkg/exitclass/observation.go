@@ -166,6 +166,9 @@ type Heartbeat struct {
 	RenewedAt time.Time
 	// Duration is how long the renewal holds: the agent renews well within it.
 	Duration time.Duration
+	// NoGPUMonitoring is why the agent does not watch its node's GPUs ("" when it does, or
+	// does not say): a fault of them is no evidence the agent can give.
+	NoGPUMonitoring string
 }
 
 // ExpiresAt is when the agent has gone silent unless it renews before.

@@ -1,6 +1,8 @@
 package exitclass
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"strings"
 	"testing"
 
@@ -70,5 +72,25 @@ func TestCompileHintsKeepsOrder(t *testing.T) {
 	}
 	if hints, err := CompileHints(nil); err != nil || len(hints) != 0 {
 		t.Errorf("CompileHints(nil) = %v, %v; want none, nil", hints, err)
+	}
+}
+
+// TestUnmonitored: a worker that asks for GPUs on a node whose agent says it does not watch
+// them is named, with why; one that asks for none, or whose node's agent watches or says
+// nothing, is not.
+func TestUnmonitored(t *testing.T) {
+	gpuWorker := func(node string) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "w", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")}}}}}}
+	}
+	cpuWorker := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "blind", Containers: []corev1.Container{{Name: "w"}}}}
+	nodes := map[string]NodeFacts{
+		"blind":   {Agent: &Heartbeat{NoGPUMonitoring: "NVMLNotFound: libnvidia-ml not found"}},
+		"watched": {Agent: &Heartbeat{}},
+		"silent":  {},
+	}
+	got := Unmonitored([]*corev1.Pod{gpuWorker("blind"), cpuWorker, gpuWorker("watched"), gpuWorker("silent"), gpuWorker("")}, nodes)
+	if len(got) != 1 || got[0] != "blind (NVMLNotFound: libnvidia-ml not found)" {
+		t.Errorf("Unmonitored = %q, want only the GPU worker's blind node, with why", got)
 	}
 }

@@ -276,6 +276,18 @@ func nodeOf(pod *corev1.Pod, nodes map[string]NodeFacts) (NodeFacts, bool) {
 	return f, ok
 }
 
+// Unmonitored names the nodes of workers that ask for GPUs whose agent says it does not
+// watch them (Heartbeat.NoGPUMonitoring), each as "node (why)".
+func Unmonitored(workers []*corev1.Pod, nodes map[string]NodeFacts) []string {
+	var out []string
+	for _, p := range workers {
+		if f, ok := nodeOf(p, nodes); ok && f.Agent != nil && f.Agent.NoGPUMonitoring != "" && requestsGPU(p) {
+			out = append(out, p.Spec.NodeName+" ("+f.Agent.NoGPUMonitoring+")")
+		}
+	}
+	return out
+}
+
 // requestsGPU reports whether any container asks for nvidia.com/gpu.
 func requestsGPU(pod *corev1.Pod) bool {
 	has := func(cs []corev1.Container) bool {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/utils/clock"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
 // Monitor reports GPU faults.
@@ -87,7 +89,11 @@ func New(opts Options) (Monitor, error) {
 			level = slog.LevelInfo // a node without GPUs is normal
 		}
 		log.Log(context.Background(), level, "NVML unavailable; GPU monitoring disabled", "error", err, "libraryPath", path, "looked in", strings.Join(tried, ", "))
-		return Null{}, nil
+		reason := v1alpha1.CapabilityNVMLFailed
+		if errors.Is(err, errNoLibrary) {
+			reason = v1alpha1.CapabilityNVMLNotFound
+		}
+		return Null{Reason: reason, Why: fmt.Sprintf("%v (looked in %s)", err, strings.Join(tried, ", "))}, nil
 	}
 
 	m := &nvmlMonitor{lib: lib, opts: opts, log: log, byUUID: map[string]*gpu{}}
@@ -97,13 +103,14 @@ func New(opts Options) (Monitor, error) {
 			return nil, err
 		}
 		log.Warn("GPU discovery failed; GPU monitoring disabled", "error", err)
-		return Null{}, nil
+		return Null{Reason: v1alpha1.CapabilityNVMLFailed, Why: fmt.Sprintf("NVML (%s) found no GPUs: %v", path, err)}, nil
 	}
 	return m, nil
 }
 
-// Null is the monitor of a node without NVML: no devices, no faults.
-type Null struct{}
+// Null is the monitor of a node without NVML: no devices, no faults. Reason
+// (v1alpha1.CapabilityNVMLNotFound or CapabilityNVMLFailed) and Why say why.
+type Null struct{ Reason, Why string }
 
 var _ Monitor = Null{}
 

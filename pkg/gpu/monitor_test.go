@@ -250,8 +250,16 @@ func TestWithoutNVML(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New: %v, want a Null monitor", err)
 			}
-			if _, ok := m.(Null); !ok {
+			null, ok := m.(Null)
+			if !ok {
 				t.Fatalf("New returned %T, want Null", m)
+			}
+			// A node without GPU monitoring says why, for the agent's heartbeat.
+			if null.Reason != v1alpha1.CapabilityNVMLNotFound && null.Reason != v1alpha1.CapabilityNVMLFailed || null.Why == "" {
+				t.Errorf("Null says %q: %q; want why it is off", null.Reason, null.Why)
+			}
+			if tc.driverRoot != "" && !strings.Contains(null.Why, tc.driverRoot) {
+				t.Errorf("Null says %q, want the driver root %s it looked in", null.Why, tc.driverRoot)
 			}
 			if m.Devices() != nil {
 				t.Error("Null has devices")

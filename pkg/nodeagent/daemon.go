@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/gpu"
 	"github.com/faultline-dev/faultline/pkg/gpu/gpusim"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/heartbeat"
@@ -187,9 +190,11 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	// A runtime that sends no container events is found once the exit watcher subscribes:
 	// the node then says it cannot restart in place, after (never before) the start's word.
 	marked := make(chan struct{})
+	caps := &capabilities{holding: func() bool { i := inhibitor.Load(); return i != nil && i.Holding() }}
 	noExits := func(err error) {
 		<-marked
 		msg := "the container runtime sends no container events (CRI GetContainerEvents), so a worker's own exit could not be reported: " + err.Error()
+		caps.setInPlace(false, v1alpha1.InPlaceReasonNoExitEvents, msg)
 		if err := writer.MarkInPlaceReady(ctx, false, v1alpha1.InPlaceReasonNoExitEvents, msg, time.Now()); err != nil {
 			log.Warn("the node's in-place readiness is not written", "error", err)
 		}
@@ -226,6 +231,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, err.Error()
 		}
 	}
+	caps.setInPlace(restarter != nil, reason, message)
 	if err := writer.MarkInPlaceReady(ctx, restarter != nil, reason, message, time.Now()); err != nil {
 		// Soft too: with no condition, the controller recreates this node's pods.
 		log.Warn("the node's in-place readiness is not written", "error", err)
@@ -259,11 +265,16 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		}
 		defer conn.Close()
 		owners = &GPUMapper{Lister: client}
+		caps.podResources = func(ctx context.Context) error {
+			_, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+			return err
+		}
 	}
 	monitor, err := gpu.New(gpuOpts)
 	if err != nil {
 		return err
 	}
+	caps.monitor, caps.simulated = monitor, sim != nil
 	if cfg.SimulateHardware {
 		var uuids []string
 		for _, d := range monitor.Devices() {
@@ -300,6 +311,12 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	g.Go(func() error { progress.Run(ctx); return nil })
 	g.Go(func() error { return monitor.Run(ctx, agent.OnGPUFault) })
 	g.Go(func() error { return inh.Run(ctx) })
+	if hb != nil {
+		g.Go(func() error {
+			publishCapabilities(ctx, hb, caps, cmp.Or(cfg.HeartbeatInterval, agentlease.RenewInterval), log.With("component", "capabilities"))
+			return nil
+		})
+	}
 	g.Go(func() error {
 		WatchResets(ctx, cfg.Client, cfg.Node, agent.ResetRequested, log)
 		return nil

@@ -87,6 +87,9 @@ type AgentOptions struct {
 	InhibitDelayMax time.Duration
 	// Args are more nodeagent flags (e.g. --release-timeout 5s).
 	Args []string
+	// RealNVML: a real node's agent looks for the NVIDIA library as on a real node, instead
+	// of a mock of the node's fake GPUs (StartRealNodeAgent).
+	RealNVML bool
 }
 
 // Agent is a node agent process in simulation mode with the simulated node around it: a

@@ -56,7 +56,7 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", n.Name,
 		"--dbus-address", n.Bus.Address, "--pod-resources-socket", n.PodResourcesSocket,
 		"--cri-endpoint", "unix://" + n.ContainerdSocket, "--http-address", anyPort}
-	if len(n.GPUs) > 0 {
+	if len(n.GPUs) > 0 && !o.RealNVML {
 		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", anyPort)
 	}
 	// In the node's mount namespace, as a DaemonSet's pod runs on its node: the paths the

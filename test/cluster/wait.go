@@ -179,17 +179,9 @@ func (c *Cluster) WaitResourceQuota(ctx context.Context, namespace, name string,
 // after since (agentlease): an agent just started that has not is silent to the controller,
 // which gives a restart in place on its node up at once.
 func (c *Cluster) WaitAgentHeartbeat(ctx context.Context, node string, since time.Time) error {
-	lw := cache.NewListWatchFromClient(c.Client.CoordinationV1().RESTClient(), "leases", agentlease.Namespace,
-		fields.OneTermEqualSelector("metadata.name", agentlease.Name(node)))
-	var last *coordinationv1.Lease
-	_, err := watchtools.UntilWithSync(ctx, lw, &coordinationv1.Lease{}, nil, func(e watch.Event) (bool, error) {
-		l, ok := e.Object.(*coordinationv1.Lease)
-		if !ok || e.Type == watch.Deleted {
-			return false, nil
-		}
-		last = l
+	last, err := c.WaitAgentLease(ctx, node, func(l *coordinationv1.Lease) bool {
 		// RenewTime is kept to the microsecond: a renewal in the same second as since counts.
-		return l.Spec.RenewTime != nil && !l.Spec.RenewTime.Time.Before(since.Truncate(time.Second)), nil
+		return l.Spec.RenewTime != nil && !l.Spec.RenewTime.Time.Before(since.Truncate(time.Second))
 	})
 	if err != nil {
 		renewed := "never"
@@ -199,6 +191,23 @@ func (c *Cluster) WaitAgentHeartbeat(ctx context.Context, node string, since tim
 		return fmt.Errorf("node agent of %s: no heartbeat since %s (last renewed %s): %w", node, since.UTC().Format(time.RFC3339), renewed, err)
 	}
 	return nil
+}
+
+// WaitAgentLease watches the heartbeat Lease of node's agent until cond holds, and returns
+// it (on error, the last one seen, nil if none).
+func (c *Cluster) WaitAgentLease(ctx context.Context, node string, cond func(*coordinationv1.Lease) bool) (*coordinationv1.Lease, error) {
+	lw := cache.NewListWatchFromClient(c.Client.CoordinationV1().RESTClient(), "leases", agentlease.Namespace,
+		fields.OneTermEqualSelector("metadata.name", agentlease.Name(node)))
+	var last *coordinationv1.Lease
+	_, err := watchtools.UntilWithSync(ctx, lw, &coordinationv1.Lease{}, nil, func(e watch.Event) (bool, error) {
+		l, ok := e.Object.(*coordinationv1.Lease)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		last = l
+		return cond(l), nil
+	})
+	return last, err
 }
 
 // WaitPodsWithRecords is WaitPods for pods read as the controller reads them: each with the

@@ -155,6 +155,11 @@ func setup(ctx context.Context, c *cluster.Cluster) error {
 // to it: as the kubelet would start the new pod's agent with the new pod's token, the test
 // restarts the agent after the node comes back.
 func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) error {
+	return startAgentWith(ctx, c, n, cluster.AgentOptions{})
+}
+
+// startAgentWith is startAgent with o's RealNVML and more flags (o.Args).
+func startAgentWith(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode, o cluster.AgentOptions) error {
 	if old := agents[n.Name]; old != nil {
 		old.Stop()
 		delete(agents, n.Name)
@@ -166,9 +171,9 @@ func startAgent(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode) er
 		return err
 	}
 	started := time.Now()
-	args := []string{"--release-timeout", "5s", fmt.Sprintf("--barrier-records-on-heartbeat=%v", *realRecordsOnHeartbeat)}
+	args := append([]string{"--release-timeout", "5s", fmt.Sprintf("--barrier-records-on-heartbeat=%v", *realRecordsOnHeartbeat)}, o.Args...)
 	a, err := c.StartRealNodeAgent(actx, n, cluster.AgentOptions{
-		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: args,
+		Bin: agentBin, DaemonSetPod: pod, Dir: agentDir, Args: args, RealNVML: o.RealNVML,
 	})
 	if err != nil {
 		return err
