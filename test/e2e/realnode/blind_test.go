@@ -49,19 +49,20 @@ func TestRealAgentWithoutNVMLSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The heartbeat says so, and where the agent looked.
+	// The heartbeat says so, and where the agent looked; and, once the agent took it (its
+	// capabilities are checked again every heartbeat interval), that it holds its lock.
 	var caps *v1alpha1.AgentCapabilities
 	if _, err := c.WaitAgentLease(ctx, n.Name, func(l *coordinationv1.Lease) bool {
 		caps = agentlease.Capabilities(l, n.Name)
-		return caps != nil && !caps.GPUMonitoring.Enabled
+		return caps != nil && !caps.GPUMonitoring.Enabled && caps.ShutdownLock.Enabled
 	}); err != nil {
-		t.Fatalf("the heartbeat of %s never said GPU monitoring is off (last: %+v): %v", n.Name, caps, err)
+		t.Fatalf("the heartbeat of %s never said GPU monitoring is off, the lock held (last: %+v): %v", n.Name, caps, err)
 	}
 	if g := caps.GPUMonitoring; g.Reason != v1alpha1.CapabilityNVMLNotFound || !strings.Contains(g.Message, hostRoot+"/run/nvidia/driver") || !strings.Contains(g.Message, "dynamic loader") {
 		t.Errorf("GPU monitoring off for %q: %q; want NVMLNotFound, naming the roots it looked in under %s and the dynamic loader", g.Reason, g.Message, hostRoot)
 	}
-	if !caps.ShutdownLock.Enabled || !caps.PodResources.Enabled {
-		t.Errorf("capabilities %+v: the agent without NVML still holds its lock and reads the kubelet's PodResources", caps)
+	if !caps.PodResources.Enabled || !caps.InPlace.Enabled {
+		t.Errorf("capabilities %+v: the agent without NVML still reads the kubelet's PodResources and restarts in place", caps)
 	}
 
 	// `launcher nodes` shows it.
