@@ -230,6 +230,16 @@ func (a *Agent) gpusReset(ctx context.Context, at time.Time) {
 		a.log.Warn("GPU reset requested, but the health poll still finds GPUs lost or needing a reset: GPUHealthy stays False", "gpus", lost, "requestedAt", at)
 		return
 	}
+	// The GPUs are good again as of the reset: a fault after it is a new one, whichever fault
+	// was handled before it, not a repeat to count only (a fault handled before the reset
+	// would otherwise go unmarked on the pods that hold the GPU now, for RepeatWindow).
+	a.mu.Lock()
+	for k, handled := range a.handled {
+		if handled.Before(at) {
+			delete(a.handled, k)
+		}
+	}
+	a.mu.Unlock()
 	msg := fmt.Sprintf("an operator reset the GPUs (%s at %s)", v1alpha1.AnnotationGPUResetRequestedAt, formatTime(at))
 	if _, err := a.cfg.Writer.MarkGPUHealthy(ctx, func(_ string, since time.Time) bool { return at.After(since) }, msg, a.cfg.Clock.Now()); err != nil {
 		a.log.Error("cannot mark the node's GPUs healthy after a reset", "error", err)

@@ -96,6 +96,15 @@ func TestAnOperatorsResetMakesTheNodeHealthy(t *testing.T) {
 	if w.GPUReason != "Xid48" {
 		t.Errorf("after a reset, XID 48: reason %q, want Xid48", w.GPUReason)
 	}
+	// The very fault handled before a reset, again within the repeat window: a new fault of
+	// the GPUs the operator reset (the pods that hold it now are marked), not a repeat.
+	a.gpusReset(ctx, t0.Add(2*time.Second))
+	if err := a.HandleGPUFault(ctx, fault("GPU-a", 79, v1alpha1.CauseGPUFault, true)); err != nil {
+		t.Fatal(err)
+	}
+	if w.GPUReason != "Xid79" {
+		t.Errorf("after a reset, XID 79 again: reason %q, want Xid79: the fault before the reset was taken for a repeat", w.GPUReason)
+	}
 }
 
 // TestARebootMakesTheNodeHealthy: a node marked before it last booted has had its GPUs reset;
