@@ -77,14 +77,21 @@ func Heartbeat(l *coordinationv1.Lease, node string) *exitclass.Heartbeat {
 		ptr.Deref(l.Spec.HolderIdentity, "") != node || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
 		return nil
 	}
-	hb := &exitclass.Heartbeat{
+	return &exitclass.Heartbeat{
 		RenewedAt: l.Spec.RenewTime.Time,
 		Duration:  time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
 	}
+}
+
+// NoGPUMonitoring is why node's agent says on its heartbeat l that it does not watch its
+// node's GPUs ("" when it does, or says nothing): Heartbeat.NoGPUMonitoring. Apart from
+// Heartbeat, which the in-place waits read for every pod: only the node's facts need it, and
+// it parses the capabilities.
+func NoGPUMonitoring(l *coordinationv1.Lease, node string) string {
 	if caps := Capabilities(l, node); caps != nil && !caps.GPUMonitoring.Enabled {
-		hb.NoGPUMonitoring = caps.GPUMonitoring.Reason + ": " + caps.GPUMonitoring.Message
+		return caps.GPUMonitoring.Reason + ": " + caps.GPUMonitoring.Message
 	}
-	return hb
+	return ""
 }
 
 // Capabilities are what node's agent says it can do on its heartbeat l

@@ -175,13 +175,17 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 
 // agentHeartbeat is the heartbeat of node's agent from the cache, nil if it has none (or the
 // cache cannot say: no agent is then assumed, which only makes a lost node wait for its
-// pods' toleration).
+// pods' toleration), with what it says of its GPU monitoring.
 func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass.Heartbeat {
 	l := &coordinationv1.Lease{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err != nil {
 		return nil
 	}
-	return agentlease.Heartbeat(l, node)
+	hb := agentlease.Heartbeat(l, node)
+	if hb != nil {
+		hb.NoGPUMonitoring = agentlease.NoGPUMonitoring(l, node)
+	}
+	return hb
 }
 
 // withNodeRecords is pods, each read with the barrier record its node's agent keeps on its

@@ -356,8 +356,8 @@ func (r *Reconciler) coordinator() *inplace.Coordinator {
 // attempt runs in the gang, the barrier opens (one status write for the gang). What
 // faultline cannot end is named in Stalled.
 func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (ctrl.Result, error) {
-	c := r.coordinator()
-	s := c.Stop(ctx, run, obs.view(r, run))
+	c, v := r.coordinator(), obs.view(r, run)
+	s := c.Stop(ctx, run, v)
 	if s.Fallback != nil {
 		return r.fallback(ctx, run, s.Fallback)
 	}
@@ -375,7 +375,7 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		res.RequeueAfter = earliest(res.RequeueAfter, s.RequeueAfter)
 		return res, err
 	}
-	open, err := c.Open(ctx, run, obs.view(r, run), s.Moved)
+	open, err := c.Open(ctx, run, v, s.Moved)
 	if err != nil || !open.Opened {
 		return ctrl.Result{RequeueAfter: open.RequeueAfter}, err
 	}
