@@ -33,12 +33,14 @@ func pages(t *testing.T) []string {
 // command's --help, and every other flag it names in code (`--release-timeout`) is one of a
 // faultline binary's; every framework the CRD's controller ships a plugin for is in the
 // reference; the index of docs/ and the README's list every page; the README stays under
-// readmeLimit; the five-minute plugin of plugins.md compiles. Links and the TrainingRun
+// readmeLimit; the five-minute plugin of plugins.md compiles; deploy.md's supported and tested
+// versions are the pinned ones (checkVersions). Links and the TrainingRun
 // reference have tests of their own (links_test.go, reference_test.go).
 func TestDocsAreTrue(t *testing.T) {
 	t.Run("files", func(t *testing.T) { checkFiles(t) })
 	t.Run("index", func(t *testing.T) { checkIndex(t) })
 	t.Run("frameworks", func(t *testing.T) { checkFrameworks(t) })
+	t.Run("versions", func(t *testing.T) { checkVersions(t) })
 	t.Run("readme size", func(t *testing.T) {
 		fi, err := os.Stat("../README.md")
 		if err != nil {

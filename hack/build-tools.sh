@@ -5,13 +5,13 @@
 #
 # Usage: hack/build-tools.sh [NAME...]      build these (default: all)
 #        hack/build-tools.sh paths          print shell-sourceable paths
-#        hack/build-tools.sh set demo|test|real-nodes   print the names a target needs
+#        hack/build-tools.sh set demo|test|real-nodes|oldest   print the names a target needs
 #        hack/build-tools.sh jobset-dir|kueue-dir       print where a module's manifests lie
 #
 # Binaries that come from one module and share most of their packages are built by one `go
-# build` (one compile of the shared packages, links side by side); the groups run in
-# parallel. While it builds it prints what it builds, n of m, and the elapsed time; on a warm
-# cache it prints nothing.
+# build` (one compile of the shared packages, links side by side); the groups one after the
+# other (jobs, below). While it builds it prints what it builds, n of m, and the elapsed
+# time; on a warm cache it prints nothing.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +24,8 @@ modver() {
 	awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "${2:-$tools/go.mod}"
 }
 K8S_VERSION=$(modver k8s.io/kubernetes)
+# The oldest Kubernetes the default installation supports: the suite's second leg.
+K8S_OLDEST_VERSION=$(modver k8s.io/kubernetes "$tools/kubernetes-oldest/go.mod")
 ETCD_VERSION=$(modver go.etcd.io/etcd/server/v3)
 KWOK_VERSION=$(modver sigs.k8s.io/kwok)
 CONTROLLER_TOOLS_VERSION=$(modver sigs.k8s.io/controller-tools)
@@ -35,12 +37,12 @@ CONTAINERD_VERSION=$(modver github.com/containerd/containerd/v2 "$tools/containe
 COREDNS_VERSION=$(modver github.com/coredns/coredns "$tools/coredns/go.mod")
 KUEUE_VERSION=$(modver sigs.k8s.io/kueue "$tools/kueue/go.mod")
 
-k8s_ldflags() {
-	local v=${K8S_VERSION#v} major minor
+k8s_ldflags() { # VERSION
+	local v=${1#v} major minor
 	major=${v%%.*}; minor=${v#*.}; minor=${minor%%.*}
 	local f=""
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		f+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+		f+=" -X $pkg.gitVersion=$1 -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 		f+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
 	echo "-s -w$f"
@@ -48,10 +50,12 @@ k8s_ldflags() {
 
 # Sets of names for the Makefile's targets: what `make demo` needs (the control plane and
 # kwok, as test/cluster.FindTools builds them), what the real nodes add, what `make test`
-# needs (both, and Kueue for test/e2e/kueue), and everything.
+# needs (both, Kueue for test/e2e/kueue, and the oldest supported control plane and kubelet
+# for test/e2e/oldest), and everything.
 set_demo=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
 set_real=(kubelet containerd coredns)
-set_test_only=(kueue)
+set_oldest=(oldest-kube-apiserver oldest-kube-controller-manager oldest-kube-scheduler oldest-kubelet)
+set_test_only=(kueue "${set_oldest[@]}")
 set_all=("${set_demo[@]}" "${set_real[@]}" "${set_test_only[@]}" controller-gen staticcheck)
 
 # group NAME: the build group of a binary: its module dir, output dir, packages (one per
@@ -59,6 +63,7 @@ set_all=("${set_demo[@]}" "${set_real[@]}" "${set_test_only[@]}" controller-gen 
 group_of() {
 	case $1 in
 	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet) echo kubernetes ;;
+	oldest-*) echo kubernetes-oldest ;;
 	containerd | containerd-shim-runc-v2 | ctr) echo containerd ;;
 	kwok | kwokctl) echo kwok ;;
 	protoc-gen-go | protoc-gen-go-grpc) echo "$1" ;;
@@ -66,15 +71,23 @@ group_of() {
 	esac
 }
 
-# spec GROUP: sets dir, module, ldflags, tags and pkgs (name=package) of a group.
+# spec GROUP: sets dir, module, ldflags, tags and pkgs (name=package) of a group. A binary's
+# file is its name less a version prefix ("oldest-").
 spec() {
 	module=$tools ldflags="-s -w" tags=""
 	case $1 in
 	etcd) dir=$out/etcd-$ETCD_VERSION pkgs=(etcd=go.etcd.io/etcd/server/v3) ;;
 	kubernetes)
-		dir=$out/kubernetes-$K8S_VERSION ldflags=$(k8s_ldflags)
+		dir=$out/kubernetes-$K8S_VERSION ldflags=$(k8s_ldflags "$K8S_VERSION")
 		pkgs=()
 		for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do pkgs+=("$b=k8s.io/kubernetes/cmd/$b"); done
+		;;
+	# The oldest supported release: its control plane and kubelet (the newest kubectl serves
+	# both), from a module of its own, since one module holds one k8s.io/kubernetes.
+	kubernetes-oldest)
+		dir=$out/kubernetes-$K8S_OLDEST_VERSION module=$tools/kubernetes-oldest ldflags=$(k8s_ldflags "$K8S_OLDEST_VERSION")
+		pkgs=()
+		for b in kube-apiserver kube-controller-manager kube-scheduler kubelet; do pkgs+=("oldest-$b=k8s.io/kubernetes/cmd/$b"); done
 		;;
 	kwok) dir=$out/kwok-$KWOK_VERSION pkgs=(kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl) ;;
 	# containerd 2.x (what Kubernetes 1.36 supports), its runc shim and ctr, from a module of
@@ -113,7 +126,7 @@ build_group() {
 	for p in "${pkgs[@]}"; do
 		n=${p%%=*}
 		for w in "$@"; do
-			if [ "$w" = "$n" ] && [ ! -x "$dir/$n" ]; then want+=("${p#*=}"); names+=("$n"); fi
+			if [ "$w" = "$n" ] && [ ! -x "$dir/$(file_of "$n")" ]; then want+=("${p#*=}"); names+=("$(file_of "$n")"); fi
 		done
 	done
 	[ ${#want[@]} -gt 0 ] || return 0
@@ -131,45 +144,59 @@ build_group() {
 	rm -rf "$tmp"
 }
 
+file_of() { echo "${1#oldest-}"; } # NAME: the binary's file name
+
 missing() { # NAME: is the binary absent?
 	local dir module ldflags tags pkgs
 	spec "$(group_of "$1")"
-	[ ! -x "$dir/$1" ]
+	[ ! -x "$dir/$(file_of "$1")" ]
 }
+
+# build_order is the order groups start in: Kubernetes first, then what reuses most of the
+# packages it compiled (kwok: the same k8s.io libraries; etcd: the same etcd client), then
+# the rest, the oldest supported Kubernetes (its own versions of everything) last but one.
+build_order=(kubernetes kwok etcd kubernetes-oldest kueue containerd coredns controller-gen staticcheck protoc-gen-go protoc-gen-go-grpc jobset)
+
+# jobs is how many groups build at once. Each `go build` already keeps every core busy
+# compiling; two groups side by side compile the packages they share (the standard library,
+# the k8s.io libraries) twice, where one after the other the second finds them in the build
+# cache. TOOLS_BUILD_JOBS overrides it (a machine with many cores may gain from more).
+jobs=${TOOLS_BUILD_JOBS:-1}
 
 build_all() {
 	local names=("$@") groups=() members=() n g i
-	for n in "${names[@]}"; do
-		missing "$n" || continue
-		g=$(group_of "$n")
-		for i in "${!groups[@]}"; do
-			if [ "${groups[$i]}" = "$g" ]; then members[$i]+=" $n"; continue 2; fi
+	for g in "${build_order[@]}"; do
+		local these=""
+		for n in "${names[@]}"; do
+			[ "$(group_of "$n")" = "$g" ] && missing "$n" && these+=" $n"
 		done
-		groups+=("$g"); members+=("$n")
+		[ -z "$these" ] || { groups+=("$g"); members+=("${these# }"); }
 	done
 	local m=${#groups[@]}
 	[ "$m" -gt 0 ] || return 0
-	local start=$SECONDS logdir pids=() done_flags=()
+	local start=$SECONDS logdir pids=() done_flags=() next=0 running=0
 	logdir=$(mktemp -d)
 	trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logdir"' EXIT
-	echo "building $m tool group(s) into ${out#$root/} (first run on this machine; later runs skip this):" >&2
-	for i in "${!groups[@]}"; do
-		# shellcheck disable=SC2086 # members are words
-		(
-			s=$SECONDS
-			build_group "${groups[$i]}" ${members[$i]} >"$logdir/$i.log" 2>&1 && echo "$((SECONDS - s))" >"$logdir/$i.ok"
-		) &
-		pids+=($!)
-		echo "  [$((i + 1))/$m] ${groups[$i]}: ${members[$i]}" >&2
-	done
-	# Progress: one line when each group ends, and every 20 s the groups still building.
+	echo "building $m tool group(s) into ${out#$root/}, $jobs at a time (first run on this machine; later runs skip this):" >&2
+	# Progress: one line when each group starts and ends, and every 20 s the groups building.
 	local left=$m failed=0 last=$SECONDS
 	while [ "$left" -gt 0 ]; do
+		while [ "$running" -lt "$jobs" ] && [ "$next" -lt "$m" ]; do
+			i=$next
+			# shellcheck disable=SC2086 # members are words
+			(
+				s=$SECONDS
+				build_group "${groups[$i]}" ${members[$i]} >"$logdir/$i.log" 2>&1 && echo "$((SECONDS - s))" >"$logdir/$i.ok"
+			) &
+			pids[$i]=$!
+			echo "  [$((i + 1))/$m] ${groups[$i]}: ${members[$i]} (elapsed $((SECONDS - start))s)" >&2
+			next=$((next + 1)) running=$((running + 1))
+		done
 		sleep 1
-		left=0
-		for i in "${!groups[@]}"; do
+		left=0 running=0
+		for i in "${!pids[@]}"; do
 			[ -z "${done_flags[$i]:-}" ] || continue
-			if kill -0 "${pids[$i]}" 2>/dev/null; then left=$((left + 1)); continue; fi
+			if kill -0 "${pids[$i]}" 2>/dev/null; then running=$((running + 1)); continue; fi
 			wait "${pids[$i]}" || true
 			done_flags[$i]=1
 			if [ -f "$logdir/$i.ok" ]; then
@@ -180,10 +207,11 @@ build_all() {
 				sed 's/^/      /' "$logdir/$i.log" >&2
 			fi
 		done
-		if [ "$left" -gt 0 ] && [ $((SECONDS - last)) -ge 20 ]; then
+		left=$((m - ${#done_flags[@]}))
+		if [ "$running" -gt 0 ] && [ $((SECONDS - last)) -ge 20 ]; then
 			last=$SECONDS
 			local still=()
-			for i in "${!groups[@]}"; do [ -n "${done_flags[$i]:-}" ] || still+=("${groups[$i]}"); done
+			for i in "${!pids[@]}"; do [ -n "${done_flags[$i]:-}" ] || still+=("${groups[$i]}"); done
 			echo "  ... still building ${still[*]} ($(( ${#done_flags[@]} ))/$m done, elapsed $((SECONDS - start))s)" >&2
 		fi
 	done
@@ -198,6 +226,7 @@ paths)
 	# Shell-sourceable paths for the Makefile and the test harness.
 	echo "ETCD_BIN=$out/etcd-$ETCD_VERSION/etcd"
 	echo "KUBE_BIN_DIR=$out/kubernetes-$K8S_VERSION"
+	echo "KUBE_OLDEST_BIN_DIR=$out/kubernetes-$K8S_OLDEST_VERSION"
 	echo "KWOK_BIN_DIR=$out/kwok-$KWOK_VERSION"
 	echo "CONTAINERD_BIN_DIR=$out/containerd-$CONTAINERD_VERSION"
 	echo "COREDNS_BIN=$out/coredns-$COREDNS_VERSION/coredns"
@@ -212,9 +241,10 @@ paths)
 set)
 	case ${2:-} in
 	demo) echo "${set_demo[*]}" ;;
+	oldest) echo "${set_oldest[*]}" ;;
 	real-nodes) echo "${set_real[*]}" ;;
 	test) echo "${set_demo[*]} ${set_real[*]} ${set_test_only[*]}" ;;
-	*) echo "usage: $0 set demo|real-nodes|test" >&2; exit 2 ;;
+	*) echo "usage: $0 set demo|real-nodes|oldest|test" >&2; exit 2 ;;
 	esac
 	exit 0
 	;;
@@ -236,7 +266,9 @@ for name in "${want[@]}"; do
 	# (Debian: protobuf-compiler).
 	proto) names+=(protoc-gen-go protoc-gen-go-grpc) ;;
 	# JobSet, for side-by-side benchmarks only (make bench); not in the default set.
-	etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kwok | kwokctl | \
+	# The oldest supported release's control plane and kubelet (test/e2e/oldest).
+	oldest) names+=("${set_oldest[@]}") ;;
+	etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kwok | kwokctl | oldest-* | \
 		coredns | controller-gen | staticcheck | jobset | kueue | containerd-shim-runc-v2 | ctr) names+=("$name") ;;
 	*) echo "unknown tool $name" >&2; exit 2 ;;
 	esac

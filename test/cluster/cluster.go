@@ -60,6 +60,14 @@ type Options struct {
 	// realnode.go) to start beside the fake ones; RealNode shapes them.
 	RealNodes int
 	RealNode  RealNodeSpec
+	// Oldest runs the control plane and the real nodes' kubelets of the oldest Kubernetes
+	// the default installation supports (hack/tools/kubernetes-oldest) instead of the
+	// newest pinned release.
+	Oldest bool
+	// FeatureGates and RuntimeConfig turn on features and API versions of the control plane
+	// beyond its release's defaults (kwokctl's --kube-feature-gates and --kube-runtime-config,
+	// e.g. "GenericWorkload=true" and "scheduling.k8s.io/v1beta1=true").
+	FeatureGates, RuntimeConfig string
 	// Setup, when set, runs once the cluster and its nodes are up (e.g. to install the CRDs).
 	// If it fails, Start stops the cluster and returns its error.
 	Setup func(ctx context.Context, c *Cluster) error
@@ -87,6 +95,9 @@ type Cluster struct {
 // Start creates and starts a cluster, then its fake nodes. The caller must Stop it.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	tools, err := FindTools()
+	if err == nil && opts.Oldest {
+		tools, err = tools.Oldest()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +146,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	for _, a := range opts.ExtraArgs {
 		args = append(args, "--extra-args", a)
+	}
+	if opts.FeatureGates != "" {
+		args = append(args, "--kube-feature-gates", opts.FeatureGates)
+	}
+	if opts.RuntimeConfig != "" {
+		args = append(args, "--kube-runtime-config", opts.RuntimeConfig)
 	}
 	if opts.AuditPolicy != "" {
 		args = append(args, "--kube-audit-policy", opts.AuditPolicy)

@@ -16,6 +16,24 @@ import (
 // shared is the cluster of the running test package, started by Main.
 var shared *Cluster
 
+// KubernetesEnv, set to KubernetesOldest, makes Main start the package's cluster on the
+// oldest Kubernetes the default installation supports (Options.Oldest): how the
+// oldest-version leg (test/e2e/oldest) runs other packages' scenarios.
+const (
+	KubernetesEnv    = "FAULTLINE_TEST_KUBERNETES"
+	KubernetesOldest = "oldest"
+)
+
+// ServerVersionLine and KubeletVersionLine start the lines Main logs with the API server's
+// version and each real node's kubelet's.
+const (
+	ServerVersionLine  = "kube-apiserver version"
+	KubeletVersionLine = "kubelet version"
+)
+
+// realNodeSuiteLock is held by a test package's Main while its cluster has real nodes.
+var realNodeSuiteLock = filepath.Join(os.TempDir(), realNodePrefix+"suite.lock")
+
 // Main runs a test package against one shared cluster: it starts the cluster, runs the tests,
 // saves the components' logs under _output/test-logs if any test failed, and always deletes
 // the cluster. Use it from TestMain:
@@ -31,12 +49,38 @@ func Main(m *testing.M, opts Options) int {
 	if opts.Logf == nil {
 		opts.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "cluster: "+format+"\n", args...) }
 	}
+	if os.Getenv(KubernetesEnv) == KubernetesOldest {
+		opts.Oldest = true
+	}
+	if opts.RealNodes > 0 {
+		// One package's real nodes at a time on this machine: two suites of them side by
+		// side (go test runs packages in parallel; the oldest-version leg runs one) would
+		// share two cores, and their waits are sized for one.
+		unlock, err := flock(realNodeSuiteLock, true)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "lock %s: %v\n", realNodeSuiteLock, err)
+			return 1
+		}
+		defer unlock.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	c, err := Start(ctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start cluster: %v\n", err)
 		return 1
+	}
+	// The version the package ran on, as the API server and the kubelets say it (the
+	// oldest-version leg checks this line).
+	if v, err := c.Client.Discovery().ServerVersion(); err == nil {
+		opts.Logf("%s %s", ServerVersionLine, v.GitVersion)
+	}
+	if c.Real != nil {
+		for _, n := range c.Real.Nodes {
+			if node, err := c.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{}); err == nil {
+				opts.Logf("%s %s %s", KubeletVersionLine, n.Name, node.Status.NodeInfo.KubeletVersion)
+			}
+		}
 	}
 	shared = c
 	code := m.Run()

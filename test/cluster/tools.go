@@ -16,14 +16,42 @@ type Tools struct {
 	Root string
 	// Etcd is the etcd binary.
 	Etcd string
-	// KubeDir holds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl.
+	// KubeDir holds kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet
+	// of the Kubernetes the cluster runs: the newest pinned release, or the oldest supported
+	// (Options.Oldest).
 	KubeDir string
 	// Kwok and Kwokctl are kwok's binaries.
 	Kwok, Kwokctl string
+
+	// kubectl is the newest pinned kubectl, which serves both releases (kubectl supports
+	// one minor version of skew either way).
+	kubectl string
+	// oldestKubeDir holds the oldest supported release's control plane and kubelet
+	// (hack/tools/kubernetes-oldest), built only for a cluster that asks for it.
+	oldestKubeDir string
+}
+
+// KubernetesVersion is the version of the control plane and kubelet in KubeDir (its name is
+// kubernetes-<version>, hack/build-tools.sh).
+func (t Tools) KubernetesVersion() string {
+	return strings.TrimPrefix(filepath.Base(t.KubeDir), "kubernetes-")
 }
 
 // Kubectl is the path of the pinned kubectl.
-func (t Tools) Kubectl() string { return filepath.Join(t.KubeDir, "kubectl") }
+func (t Tools) Kubectl() string { return t.kubectl }
+
+// Oldest is t with the control plane and the kubelet of the oldest Kubernetes the default
+// installation supports, built if missing.
+func (t Tools) Oldest() (Tools, error) {
+	script := filepath.Join(t.Root, "hack", "build-tools.sh")
+	build := exec.Command(script, "oldest")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return Tools{}, fmt.Errorf("build the oldest supported control plane and kubelet with %s: %w", script, err)
+	}
+	t.KubeDir = t.oldestKubeDir
+	return t, nil
+}
 
 // workdir is where kwokctl keeps its clusters (KWOK_WORKDIR).
 func (t Tools) workdir() string { return filepath.Join(t.Root, "_output", "kwok") }
@@ -58,6 +86,9 @@ func FindTools() (Tools, error) {
 		KubeDir: paths["KUBE_BIN_DIR"],
 		Kwok:    filepath.Join(paths["KWOK_BIN_DIR"], "kwok"),
 		Kwokctl: filepath.Join(paths["KWOK_BIN_DIR"], "kwokctl"),
+
+		kubectl:       filepath.Join(paths["KUBE_BIN_DIR"], "kubectl"),
+		oldestKubeDir: paths["KUBE_OLDEST_BIN_DIR"],
 	}
 	return t, nil
 }

@@ -114,7 +114,7 @@ func TestE2EInstallWithoutTheRolesPolicyThenUninstall(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("launcher install --without-roles-policy: exit %d\n%s%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"preflight: Kubernetes v1.36", "installing faultline", "registry.invalid/faultline/faultline-barrier:", "deployment.apps/faultline-controller serverside-applied"} {
+	for _, want := range []string{"preflight: Kubernetes " + c.Tools.KubernetesVersion(), "installing faultline", "registry.invalid/faultline/faultline-barrier:", "deployment.apps/faultline-controller serverside-applied"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("install's output lacks %q:\n%s", want, stdout)
 		}

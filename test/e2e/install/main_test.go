@@ -1,5 +1,5 @@
 // Package install runs `launcher install` and `launcher uninstall` against a control plane
-// that cannot take faultline's default installation: kube-apiserver v1.36 with the
+// that cannot take faultline's default installation: kube-apiserver (the newest pinned) with the
 // MutatingAdmissionPolicy API turned off (--runtime-config), as a cluster before 1.36 is.
 package install
 

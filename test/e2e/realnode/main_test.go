@@ -1,4 +1,4 @@
-// Package realnode runs faultline's core claims on real nodes: kubelets v1.36 with containerd
+// Package realnode runs faultline's core claims on real nodes: kubelets v1.37 with containerd
 // 2.x and runc beside the local control plane (test/cluster, Options.RealNodes), running the
 // test worker (test/worker), which behaves like a JAX process where faultline depends on it.
 // The node agent runs as a process per node (as the other agent scenarios run it), sharing
@@ -6,6 +6,7 @@
 // PodResources API; the GPUs come from test/fakegpu, a device plugin on the kubelet's real
 // API. One cluster serves the package, with one kwok node beside the real ones; the
 // node-shutdown and GPU scenarios run alone (they change a node), the others side by side.
+// test/e2e/oldest runs some of them again on the oldest supported Kubernetes (v1.36).
 package realnode
 
 import (

@@ -32,8 +32,8 @@ func TestRealNodesBesideKwokNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		info := n.Status.NodeInfo
-		if !strings.HasPrefix(info.KubeletVersion, "v1.36.") || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://2.") {
-			t.Errorf("node %s: kubelet %q, runtime %q: want a kubelet v1.36 on containerd 2.x", n.Name, info.KubeletVersion, info.ContainerRuntimeVersion)
+		if want := c.Tools.KubernetesVersion(); info.KubeletVersion != want || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://2.") {
+			t.Errorf("node %s: kubelet %q, runtime %q: want kubelet %s (the cluster's) on containerd 2.x", n.Name, info.KubeletVersion, info.ContainerRuntimeVersion, want)
 		}
 		if _, ok := n.Annotations[cluster.AnnotationKwokNode]; ok {
 			t.Errorf("node %s carries kwok's annotation %s", n.Name, cluster.AnnotationKwokNode)
