@@ -57,6 +57,9 @@ type Options struct {
 	// worker and the barrier waits again in the same container, which the kubelet never
 	// restarts.
 	BarrierInWorker bool
+	// PodGroup, when set, puts the workers in the scheduling group of that name
+	// (spec.schedulingGroup; package podgroup), whose gang policy binds them all or none.
+	PodGroup string
 }
 
 // Number reads the attempt label of a Job or pod; ok is false when it is missing or garbled.
@@ -200,6 +203,9 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 			// the error it printed. The kubelet keeps the log's last 80 lines, 2 KiB at most.
 			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 		}
+	}
+	if opts.PodGroup != "" {
+		tmpl.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(opts.PodGroup)}
 	}
 	addPorts(&tmpl.Spec, opts.Ports)
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)

@@ -36,6 +36,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
+	"github.com/faultline-dev/faultline/pkg/podgroup"
 	"github.com/faultline-dev/faultline/pkg/runmetrics"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -192,6 +193,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		BarrierInWorker: opts.BarrierInWorker,
 		NodeConditions:  opts.NodeConditions,
 	}
+	// Whether the cluster gang-schedules: read once, at the start, as the Kueue integration's
+	// API is; a cluster that starts serving PodGroups later is seen at the controller's next
+	// start.
+	if r.PodGroups, err = podgroup.Served(mgr.GetRESTMapper()); err != nil {
+		return fmt.Errorf("discover %s: %w", podgroup.GroupVersion.WithKind(podgroup.Kind), err)
+	}
+	ctrl.Log.WithName("controller").Info("gang scheduling", "podGroups", r.PodGroups, "api", podgroup.GroupVersion.String())
 	r.Admission = admission.New(admission.Config{
 		Kueue: opts.Kueue, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{},
 		Roles: func(ctx context.Context, run *v1alpha1.TrainingRun) ([]framework.Role, error) {

@@ -29,6 +29,9 @@ package controller
 // deploy/admission/controller.yaml does: the Role's rules exactly, the binding to that Role
 // and that ServiceAccount only, everything owned by a TrainingRun.
 //
+// Where the cluster serves PodGroups (Kubernetes 1.37's gang scheduling), it creates one per
+// gang run and gets it (to recognise its own); the garbage collector deletes it with the run.
+//
 // Before an attempt of a run whose pods are laid out in roles, it reads (get only) the
 // MutatingAdmissionPolicy faultline-roles and its binding, which label those pods, to say
 // that they are missing rather than start pods without a role.
@@ -41,6 +44,7 @@ package controller
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances/status,verbs=get;update;patch

@@ -74,6 +74,9 @@ type Reconciler struct {
 	NodeConditions []exitclass.NodeConditionRule
 	// Admission admits runs that name a Kueue queue (nil: as without the Kueue integration).
 	Admission admission.Gate
+	// PodGroups puts each gang run's workers in a PodGroup of its own (package podgroup),
+	// where the cluster serves them.
+	PodGroups bool
 
 	progress  progressWrites
 	failures  failureClock

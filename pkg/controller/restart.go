@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
+	"github.com/faultline-dev/faultline/pkg/podgroup"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
@@ -207,8 +209,15 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if res, ok, err := r.ensureService(ctx, run); !ok || err != nil {
+	if res, ok, err := r.ensureOwned(ctx, run, rendezvous.Service(run), "the workers' addresses need that name"); !ok || err != nil {
 		return res, err
+	}
+	var group string
+	if r.PodGroups && podgroup.Gang(run) {
+		group = podgroup.Name(run)
+		if res, ok, err := r.ensureOwned(ctx, run, podgroup.For(run), "the workers' gang scheduling needs that name"); !ok || err != nil {
+			return res, err
+		}
 	}
 	image, inWorker, why, err := r.coordinator().Shape(ctx, run)
 	if err != nil {
@@ -228,6 +237,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 
 		RoleRanges:         layout,
 		ServiceAccountName: sa,
+		PodGroup:           group,
 	})
 	if pl, err := r.gate().Place(ctx, run, job, fw.Roles); err != nil || !pl.Ready {
 		if err == nil && pl.Stall != nil {
@@ -268,34 +278,35 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	return ctrl.Result{}, nil
 }
 
-// ensureService creates the run's headless Service, or finds it. ok is false while a Service
-// of that name is not the run's: an earlier run's of the same name, which the garbage
-// collector is deleting, or somebody else's; the run waits, and says so.
-func (r *Reconciler) ensureService(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, bool, error) {
-	svc := rendezvous.Service(run)
-	svc.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
-	err := r.Create(ctx, svc)
+// ensureOwned creates obj, one of the run's own objects (its headless Service, its PodGroup),
+// or finds it. ok is false while an object of that name is not the run's: an earlier run's
+// of the same name, which the garbage collector is deleting, or somebody else's; the run
+// waits, and says why it needs the name.
+func (r *Reconciler) ensureOwned(ctx context.Context, run *v1alpha1.TrainingRun, obj client.Object, why string) (ctrl.Result, bool, error) {
+	obj.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))})
+	kind := reflect.TypeOf(obj).Elem().Name()
+	err := r.Create(ctx, obj)
 	if err == nil {
 		return ctrl.Result{}, true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, false, fmt.Errorf("create service %s: %w", svc.Name, err)
+		return ctrl.Result{}, false, fmt.Errorf("create %s %s: %w", kind, obj.GetName(), err)
 	}
-	existing := &corev1.Service{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(svc), existing); err != nil {
+	existing := obj.DeepCopyObject().(client.Object)
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{RequeueAfter: recheck}, false, nil
 		}
-		return ctrl.Result{}, false, fmt.Errorf("get service %s: %w", svc.Name, err)
+		return ctrl.Result{}, false, fmt.Errorf("get %s %s: %w", kind, obj.GetName(), err)
 	}
 	if metav1IsControlledBy(existing, run) {
 		return ctrl.Result{}, true, nil
 	}
-	if existing.DeletionTimestamp != nil {
+	if existing.GetDeletionTimestamp() != nil {
 		return ctrl.Result{RequeueAfter: recheck}, false, nil // an earlier run's, going
 	}
-	res, err := r.stall(ctx, run, v1alpha1.ReasonNameTaken, fmt.Sprintf("Service %s/%s is not this run's: the workers' addresses need that name; "+
-		"delete that Service or give the run another name", existing.Namespace, existing.Name))
+	res, err := r.stall(ctx, run, v1alpha1.ReasonNameTaken, fmt.Sprintf("%s %s/%s is not this run's: %s; "+
+		"delete that %s or give the run another name", kind, existing.GetNamespace(), existing.GetName(), why, kind))
 	return res, false, err
 }
 
