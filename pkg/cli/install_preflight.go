@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/podgroup"
 )
 
 // Before `launcher install` applies anything, it checks that the cluster serves what the
@@ -131,6 +132,13 @@ func Preflight(objs []*unstructured.Unstructured, f ClusterFacts) PreflightRepor
 	default:
 		r.Notes = append(r.Notes, fmt.Sprintf("restarts in place: %d of %d nodes' kubelets declare %s (the RestartAllContainersOnContainerExits feature); "+
 			"runs on the others recreate their pods (restartMode Auto)", f.InPlaceNodes, f.Nodes, v1alpha1.FeatureRestartAllContainers))
+	}
+	if f.Served[podgroup.GroupVersion.WithKind(podgroup.Kind)] {
+		r.Notes = append(r.Notes, fmt.Sprintf("gang scheduling: on (%s %s served): every attempt's workers of a gang run are bound all or none",
+			podgroup.Kind, podgroup.GroupVersion))
+	} else {
+		r.Notes = append(r.Notes, fmt.Sprintf("gang scheduling: off (optional; Kubernetes 1.37 and later with %s and the GenericWorkload feature on): workers are scheduled one by one",
+			podgroup.GroupVersion))
 	}
 	if f.Kueue {
 		r.Notes = append(r.Notes, "Kueue: installed; `launcher install --components kueue` lets it read TrainingRuns (docs/deploy.md, Queueing with Kueue)")

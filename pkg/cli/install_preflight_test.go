@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+
+	"github.com/faultline-dev/faultline/pkg/podgroup"
 )
 
 // served is every kind the manifests apply, but those named.
@@ -29,6 +31,12 @@ func served(t *testing.T, but ...string) map[schema.GroupVersionKind]bool {
 	return out
 }
 
+// withPodGroups adds the PodGroups of Kubernetes 1.37's gang scheduling to served.
+func withPodGroups(served map[schema.GroupVersionKind]bool) map[schema.GroupVersionKind]bool {
+	served[podgroup.GroupVersion.WithKind(podgroup.Kind)] = true
+	return served
+}
+
 func TestPreflight(t *testing.T) {
 	objs, err := Manifests(InstallOptions{})
 	if err != nil {
@@ -46,7 +54,11 @@ func TestPreflight(t *testing.T) {
 	}{
 		"a 1.36 cluster": {
 			facts: ClusterFacts{Version: "v1.36.3", Served: served(t), JobManagedBy: ptr.To(true), Nodes: 2, InPlaceNodes: 2, Kueue: true},
-			notes: []string{"every node's kubelet (2) declares", "Kueue: installed"},
+			notes: []string{"every node's kubelet (2) declares", "gang scheduling: off", "Kueue: installed"},
+		},
+		"a 1.37 cluster that gang-schedules": {
+			facts: ClusterFacts{Version: "v1.37.2", Served: withPodGroups(served(t)), JobManagedBy: ptr.To(true), Nodes: 2, InPlaceNodes: 2},
+			notes: []string{"gang scheduling: on (PodGroup scheduling.k8s.io/v1beta1 served)"},
 		},
 		"a 1.35 cluster": {
 			facts: ClusterFacts{Version: "v1.35.2", Served: served(t, "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"), JobManagedBy: ptr.To(true)},
