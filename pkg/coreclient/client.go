@@ -1,5 +1,6 @@
 // Package coreclient is a client of the pods and nodes of the core/v1 API, of the
-// TrainingRuns (read-only) and of the node agent's heartbeat Lease, and nothing else.
+// TrainingRuns and the DRA drivers' ResourceSlices (read-only) and of the node agent's
+// heartbeat Lease, and nothing else.
 //
 // client-go's clientset links every API group of Kubernetes (their types, their typed
 // clients, their apply configurations) and registers them all in its scheme at start. The
@@ -15,6 +16,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -43,6 +45,9 @@ func init() {
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := resourcev1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 }
 
 // Client reads and patches pods and nodes, and reads TrainingRuns.
@@ -53,6 +58,8 @@ type Client struct {
 	runs rest.Interface
 	// leases is coordination.k8s.io/v1's: the node agent's heartbeat.
 	leases rest.Interface
+	// slices is resource.k8s.io/v1's: the UUIDs of the GPUs DRA drivers allocate.
+	slices rest.Interface
 }
 
 // New returns a client of cfg's API server. cfg's rate limits apply.
@@ -81,7 +88,20 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s client: %w", coordinationv1.SchemeGroupVersion, err)
 	}
-	return &Client{rest: rc, runs: runs, leases: leases}, nil
+	sc := rest.CopyConfig(fc)
+	sc.GroupVersion = &resourcev1.SchemeGroupVersion
+	slices, err := rest.RESTClientFor(sc)
+	if err != nil {
+		return nil, fmt.Errorf("%s client: %w", resourcev1.SchemeGroupVersion, err)
+	}
+	return &Client{rest: rc, runs: runs, leases: leases, slices: slices}, nil
+}
+
+// ListResourceSlices lists ResourceSlices (the agent's node's, by a field selector).
+func (c *Client) ListResourceSlices(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error) {
+	out := &resourcev1.ResourceSliceList{}
+	err := withTimeout(c.slices.Get().Resource("resourceslices").VersionedParams(&opts, params), opts).Do(ctx).Into(out)
+	return out, err
 }
 
 // GetLease reads one Lease.

@@ -264,7 +264,8 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 			return err
 		}
 		defer conn.Close()
-		owners = &GPUMapper{Lister: client}
+		// GPUs a DRA driver allocated are mapped through their ResourceSlices' UUIDs.
+		owners = &GPUMapper{Lister: client, DRA: SliceGPUs{Client: cfg.Client, Node: cfg.Node}}
 		caps.podResources = func(ctx context.Context) error {
 			_, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -19,6 +20,10 @@ type clientsetKube struct{ c kubernetes.Interface }
 // an informer's initial list.
 func (k clientsetKube) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(k.c)
+}
+
+func (k clientsetKube) ListResourceSlices(ctx context.Context, opts metav1.ListOptions) (*resourcev1.ResourceSliceList, error) {
+	return k.c.ResourceV1().ResourceSlices().List(ctx, opts)
 }
 
 func (k clientsetKube) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {

@@ -87,11 +87,16 @@ func DialPodResources(socket string) (podresourcesapi.PodResourcesListerClient, 
 	return podresourcesapi.NewPodResourcesListerClient(conn), conn, nil
 }
 
-// GPUMapper builds GPUOwners from the kubelet's PodResources List.
+// GPUMapper builds GPUOwners from the kubelet's PodResources List: the GPUs a device plugin
+// allocated (the extended resource, by device ID) and those a DRA driver allocated (by
+// driver, pool and device, resolved to UUIDs through DRA).
 type GPUMapper struct {
 	Lister PodResourcesLister
 	// Resource is the extended resource of the GPUs; "" means v1alpha1.ResourceGPU.
 	Resource string
+	// DRA resolves DRA-allocated devices to GPU UUIDs, asked only when a container holds
+	// one; nil leaves them unmapped. A device it names no UUID of is not a GPU (a NIC).
+	DRA DRAGPUs
 	// Timeout bounds one List; zero means 5s.
 	Timeout time.Duration
 }
@@ -114,19 +119,40 @@ func (m *GPUMapper) GPUOwners(ctx context.Context) (GPUOwners, error) {
 		return nil, fmt.Errorf("kubelet pod resources List: %w", err)
 	}
 	owners := GPUOwners{}
+	dra := map[DRADevice][]ContainerRef{}
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
+			ref := ContainerRef{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
 			for _, d := range c.GetDevices() {
 				if d.GetResourceName() != resource {
 					continue
 				}
-				ref := ContainerRef{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName()}
 				for _, id := range d.GetDeviceIds() {
 					id = deviceUUID(id)
 					owners[id] = append(owners[id], ref)
 				}
 			}
+			for _, claim := range c.GetDynamicResources() {
+				for _, r := range claim.GetClaimResources() {
+					dev := DRADevice{Driver: r.GetDriverName(), Pool: r.GetPoolName(), Device: r.GetDeviceName()}
+					dra[dev] = append(dra[dev], ref)
+				}
+			}
 		}
+	}
+	if len(dra) == 0 || m.DRA == nil {
+		return owners, nil
+	}
+	// The device plugin's GPUs are mapped whatever DRA answers: a failure here leaves only
+	// the DRA-allocated GPUs unmapped, and says so.
+	uuids, err := m.DRA.UUIDs(ctx)
+	for dev, refs := range dra {
+		if uuid, ok := uuids[dev]; ok {
+			owners[uuid] = append(owners[uuid], refs...)
+		}
+	}
+	if err != nil {
+		return owners, fmt.Errorf("GPUs allocated through DRA: %w", err)
 	}
 	return owners, nil
 }
