@@ -165,6 +165,10 @@ jobs=${TOOLS_BUILD_JOBS:-1}
 
 build_all() {
 	local names=("$@") groups=() members=() n g i
+	for n in "${names[@]}"; do
+		g=$(group_of "$n")
+		[[ " ${build_order[*]} " == *" $g "* ]] || { echo "build-tools.sh: group $g (of $n) is not in build_order" >&2; exit 2; }
+	done
 	for g in "${build_order[@]}"; do
 		local these=""
 		for n in "${names[@]}"; do

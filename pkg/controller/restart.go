@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -284,8 +284,12 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 // waits, and says why it needs the name.
 func (r *Reconciler) ensureOwned(ctx context.Context, run *v1alpha1.TrainingRun, obj client.Object, why string) (ctrl.Result, bool, error) {
 	obj.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))})
-	kind := reflect.TypeOf(obj).Elem().Name()
-	err := r.Create(ctx, obj)
+	gvk, err := apiutil.GVKForObject(obj, r.Scheme())
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	kind := gvk.Kind
+	err = r.Create(ctx, obj)
 	if err == nil {
 		return ctrl.Result{}, true, nil
 	}

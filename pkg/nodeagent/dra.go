@@ -17,8 +17,6 @@ type DRADevice struct {
 	Driver, Pool, Device string
 }
 
-func (d DRADevice) String() string { return d.Driver + "/" + d.Pool + "/" + d.Device }
-
 // DRAGPUs resolves DRA devices to the UUIDs of the GPUs they are.
 type DRAGPUs interface {
 	UUIDs(ctx context.Context) (map[DRADevice]string, error)

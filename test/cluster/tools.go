@@ -43,11 +43,8 @@ func (t Tools) Kubectl() string { return t.kubectl }
 // Oldest is t with the control plane and the kubelet of the oldest Kubernetes the default
 // installation supports, built if missing.
 func (t Tools) Oldest() (Tools, error) {
-	script := filepath.Join(t.Root, "hack", "build-tools.sh")
-	build := exec.Command(script, "oldest")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return Tools{}, fmt.Errorf("build the oldest supported control plane and kubelet with %s: %w", script, err)
+	if _, err := buildTools(t.Root, "the oldest supported control plane and kubelet", "oldest"); err != nil {
+		return Tools{}, err
 	}
 	t.KubeDir = t.oldestKubeDir
 	return t, nil
@@ -63,22 +60,9 @@ func FindTools() (Tools, error) {
 	if err != nil {
 		return Tools{}, err
 	}
-	script := filepath.Join(root, "hack", "build-tools.sh")
-	build := exec.Command(script, "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwokctl")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return Tools{}, fmt.Errorf("build control plane binaries with %s: %w", script, err)
-	}
-	out, err := exec.Command(script, "paths").Output()
+	paths, err := buildTools(root, "control plane binaries", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwokctl")
 	if err != nil {
-		return Tools{}, fmt.Errorf("%s paths: %w", script, err)
-	}
-	paths := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			paths[k] = v
-		}
+		return Tools{}, err
 	}
 	t := Tools{
 		Root:    root,
@@ -91,6 +75,29 @@ func FindTools() (Tools, error) {
 		oldestKubeDir: paths["KUBE_OLDEST_BIN_DIR"],
 	}
 	return t, nil
+}
+
+// buildTools builds the named binaries that are missing with hack/build-tools.sh (what says
+// what they are, for its error) and returns the paths it prints (KEY=path).
+func buildTools(root, what string, names ...string) (map[string]string, error) {
+	script := filepath.Join(root, "hack", "build-tools.sh")
+	build := exec.Command(script, names...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build %s with %s: %w", what, script, err)
+	}
+	out, err := exec.Command(script, "paths").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s paths: %w", script, err)
+	}
+	paths := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			paths[k] = v
+		}
+	}
+	return paths, nil
 }
 
 // repoRoot walks up from the working directory to the directory holding hack/build-tools.sh.

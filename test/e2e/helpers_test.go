@@ -464,38 +464,12 @@ func markInfrastructureFault(ctx context.Context, t *testing.T, c *cluster.Clust
 	markAsAgent(ctx, t, c, pod, v1alpha1.FaultEvidence{Source: "test-agent", Cause: cause, Detail: "test: the node agent's mark"})
 }
 
-// markAsAgent writes what the node agent writes onto a pod of its node, in the one
-// pods/status patch it uses: the evidence annotation (ev, for the pod's node and now unless
-// ev says otherwise) and, for an infrastructure cause, the InfrastructureFault condition.
-// These scenarios play the agent; test/e2e/agent runs the real one.
+// markAsAgent writes what the node agent writes onto a pod of its node
+// (cluster.MarkAsAgent). These scenarios play the agent; test/e2e/agent runs the real one.
 func markAsAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod, ev v1alpha1.FaultEvidence) {
 	t.Helper()
-	if ev.Node == "" {
-		ev.Node = pod.Spec.NodeName
-	}
-	if ev.DetectedAt == "" {
-		ev.DetectedAt = time.Now().UTC().Format(time.RFC3339Nano)
-	}
-	raw, err := json.Marshal(ev)
-	if err != nil {
+	if err := c.MarkAsAgent(ctx, pod, ev); err != nil {
 		t.Fatal(err)
-	}
-	body := map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)}}}
-	if ev.Cause.Class() == v1alpha1.ClassInfrastructure {
-		body["status"] = map[string]any{"conditions": []corev1.PodCondition{{
-			Type:               v1alpha1.PodConditionInfrastructureFault,
-			Status:             corev1.ConditionTrue,
-			Reason:             string(ev.Cause),
-			Message:            "test: " + ev.Detail,
-			LastTransitionTime: metav1.Now(),
-		}}}
-	}
-	patch, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatalf("mark pod %s as its node agent: %v", pod.Name, err)
 	}
 }
 

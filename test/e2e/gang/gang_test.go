@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -189,27 +188,12 @@ func waitPodGroup(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, nam
 // then the worker's CUDA error exit.
 func gpuFault(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
 	t.Helper()
-	ev, err := json.Marshal(v1alpha1.FaultEvidence{
-		Source: "nodeagent", Cause: v1alpha1.CauseGPUFault, Node: pod.Spec.NodeName,
-		DetectedAt: time.Now().UTC().Format(time.RFC3339Nano),
-		GPU:        &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", XID: 79},
-		Detail:     "Xid 79: GPU has fallen off the bus",
-	})
-	if err != nil {
+	if err := c.MarkAsAgent(ctx, pod, v1alpha1.FaultEvidence{
+		Source: "nodeagent", Cause: v1alpha1.CauseGPUFault,
+		GPU:    &v1alpha1.GPUEvidence{UUID: "GPU-5f1c2a7e-0d8b-4c1e-9a51-3b2f6d7e8a90", XID: 79},
+		Detail: "Xid 79: GPU has fallen off the bus",
+	}); err != nil {
 		t.Fatal(err)
-	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(ev)}},
-		"status": map[string]any{"conditions": []corev1.PodCondition{{
-			Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue,
-			Reason: string(v1alpha1.CauseGPUFault), Message: "test: Xid 79", LastTransitionTime: metav1.Now(),
-		}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatalf("mark %s as its node agent: %v", pod.Name, err)
 	}
 	if err := c.FailPod(ctx, pod.Namespace, pod.Name, cluster.Failure{ExitCode: 1, Reason: "Error", Message: "CUDA error: unspecified launch failure"}); err != nil {
 		t.Fatal(err)

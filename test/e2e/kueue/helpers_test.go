@@ -482,24 +482,9 @@ func (e *env) waitWorkers(run string, n int32, workers int) map[int]*corev1.Pod 
 // infraFault does what a node shutdown does to a worker: the node agent's mark, then exit 143.
 func (e *env) infraFault(pod *corev1.Pod) {
 	e.t.Helper()
-	ev := v1alpha1.FaultEvidence{Source: "test-agent", Cause: v1alpha1.CauseNodeShutdown, Node: pod.Spec.NodeName,
-		DetectedAt: time.Now().UTC().Format(time.RFC3339Nano), Detail: "test: the node agent's mark"}
-	raw, err := json.Marshal(ev)
-	if err != nil {
+	ev := v1alpha1.FaultEvidence{Source: "test-agent", Cause: v1alpha1.CauseNodeShutdown, Detail: "the node agent's mark"}
+	if err := e.c.MarkAsAgent(e.ctx, pod, ev); err != nil {
 		e.t.Fatal(err)
-	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationFaultEvidence: string(raw)}},
-		"status": map[string]any{"conditions": []corev1.PodCondition{{
-			Type: v1alpha1.PodConditionInfrastructureFault, Status: corev1.ConditionTrue,
-			Reason: string(ev.Cause), Message: "test", LastTransitionTime: metav1.Now(),
-		}}},
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.c.Client.CoreV1().Pods(e.ns).Patch(e.ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		e.t.Fatalf("mark pod %s: %v", pod.Name, err)
 	}
 	if err := e.c.FailPod(e.ctx, e.ns, pod.Name, cluster.Failure{ExitCode: 143, Reason: "Error"}); err != nil {
 		e.t.Fatal(err)

@@ -8,7 +8,6 @@
 package oldest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -104,34 +103,24 @@ func runLeg(t *testing.T, root, bin, pkg string, tests []string) []byte {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go test -c %s: %v\n%s", pkg, err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), legTimeout)
+	// The test binary's own timeout (legTimeout) fires first and stops its cluster; the
+	// interrupt after it is for a binary that hangs in its teardown.
+	ctx, cancel := context.WithTimeout(context.Background(), legTimeout+time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, exe, "-test.v", "-test.count=1", "-test.timeout", legTimeout.String(),
 		"-test.run", "^("+strings.Join(tests, "|")+")$")
 	run.Dir = filepath.Join(root, pkg)
 	run.Env = append(os.Environ(), cluster.KubernetesEnv+"="+cluster.KubernetesOldest)
-	// A killed leg still stops its cluster: the test binary's own timeout fires first.
 	run.Cancel = func() error { return run.Process.Signal(os.Interrupt) }
 	run.WaitDelay = time.Minute
+	// The leg's output goes through as it comes (the legs run one after the other) and is
+	// kept to read its results.
+	fmt.Fprintf(os.Stderr, "=== leg %s on the oldest supported Kubernetes: %s\n", pkg, strings.Join(tests, " "))
 	var buf bytes.Buffer
-	pr, pw := io.Pipe()
-	run.Stdout, run.Stderr = pw, pw
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			buf.Write(sc.Bytes())
-			buf.WriteByte('\n')
-			fmt.Fprintf(os.Stderr, "%s: %s\n", filepath.Base(pkg), sc.Text())
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
+	out := io.MultiWriter(&buf, os.Stderr)
+	run.Stdout, run.Stderr = out, out
 	start := time.Now()
 	err := run.Run()
-	pw.Close()
-	<-done
 	t.Logf("%s: %d scenario(s) on the oldest version in %s", pkg, len(tests), time.Since(start).Round(time.Second))
 	if err != nil {
 		t.Errorf("%s on the oldest version: %v", pkg, err)
