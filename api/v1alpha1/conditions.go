@@ -69,6 +69,8 @@ const (
 	ReasonNameTaken       = "NameTaken"       // a Job or Service of the run's name is not the run's
 	ReasonJobRejected     = "JobRejected"     // the API server refused the attempt's Job
 	ReasonPodsNotCreated  = "PodsNotCreated"  // the Job creates no pods (a quota, an admission policy)
+	// ReasonDeviceClassNotFound: the cluster has no DeviceClass of spec.gpus.deviceClassName.
+	ReasonDeviceClassNotFound = "DeviceClassNotFound"
 	// ReasonInPlaceUnsupported: restartMode InPlace on nodes that cannot restart a pod in
 	// place (the kubelet does not declare the feature, or the node agent is not ready for it).
 	ReasonInPlaceUnsupported = "InPlaceUnsupported"

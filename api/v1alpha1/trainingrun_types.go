@@ -89,6 +89,12 @@ const FrameworkNone = "none"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'InPlace'",message="spec.failurePolicy.restartMode InPlace applies to restartScope Gang (with Index the Job controller replaces each failed index): remove it or use restartScope Gang",fieldPath=".failurePolicy.restartMode"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.failurePolicy) || !has(self.failurePolicy.progressDeadlineSeconds)",message="spec.failurePolicy.progressDeadlineSeconds applies to restartScope Gang (with Index the Job controller replaces each failed index, and a silent index is no gang that stopped): remove it or use restartScope Gang",fieldPath=".failurePolicy.progressDeadlineSeconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.restartScope) || self.restartScope != 'Index' || !has(self.roles) || size(self.roles) == 0",message="spec.roles apply to restartScope Gang (with Index the Job controller creates every pod from spec.template): remove spec.roles or use restartScope Gang",fieldPath=".roles"
+// A run's GPUs come one way: its claim's devices are the worker container's, and a template or
+// role that also asked the device plugin for nvidia.com/gpu would get twice the GPUs, of two
+// allocators; the claim's name in the pod is faultline's.
+// +kubebuilder:validation:XValidation:rule="!has(self.gpus) || !has(self.template.spec) || !self.template.spec.containers.exists(c, has(c.resources) && ((has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits) || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests)))",message="spec.gpus and nvidia.com/gpu in spec.template's containers' resources both ask for the workers' GPUs: keep one (spec.gpus for DRA, nvidia.com/gpu for the device plugin)",fieldPath=".gpus"
+// +kubebuilder:validation:XValidation:rule="!has(self.gpus) || !has(self.roles) || size(self.roles) == 0",message="spec.gpus gives every worker the same GPUs and spec.roles lay the workers out in roles: with roles, ask for each role's GPUs in spec.roles[].containers[].resources (nvidia.com/gpu), or remove spec.roles",fieldPath=".gpus"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.resourceClaims) || !self.template.spec.resourceClaims.exists(c, c.name == 'faultline-gpus')",message="spec.template.spec.resourceClaims must not name a claim faultline-gpus: faultline adds spec.gpus's claim under that name; rename yours",fieldPath=".template.spec.resourceClaims"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.restartScope) || has(self.restartScope)",message="spec.restartScope cannot be removed once set (the run started under it): create a new TrainingRun to change it",fieldPath=".restartScope"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
@@ -185,6 +191,35 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// GPUs asks for each worker's GPUs through Dynamic Resource Allocation (DRA), by
+	// DeviceClass, instead of the device plugin's nvidia.com/gpu in the containers' resources.
+	// The controller gives the run a ResourceClaimTemplate (named as the run), and every worker
+	// a claim of its own from it, held by the worker container (the template's first): the
+	// scheduler allocates each worker its devices on its node, the class's DRA driver prepares
+	// them, and the node agent ties their faults to the worker as it does a device plugin's.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.gpus is immutable: create a new TrainingRun to change the workers' GPUs"
+	// +optional
+	GPUs *GPUClaim `json:"gpus,omitempty"`
+}
+
+// GPUClaim is what each worker asks of a DeviceClass.
+type GPUClaim struct {
+	// DeviceClassName names the DeviceClass of the GPUs (gpu.nvidia.com for NVIDIA's DRA
+	// driver). A run whose class the cluster does not have is Stalled, reason
+	// DeviceClassNotFound, until it does.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	DeviceClassName string `json:"deviceClassName"`
+
+	// Count is how many devices of the class each worker gets (DRA allocates at most 32 to
+	// one request).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	// +optional
+	Count int32 `json:"count,omitempty"`
 }
 
 // RoleTemplate is what the pods of one role differ in from spec.template. Only what a role

@@ -68,6 +68,14 @@ const (
 
 	// ResourceGPU is the extended resource through which pods get NVIDIA GPUs.
 	ResourceGPU = "nvidia.com/gpu"
+	// ClaimGPUs is the name, in a worker pod's spec.resourceClaims and its worker container's
+	// resources.claims, of the claim that holds the GPUs a run asks for through DRA
+	// (spec.gpus). Its ResourceClaimTemplate is named as the run.
+	ClaimGPUs = "faultline-gpus"
+	// DeviceClassResourcePrefix names a DeviceClass's devices as a resource, as Kubernetes's
+	// extended resources backed by DRA do (deviceclass.resource.kubernetes.io/<class>): what a
+	// framework plugin reads of the GPUs a worker gets through spec.gpus.
+	DeviceClassResourcePrefix = "deviceclass.resource.kubernetes.io/"
 
 	// NodeAgentNamespace is where deploy/daemonset runs the node agent, and NodeAgentName the
 	// value of LabelAppName on its pods: `launcher nodes` finds each node's agent by them.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/gpuclaim"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
 
@@ -169,6 +170,7 @@ func OfRun(obj metav1.Object, run *v1alpha1.TrainingRun) bool {
 func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	labels := Labels(run, opts.Attempt)
 	tmpl := *run.Spec.Template.DeepCopy()
+	gpuclaim.Apply(&tmpl.Spec, run)
 	tmpl.Labels = merge(tmpl.Labels, labels)
 	if opts.Traceparent != "" {
 		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationTraceparent: opts.Traceparent})

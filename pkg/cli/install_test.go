@@ -28,6 +28,7 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' PodGroups
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' ResourceClaimTemplates
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's Jobs

@@ -301,7 +301,8 @@ func gpuMonitor(c *v1alpha1.AgentCapabilities) string {
 }
 
 // agentCannot names what the agent says it cannot do on the node, each with why: "<none>"
-// when it can do all this version of it does (DRA is NotSupported by every agent of it).
+// when it can do all it does there (what it does not do at all, NotSupported, is no lack:
+// DRA on simulated hardware).
 func agentCannot(c *v1alpha1.AgentCapabilities) string {
 	if c == nil {
 		return "<unknown>"

@@ -32,6 +32,10 @@ package controller
 // Where the cluster serves PodGroups (Kubernetes 1.37's gang scheduling), it creates one per
 // gang run and gets it (to recognise its own); the garbage collector deletes it with the run.
 //
+// A run that asks for its GPUs through DRA (spec.gpus) gets a ResourceClaimTemplate, which
+// the controller creates and gets as it does a PodGroup, after it gets the DeviceClass the
+// run names (to say it is missing rather than leave every worker Pending).
+//
 // Before an attempt of a run whose pods are laid out in roles, it reads (get only) the
 // MutatingAdmissionPolicy faultline-roles and its binding, which label those pods, to say
 // that they are missing rather than start pods without a role.
@@ -45,6 +49,8 @@ package controller
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;create
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=faultline.dev,resources=nodemaintenances/status,verbs=get;update;patch

@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/gpuclaim"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
 	"github.com/faultline-dev/faultline/pkg/podgroup"
 	"github.com/faultline-dev/faultline/pkg/policy"
@@ -219,6 +221,14 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 			return res, err
 		}
 	}
+	if tmpl := gpuclaim.Template(run); tmpl != nil {
+		if res, ok, err := r.deviceClassFound(ctx, run); !ok || err != nil {
+			return res, err
+		}
+		if res, ok, err := r.ensureOwned(ctx, run, tmpl, "each worker's GPU claim is made from it"); !ok || err != nil {
+			return res, err
+		}
+	}
 	image, inWorker, why, err := r.coordinator().Shape(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -311,6 +321,27 @@ func (r *Reconciler) ensureOwned(ctx context.Context, run *v1alpha1.TrainingRun,
 	}
 	res, err := r.stall(ctx, run, v1alpha1.ReasonNameTaken, fmt.Sprintf("%s %s/%s is not this run's: %s; "+
 		"delete that %s or give the run another name", kind, existing.GetNamespace(), existing.GetName(), why, kind))
+	return res, false, err
+}
+
+// deviceClassFound says whether the cluster has the DeviceClass of the run's spec.gpus; while
+// it has not, the run waits Stalled and says so, instead of leaving every worker Pending on a
+// claim that nothing can allocate.
+func (r *Reconciler) deviceClassFound(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, bool, error) {
+	name := run.Spec.GPUs.DeviceClassName
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &resourcev1.DeviceClass{})
+	var why string
+	switch {
+	case err == nil:
+		return ctrl.Result{}, true, nil
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("the cluster has no DeviceClass %q: install the DRA driver that provides it, or name one of `kubectl get deviceclasses`", name)
+	case meta.IsNoMatchError(err):
+		why = "the cluster does not serve DRA's resource.k8s.io/v1 (Kubernetes 1.34 or later): ask for GPUs with nvidia.com/gpu in spec.template instead"
+	default:
+		return ctrl.Result{}, false, fmt.Errorf("get DeviceClass %s: %w", name, err)
+	}
+	res, err := r.stallFor(ctx, run, v1alpha1.ReasonDeviceClassNotFound, stalledRecheck, "spec.gpus.deviceClassName: "+why)
 	return res, false, err
 }
 

@@ -778,3 +778,17 @@ func checkPluginErr(t *testing.T, err error, framework string, kind error, want 
 		}
 	}
 }
+
+// TestPluginSeesDRAGPUs (issue 58): the GPUs a run asks for through DRA (spec.gpus) are
+// devices of the worker a plugin is told of, under the name Kubernetes gives a DeviceClass's
+// devices as a resource: PyTorch's plugin starts a process per GPU whichever way they come.
+func TestPluginSeesDRAGPUs(t *testing.T) {
+	run := makeRun("fw", "r")
+	run.Spec.Template.Spec.Containers = []corev1.Container{{Name: "trainer"}}
+	run.Spec.GPUs = &v1alpha1.GPUClaim{DeviceClassName: "gpu.nvidia.com", Count: 4}
+	got := SpecOf(run).Worker
+	want := &Worker{Devices: map[corev1.ResourceName]int64{"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 4}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Worker of a run with spec.gpus (-want +got):\n%s", diff)
+	}
+}

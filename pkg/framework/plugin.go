@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/gpuclaim"
 	"github.com/faultline-dev/faultline/pkg/rendezvous"
 )
 
@@ -71,9 +72,10 @@ type Worker struct {
 	// Devices are the extended resources (domain-prefixed names such as "nvidia.com/gpu")
 	// that the worker container asks for, in whole units: its limits, or its requests for a
 	// resource it sets no limit on. The worker container is the template's first, the one
-	// the controller declares the framework's ports on. Devices handed out through dynamic
-	// resource allocation (resource claims) are not counted: they are not resources of the
-	// container.
+	// the controller declares the framework's ports on. The GPUs a run asks for through DRA
+	// (spec.gpus) are counted under the name Kubernetes gives a DeviceClass's devices as a
+	// resource, deviceclass.resource.kubernetes.io/<class>; claims the template itself names
+	// are not (nothing in the pod says what devices they hold).
 	Devices map[corev1.ResourceName]int64
 }
 
@@ -96,8 +98,17 @@ func specOf(run *v1alpha1.TrainingRun) RunSpec {
 		Workers:      run.Spec.Workers,
 		RestartScope: run.Spec.RestartScope,
 		Options:      maps.Clone(run.Spec.FrameworkOptions),
-		Worker:       WorkerOf(&run.Spec.Template.Spec),
+		Worker:       workerOf(run),
 	}
+}
+
+// workerOf is what run's worker container asks for, its GPUs through DRA included.
+func workerOf(run *v1alpha1.TrainingRun) *Worker {
+	w := WorkerOf(&run.Spec.Template.Spec)
+	if n := gpuclaim.Count(run); n > 0 {
+		w.Devices[corev1.ResourceName(v1alpha1.DeviceClassResourcePrefix+run.Spec.GPUs.DeviceClassName)] = n
+	}
+	return w
 }
 
 // WorkerOf is what a pod spec's worker container (its first) asks for.

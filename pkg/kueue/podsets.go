@@ -14,6 +14,7 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/gpuclaim"
 )
 
 // Role is one role of the framework's layout, in index order: its name and its pod count.
@@ -34,6 +35,10 @@ type Role struct {
 func PodSets(run *v1alpha1.TrainingRun, roles []Role) ([]PodSet, error) {
 	base := run.Spec.Template.DeepCopy()
 	base.Spec.RestartPolicy = corev1.RestartPolicyNever
+	// The GPUs a run asks for through DRA are its workers' claims from its
+	// ResourceClaimTemplate: Kueue counts their devices where its configuration maps the
+	// DeviceClass to a quota resource (docs/kueue.md).
+	gpuclaim.Apply(&base.Spec, run)
 	if len(run.Spec.Roles) == 0 {
 		return []PodSet{{Name: v1alpha1.PodSetWorkers, Count: run.Spec.Workers, Template: *base}}, nil
 	}

@@ -155,3 +155,27 @@ func TestFlavorsOf(t *testing.T) {
 		t.Errorf("FlavorsOf = %v", got)
 	}
 }
+
+// TestPodSetsCarryTheRunsGPUClaim (issue 58): a run that asks for its GPUs through DRA has
+// them in its Workload as its workers do: the pod set's template names the run's
+// ResourceClaimTemplate, which Kueue reads to count the devices against its quota.
+func TestPodSetsCarryTheRunsGPUClaim(t *testing.T) {
+	run := testRun()
+	run.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	run.Spec.GPUs = &v1alpha1.GPUClaim{DeviceClassName: "gpu.nvidia.com", Count: 8}
+	sets, err := PodSets(run, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sets[0].Template.Spec
+	if len(spec.ResourceClaims) != 1 || spec.ResourceClaims[0].Name != v1alpha1.ClaimGPUs ||
+		spec.ResourceClaims[0].ResourceClaimTemplateName == nil || *spec.ResourceClaims[0].ResourceClaimTemplateName != run.Name {
+		t.Errorf("pod set's resourceClaims %+v, want %s from the ResourceClaimTemplate %s", spec.ResourceClaims, v1alpha1.ClaimGPUs, run.Name)
+	}
+	if claims := spec.Containers[0].Resources.Claims; len(claims) != 1 || claims[0].Name != v1alpha1.ClaimGPUs {
+		t.Errorf("worker container's claims %+v, want %s", claims, v1alpha1.ClaimGPUs)
+	}
+	if run.Spec.Template.Spec.ResourceClaims != nil {
+		t.Error("PodSets changed the run's own template")
+	}
+}

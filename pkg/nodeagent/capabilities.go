@@ -30,6 +30,9 @@ type capabilities struct {
 	inPlace atomic.Pointer[v1alpha1.Capability]
 	// podResources asks the kubelet's PodResources API (nil: simulated hardware, none asked).
 	podResources func(ctx context.Context) error
+	// draSlices reads the node's ResourceSlices, through which a GPU that a DRA driver
+	// allocated is tied to its pod (nil: simulated hardware, none read).
+	draSlices func(ctx context.Context) error
 }
 
 // setInPlace records the node's in-place readiness, as written to its condition.
@@ -67,8 +70,25 @@ func (c *capabilities) now(ctx context.Context) v1alpha1.AgentCapabilities {
 			caps.PodResources = v1alpha1.Capability{Reason: v1alpha1.CapabilityUnreachable, Message: err.Error()}
 		}
 	}
-	caps.DRA = v1alpha1.Capability{Reason: v1alpha1.CapabilityNotSupported, Message: "this agent ties device-plugin GPUs (" + v1alpha1.ResourceGPU + ") to their pods, not DRA-allocated devices"}
+	caps.DRA = c.dra(ctx, caps.PodResources)
 	return caps
+}
+
+// dra is whether GPUs a DRA driver allocated are tied to their pods: the kubelet's
+// PodResources API names each container's devices, and the node's ResourceSlices their UUIDs.
+func (c *capabilities) dra(ctx context.Context, podResources v1alpha1.Capability) v1alpha1.Capability {
+	switch {
+	case c.draSlices == nil:
+		return v1alpha1.Capability{Reason: v1alpha1.CapabilityNotSupported, Message: "simulated hardware: GPU allocations are guessed from the pods' specs"}
+	case !podResources.Enabled:
+		return v1alpha1.Capability{Reason: v1alpha1.CapabilityUnreachable, Message: "the kubelet's PodResources API does not answer"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.draSlices(ctx); err != nil {
+		return v1alpha1.Capability{Reason: v1alpha1.CapabilityUnreachable, Message: err.Error()}
+	}
+	return v1alpha1.Capability{Enabled: true, Reason: v1alpha1.CapabilityOK}
 }
 
 // heartbeatUpdater writes the agent's heartbeat (heartbeat.Heartbeat).

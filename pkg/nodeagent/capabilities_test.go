@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,8 +48,14 @@ func (w *leaseWrites) read() (*v1alpha1.AgentCapabilities, int) {
 // controller reads the missing GPU monitoring from the heartbeat; the capabilities are
 // written again only when they change.
 func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
-	var locked, reachable atomic.Bool
+	var locked, reachable, slicesReadable atomic.Bool
 	c := &capabilities{
+		draSlices: func(context.Context) error {
+			if !slicesReadable.Load() {
+				return errors.New(`resourceslices.resource.k8s.io is forbidden: User "system:serviceaccount:faultline-system:faultline-nodeagent" cannot list resource "resourceslices"`)
+			}
+			return nil
+		},
 		monitor: gpu.Null{Reason: v1alpha1.CapabilityNVMLNotFound, Why: "libnvidia-ml not found (looked in /host/run/nvidia/driver (GPU Operator))"},
 		holding: locked.Load,
 		podResources: func(context.Context) error {
@@ -79,7 +86,8 @@ func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
 	waitFor("blind", func(caps *v1alpha1.AgentCapabilities, _ int) bool {
 		return !caps.GPUMonitoring.Enabled && caps.GPUMonitoring.Reason == v1alpha1.CapabilityNVMLNotFound &&
 			!caps.ShutdownLock.Enabled && !caps.PodResources.Enabled && caps.PodResources.Reason == v1alpha1.CapabilityUnreachable &&
-			!caps.InPlace.Enabled && caps.InPlace.Reason == v1alpha1.InPlaceReasonNoRuntime && !caps.DRA.Enabled
+			!caps.InPlace.Enabled && caps.InPlace.Reason == v1alpha1.InPlaceReasonNoRuntime &&
+			!caps.DRA.Enabled && caps.DRA.Reason == v1alpha1.CapabilityUnreachable && strings.Contains(caps.DRA.Message, "PodResources")
 	})
 	w.mu.Lock()
 	blind := agentlease.NoGPUMonitoring(w.lease, "gpu-0")
@@ -94,7 +102,12 @@ func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
 	locked.Store(true)
 	reachable.Store(true)
 	waitFor("lock held, PodResources answers", func(caps *v1alpha1.AgentCapabilities, n int) bool {
-		return caps.ShutdownLock.Enabled && caps.PodResources.Enabled && n == 2
+		return caps.ShutdownLock.Enabled && caps.PodResources.Enabled && n == 2 &&
+			!caps.DRA.Enabled && strings.Contains(caps.DRA.Message, "cannot list resource \"resourceslices\"")
+	})
+	slicesReadable.Store(true)
+	waitFor("the node's ResourceSlices read: DRA-allocated GPUs are tied to their pods", func(caps *v1alpha1.AgentCapabilities, n int) bool {
+		return caps.DRA.Enabled && caps.DRA.Reason == v1alpha1.CapabilityOK && n == 3
 	})
 	cancel()
 	<-done

@@ -265,9 +265,14 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		}
 		defer conn.Close()
 		// GPUs a DRA driver allocated are mapped through their ResourceSlices' UUIDs.
-		owners = &GPUMapper{Lister: client, DRA: SliceGPUs{Client: cfg.Client, Node: cfg.Node}}
+		slices := SliceGPUs{Client: cfg.Client, Node: cfg.Node}
+		owners = &GPUMapper{Lister: client, DRA: slices}
 		caps.podResources = func(ctx context.Context) error {
 			_, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+			return err
+		}
+		caps.draSlices = func(ctx context.Context) error {
+			_, err := slices.UUIDs(ctx)
 			return err
 		}
 	}

@@ -55,6 +55,10 @@ type RealNodeSpec struct {
 	// GPUs is how many fake GPUs each node's device plugin (test/fakegpu) registers as
 	// nvidia.com/gpu; 0 runs no device plugin.
 	GPUs int
+	// DRAGPUs is how many more fake GPUs each node has that a DRA driver (test/fakegpu
+	// --dra-driver, named DRADriverName) publishes in a ResourceSlice and prepares for the
+	// claims allocated to them, of the DeviceClass DRADeviceClass; 0 runs no DRA driver.
+	DRAGPUs int
 	// ShutdownGracePeriod is the kubelet's shutdownGracePeriod (default 10s), of which
 	// ShutdownGracePeriodCriticalPods (default 2s) is for critical pods.
 	ShutdownGracePeriod             time.Duration
@@ -126,8 +130,10 @@ type RealNode struct {
 	Bus         *login1sim.Bus
 	Logind      *login1sim.Login1
 	KubeletLock *login1sim.Lock
-	// GPUs are the UUIDs of the node's fake GPUs, in index order (none without GPUs).
-	GPUs []string
+	// GPUs are the UUIDs of the node's fake GPUs, in index order (none without GPUs);
+	// DRAGPUs those of its DRA driver's (devices gpu-0, gpu-1, ... of its pool).
+	GPUs    []string
+	DRAGPUs []string
 	// Timings are how long the node's start took, step by step.
 	Timings struct {
 		// Containerd: from its start to its images imported; KubeletReady: from the
@@ -145,6 +151,7 @@ type RealNode struct {
 	containerd   *Process
 	kubelet      *Process
 	devicePlug   *Process
+	draDriver    *Process
 	// kubeletStopped is when StopKubelet stopped the kubelet.
 	kubeletStopped time.Time
 }
@@ -191,6 +198,11 @@ func (c *Cluster) startRealNodes(ctx context.Context, n int, spec RealNodeSpec) 
 	}
 	if err := rn.startServiceProxy(ctx, c); err != nil {
 		return rn, err
+	}
+	if rn.spec.DRAGPUs > 0 {
+		if err := createDRADeviceClass(ctx, c); err != nil {
+			return rn, err
+		}
 	}
 	c.logf("real nodes: bridge %s (%s), CoreDNS on %s, binaries and images in %s",
 		rn.net.bridge, rn.net.subnet, rn.net.dnsIP(), time.Since(start).Round(time.Millisecond))
@@ -404,6 +416,11 @@ func (rn *RealNodes) startNode(ctx context.Context, c *Cluster, i int) (n *RealN
 			return n, err
 		}
 		n.Timings.GPUs = time.Since(t)
+	}
+	if rn.spec.DRAGPUs > 0 {
+		if err := rn.startDRADriver(ctx, c, n); err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }
@@ -748,7 +765,7 @@ func FakeGPUUUID(id string, node, gpu int) string {
 func (rn *RealNodes) Stop() error {
 	var errs []error
 	for _, n := range rn.Nodes {
-		for _, p := range []*Process{n.devicePlug, n.kubelet} {
+		for _, p := range []*Process{n.draDriver, n.devicePlug, n.kubelet} {
 			if p != nil {
 				p.Stop()
 			}
@@ -842,7 +859,7 @@ func (c *Cluster) pkiDir() string { return filepath.Join(c.workdir, "clusters", 
 // nothing tells the API server: the Node's heartbeats stop and its pods stay Running there.
 // ReviveNode brings it back.
 func (rn *RealNodes) KillNode(n *RealNode) error {
-	for _, p := range []*Process{n.devicePlug, n.kubelet, n.containerd} {
+	for _, p := range []*Process{n.draDriver, n.devicePlug, n.kubelet, n.containerd} {
 		if p != nil {
 			p.Stop()
 		}
@@ -869,6 +886,12 @@ func (rn *RealNodes) ReviveNode(ctx context.Context, c *Cluster, n *RealNode) er
 	if rn.spec.GPUs > 0 {
 		n.GPUs = nil
 		if err := rn.startDevicePlugin(ctx, c, n); err != nil {
+			return err
+		}
+	}
+	if rn.spec.DRAGPUs > 0 {
+		n.DRAGPUs = nil
+		if err := rn.startDRADriver(ctx, c, n); err != nil {
 			return err
 		}
 	}

@@ -27,9 +27,9 @@ const AgentLockWho = agentLockWho
 // StartRealNodeAgent starts a node agent for a real node, as StartAgent does for a kwok one
 // but with the node's own system bus (the kubelet's logind is the agent's), the kubelet's
 // PodResources socket, and NVML simulated with the UUIDs of the node's fake GPUs
-// (--simulate-gpus), so that a GPU fault names a device the kubelet really allocated. It runs
-// in the node's mount namespace. o.Node and o.InhibitDelayMax are ignored (the node's own
-// hold). It returns once the agent holds its inhibitor lock; stop it with Stop (the node's
+// (--simulate-gpus: the device plugin's and the DRA driver's), so that a GPU fault names a
+// device the kubelet really allocated. It runs in the node's mount namespace. o.Node and
+// o.InhibitDelayMax are ignored (the node's own hold). It returns once the agent holds its inhibitor lock; stop it with Stop (the node's
 // bus and logind stay).
 func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOptions) (a *Agent, err error) {
 	if o.DaemonSetPod == nil {
@@ -56,8 +56,8 @@ func (c *Cluster) StartRealNodeAgent(ctx context.Context, n *RealNode, o AgentOp
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", n.Name,
 		"--dbus-address", n.Bus.Address, "--pod-resources-socket", n.PodResourcesSocket,
 		"--cri-endpoint", "unix://" + n.ContainerdSocket, "--http-address", anyPort}
-	if len(n.GPUs) > 0 && !o.RealNVML {
-		args = append(args, "--simulate-gpus", strings.Join(n.GPUs, ","), "--simulate-address", anyPort)
+	if gpus := n.AllGPUs(); len(gpus) > 0 && !o.RealNVML {
+		args = append(args, "--simulate-gpus", strings.Join(gpus, ","), "--simulate-address", anyPort)
 	}
 	// In the node's mount namespace, as a DaemonSet's pod runs on its node: the paths the
 	// runtime reports (a container's log under /var/log/pods) are the node's.

@@ -184,6 +184,24 @@ func TestE2EInvalidSpecsRejected(t *testing.T) {
 		{"template-run-volume", func(s map[string]any) {
 			podSpec(s)["volumes"] = []any{map[string]any{"name": v1alpha1.RunVolume, "emptyDir": map[string]any{}}}
 		}, "spec.template.spec.volumes", "must not name a volume " + v1alpha1.RunVolume},
+		// GPUs through DRA (spec.gpus): one way to ask, a class's name, a count DRA allocates.
+		{"gpus-and-device-plugin-gpus", func(s map[string]any) {
+			s["gpus"] = map[string]any{"deviceClassName": "gpu.nvidia.com"}
+			podSpec(s)["containers"].([]any)[0].(map[string]any)["resources"] = map[string]any{"limits": map[string]any{v1alpha1.ResourceGPU: "1"}}
+		}, "spec.gpus", "keep one"},
+		{"gpus-with-roles", func(s map[string]any) {
+			s["gpus"] = map[string]any{"deviceClassName": "gpu.nvidia.com"}
+			s["roles"] = []any{map[string]any{"name": "ps"}}
+		}, "spec.gpus", "ask for each role's GPUs in spec.roles[].containers[].resources"},
+		{"gpus-count-over-32", func(s map[string]any) {
+			s["gpus"] = map[string]any{"deviceClassName": "gpu.nvidia.com", "count": int64(33)}
+		}, "spec.gpus.count", "less than or equal to 32"},
+		{"gpus-class-not-a-name", func(s map[string]any) {
+			s["gpus"] = map[string]any{"deviceClassName": "GPU_A100"}
+		}, "spec.gpus.deviceClassName", "should match"},
+		{"template-claim-named-as-faultlines", func(s map[string]any) {
+			podSpec(s)["resourceClaims"] = []any{map[string]any{"name": v1alpha1.ClaimGPUs, "resourceClaimTemplateName": "mine"}}
+		}, "spec.template.spec.resourceClaims", "must not name a claim " + v1alpha1.ClaimGPUs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

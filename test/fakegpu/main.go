@@ -6,7 +6,11 @@
 // with. The real nodes of the test substrate run one per node, in the node's mount
 // namespace, where the kubelet's device-plugin socket is.
 //
+// With --dra-driver it is a DRA driver of the GPUs instead (dra.go): the way a cluster
+// allocates GPUs through ResourceClaims.
+//
 //	fakegpu --uuids GPU-…,GPU-… [--resource nvidia.com/gpu] [--dir /var/lib/kubelet/device-plugins/]
+//	fakegpu --uuids GPU-…,GPU-… --dra-driver gpu.example.com --kubeconfig F --node-name N [--kubelet-dir D]
 package main
 
 import (
@@ -37,6 +41,11 @@ func main() {
 	uuids := flag.String("uuids", "", "comma-separated device IDs (GPU UUIDs), in index order")
 	dir := flag.String("dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	health := flag.String("health-file", "", "a file whose lines are the IDs of the devices to report Unhealthy (read every 100 ms; none: all healthy), as NVIDIA's plugin reports a GPU after a fatal XID")
+	draName := flag.String("dra-driver", "", "serve the GPUs as this DRA driver instead of as a device plugin (needs --kubeconfig and --node-name)")
+	kubeconfig := flag.String("kubeconfig", "", "DRA: the kubeconfig the driver publishes its ResourceSlice with")
+	node := flag.String("node-name", "", "DRA: the node, the name of the driver's pool")
+	kubeletDir := flag.String("kubelet-dir", "/var/lib/kubelet", "DRA: the kubelet's root directory (its plugins_registry and plugins)")
+	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "DRA: where the container runtime reads CDI specs")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *uuids == "" {
@@ -45,6 +54,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *draName != "" {
+		if *kubeconfig == "" || *node == "" {
+			log.Error("--dra-driver needs --kubeconfig and --node-name")
+			os.Exit(2)
+		}
+		d := &draDriver{name: *draName, node: *node, devices: strings.Split(*uuids, ","), cdiDir: *cdiDir, healthFile: *health, log: log}
+		if err := runDRA(ctx, d, *kubeconfig, *kubeletDir); !errors.Is(err, context.Canceled) {
+			log.Error("DRA driver failed", "error", err)
+			os.Exit(1)
+		}
+		return
+	}
 	p := &plugin{resource: *resource, devices: strings.Split(*uuids, ","), dir: *dir, healthFile: *health, log: log}
 	// run returns only when it fails or is told to stop.
 	if err := p.run(ctx); !errors.Is(err, context.Canceled) {
@@ -182,18 +203,21 @@ func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	}
 }
 
-// unhealthy are the device IDs the health file lists (none without one).
-func (p *plugin) unhealthy() []string {
-	if p.healthFile == "" {
+// unhealthy are the device IDs the health file lists.
+func (p *plugin) unhealthy() []string { return unhealthyIn(p.healthFile, p.devices) }
+
+// unhealthyIn are those of devices that file lists, sorted (none without a file).
+func unhealthyIn(file string, devices []string) []string {
+	if file == "" {
 		return nil
 	}
-	b, err := os.ReadFile(p.healthFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil
 	}
 	var ids []string
 	for _, line := range strings.Fields(string(b)) {
-		if slices.Contains(p.devices, line) {
+		if slices.Contains(devices, line) {
 			ids = append(ids, line)
 		}
 	}

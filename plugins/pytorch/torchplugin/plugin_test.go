@@ -122,8 +122,10 @@ func TestNprocPerNode(t *testing.T) {
 		resources corev1.ResourceList // limits
 		requests  corev1.ResourceList
 		opts      map[string]string
+		dra       *v1alpha1.GPUClaim // spec.gpus
 		want      string
 	}{
+		"GPUs through DRA":        {dra: &v1alpha1.GPUClaim{DeviceClassName: "gpu.nvidia.com", Count: 4}, want: "4"},
 		"8 NVIDIA GPUs":           {resources: gpus("8"), want: "8"},
 		"AMD GPUs":                {resources: corev1.ResourceList{"amd.com/gpu": resource.MustParse("4")}, want: "4"},
 		"MIG slices":              {resources: corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("2"), "nvidia.com/mig-2g.20gb": resource.MustParse("1")}, want: "3"},
@@ -137,6 +139,7 @@ func TestNprocPerNode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			run := makeRun("r", 1, tc.opts, tc.resources)
 			run.Spec.Template.Spec.Containers[0].Resources.Requests = tc.requests
+			run.Spec.GPUs = tc.dra
 			if got := plugintest.PodEnvs(t, Plugin{}, run)[0][EnvNprocPerNode]; got != tc.want {
 				t.Errorf("%s = %q, want %q", EnvNprocPerNode, got, tc.want)
 			}

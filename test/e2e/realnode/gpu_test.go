@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/coreclient"
 	"github.com/faultline-dev/faultline/pkg/nodeagent"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
@@ -180,7 +181,7 @@ func resetGPUHealth(t *testing.T, c *cluster.Cluster, node string) {
 }
 
 // gpusOf is, for the pods of namespace ns on node, the GPU each was allocated by the node's
-// kubelet (its PodResources API): pod name → GPU UUID.
+// kubelet (its PodResources API, the device plugin's or a DRA driver's): pod name → GPU UUID.
 func gpusOf(ctx context.Context, t *testing.T, node *cluster.RealNode, ns string) map[string]string {
 	t.Helper()
 	client, conn, err := nodeagent.DialPodResources(node.PodResourcesSocket)
@@ -188,7 +189,13 @@ func gpusOf(ctx context.Context, t *testing.T, node *cluster.RealNode, ns string
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	owners, err := (&nodeagent.GPUMapper{Lister: client}).GPUOwners(ctx)
+	slices, err := coreclient.New(cluster.Shared(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node agent's own mapping: the device plugin's GPUs, and a DRA driver's through the
+	// node's ResourceSlices.
+	owners, err := (&nodeagent.GPUMapper{Lister: client, DRA: nodeagent.SliceGPUs{Client: slices, Node: node.Name}}).GPUOwners(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,13 @@ import (
 	"github.com/faultline-dev/faultline/test/otlp"
 )
 
-// gpusPerNode: enough for a GPU scenario beside the others on either node.
+// gpusPerNode: enough for a GPU scenario beside the others on either node; draGPUsPerNode,
+// those a DRA driver allocates, enough for a gang of two on either node after the other is
+// excluded (TestRealDRAGPUFaultRestartsTheGang).
 const (
-	realNodes   = 2
-	gpusPerNode = 4
+	realNodes      = 2
+	gpusPerNode    = 4
+	draGPUsPerNode = 2
 )
 
 var (
@@ -77,7 +80,7 @@ func TestMain(m *testing.M) {
 	// One collector for the package, as a cluster's would be: the kubelets export their
 	// spans there, and the controllers and agents the tests start (they inherit the
 	// environment).
-	spec := cluster.RealNodeSpec{GPUs: gpusPerNode}
+	spec := cluster.RealNodeSpec{GPUs: gpusPerNode, DRAGPUs: draGPUsPerNode}
 	gates, err := parseGates(*realKubeletGates)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
