@@ -250,6 +250,10 @@ const (
 	// Unhealthy device in a container's allocatedResourcesStatus, from the device plugin's
 	// health or a DRA driver's), attested by the node agent of the pod's node.
 	EvidenceSourceKubelet = "kubelet-device-health"
+	// EvidenceSourceDeviceTaint: a DRA device taint (KEP-5055) of effect NoSchedule or
+	// NoExecute on a GPU a worker holds, from the device's driver (its ResourceSlice) or a
+	// cluster administrator (a DeviceTaintRule), attested by the node agent of the pod's node.
+	EvidenceSourceDeviceTaint = "dra-device-taint"
 )
 
 // Progress (spec.failurePolicy.progressDeadlineSeconds): the node agent watches each worker's

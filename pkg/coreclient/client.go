@@ -1,6 +1,6 @@
 // Package coreclient is a client of the pods and nodes of the core/v1 API, of the
-// TrainingRuns and the DRA drivers' ResourceSlices (read-only) and of the node agent's
-// heartbeat Lease, and nothing else.
+// TrainingRuns, the DRA drivers' ResourceSlices and the DeviceTaintRules (read-only) and of
+// the node agent's heartbeat Lease, and nothing else.
 //
 // client-go's clientset links every API group of Kubernetes (their types, their typed
 // clients, their apply configurations) and registers them all in its scheme at start. The
@@ -102,6 +102,26 @@ func (c *Client) ListResourceSlices(ctx context.Context, opts metav1.ListOptions
 	out := &resourcev1.ResourceSliceList{}
 	err := withTimeout(c.slices.Get().Resource("resourceslices").VersionedParams(&opts, params), opts).Do(ctx).Into(out)
 	return out, err
+}
+
+// WatchResourceSlices watches ResourceSlices (the agent's node's, by a field selector).
+func (c *Client) WatchResourceSlices(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return withTimeout(c.slices.Get().Resource("resourceslices").VersionedParams(&opts, params), opts).Watch(ctx)
+}
+
+// ListDeviceTaintRules lists the cluster's DeviceTaintRules (resource.k8s.io/v1, Kubernetes
+// 1.37; a 404 where the API is not served).
+func (c *Client) ListDeviceTaintRules(ctx context.Context, opts metav1.ListOptions) (*resourcev1.DeviceTaintRuleList, error) {
+	out := &resourcev1.DeviceTaintRuleList{}
+	err := withTimeout(c.slices.Get().Resource("devicetaintrules").VersionedParams(&opts, params), opts).Do(ctx).Into(out)
+	return out, err
+}
+
+// WatchDeviceTaintRules watches the cluster's DeviceTaintRules.
+func (c *Client) WatchDeviceTaintRules(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return withTimeout(c.slices.Get().Resource("devicetaintrules").VersionedParams(&opts, params), opts).Watch(ctx)
 }
 
 // GetLease reads one Lease.

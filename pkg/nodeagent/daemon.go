@@ -296,6 +296,10 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err := agent.WatchDeviceHealth(podInformer); err != nil {
 		return err
 	}
+	if !cfg.SimulateHardware {
+		// DRA drivers' and administrators' taints on the GPUs the workers hold, attested.
+		go agent.WatchDeviceTaints(ctx, cfg.Client)
+	}
 	inh, err := shutdown.New(shutdown.Config{
 		Handler: agent, Dial: shutdown.BusDialer(cfg.DBusAddress),
 		ReleaseTimeout: cfg.ReleaseTimeout, Clock: clock.RealClock{}, Logger: log,

@@ -23,7 +23,7 @@ type Kube interface {
 	WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, subresources ...string) error
-	SliceLister
+	DeviceTaints
 }
 
 var _ Kube = &coreclient.Client{}

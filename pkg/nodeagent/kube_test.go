@@ -26,6 +26,18 @@ func (k clientsetKube) ListResourceSlices(ctx context.Context, opts metav1.ListO
 	return k.c.ResourceV1().ResourceSlices().List(ctx, opts)
 }
 
+func (k clientsetKube) WatchResourceSlices(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return k.c.ResourceV1().ResourceSlices().Watch(ctx, opts)
+}
+
+func (k clientsetKube) ListDeviceTaintRules(ctx context.Context, opts metav1.ListOptions) (*resourcev1.DeviceTaintRuleList, error) {
+	return k.c.ResourceV1().DeviceTaintRules().List(ctx, opts)
+}
+
+func (k clientsetKube) WatchDeviceTaintRules(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return k.c.ResourceV1().DeviceTaintRules().Watch(ctx, opts)
+}
+
 func (k clientsetKube) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
 	return k.c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
 }

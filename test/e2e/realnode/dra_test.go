@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -132,4 +133,60 @@ func workerClaim(t *testing.T, c *cluster.Cluster, p *corev1.Pod) *resourcev1.Re
 		t.Errorf("claim %s is not reserved for pod %s: %+v", name, p.Name, claim.Status.ReservedFor)
 	}
 	return claim
+}
+
+// TestRealDRADeviceTaintRestartsTheGang (issue 58): a DRA device taint is where a driver or an
+// administrator says a device is bad (KEP-5055, GA in 1.37). A DeviceTaintRule that taints the
+// GPU one worker's claim holds, NoSchedule (it evicts nobody: the agent's word is the only
+// evidence), becomes that worker's GPUFault evidence of source dra-device-taint, and the gang
+// restarts on the other node, the tainted GPU's node excluded.
+func TestRealDRADeviceTaintRestartsTheGang(t *testing.T) {
+	ctx, c, ns := scenario(t, 4*time.Minute)
+	startController(t, c, ns)
+
+	run := createRun(ctx, t, c, ns, realRun("dra-taint", 2, []string{"--heartbeats-only"}, withDRAGPUs(1)))
+	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
+	target := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)[1]
+	node := c.Real.Node(target.Spec.NodeName)
+	if node == nil {
+		t.Fatalf("index 1 runs on %s, no real node", target.Spec.NodeName)
+	}
+	claim := workerClaim(t, c, target)
+	device := claim.Status.Allocation.Devices.Results[0]
+	uuid := gpuOfPod(ctx, t, node, target)
+
+	rule := &resourcev1.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + device.Device},
+		Spec: resourcev1.DeviceTaintRuleSpec{
+			DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: &device.Driver, Pool: &device.Pool, Device: &device.Device},
+			Taint:          resourcev1.DeviceTaint{Key: "test.faultline.dev/unhealthy", Value: "xid-79", Effect: resourcev1.DeviceTaintEffectNoSchedule},
+		},
+	}
+	if _, err := c.Client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("taint %s/%s/%s: %v", device.Driver, device.Pool, device.Device, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete the DeviceTaintRule %s: %v", rule.Name, err)
+		}
+	})
+	tainted := time.Now()
+	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))
+	requireRunning(t, got, 2)
+	t.Logf("DeviceTaintRule on %s's GPU %s (%s) -> attempt 2 Running in %s", target.Name, uuid, device.Device, time.Since(tainted).Round(time.Millisecond))
+	f := got.Status.LastFailure
+	if f == nil || f.Class != v1alpha1.ClassInfrastructure || f.Cause != v1alpha1.CauseGPUFault || f.Pod != target.Name || f.Node != node.Name {
+		t.Fatalf("verdict: %s; want Infrastructure/GPUFault on %s (node %s)", describeRun(got), target.Name, node.Name)
+	}
+	if ev := strings.Join(f.Evidence, "\n"); !strings.Contains(ev, v1alpha1.EvidenceSourceDeviceTaint) || !strings.Contains(ev, "DeviceTaintRule "+rule.Name) || !strings.Contains(ev, uuid) {
+		t.Errorf("evidence %q: want the taint (%s) of DeviceTaintRule %s on GPU %s", ev, v1alpha1.EvidenceSourceDeviceTaint, rule.Name, uuid)
+	}
+	if !slices.Contains(got.Status.ExcludedNodes, node.Name) {
+		t.Errorf("excluded nodes %v, want %s (the tainted GPU's)", got.Status.ExcludedNodes, node.Name)
+	}
+	for i, p := range waitWorkers(ctx, t, c, ns, run.Name, 2, 2) {
+		if p.Spec.NodeName == node.Name {
+			t.Errorf("attempt 2 index %d on %s, the excluded node", i, node.Name)
+		}
+	}
 }
