@@ -12,7 +12,10 @@ TOOLS    := hack/build-tools.sh
 # PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC).
 $(foreach line,$(shell $(TOOLS) paths),$(eval $(line)))
 
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The tree's version, as every binary built from it says it (pkg/version: the tag at HEAD, a
+# pseudo-version after one, dev before any): the images' tags and the release's manifests.
+# VERSION=vX.Y.Z sets it instead.
+VERSION  ?= $(shell $(GO) build -buildvcs=auto -o _output/tree-version ./hack/version 2>/dev/null && _output/tree-version || echo dev)
 LDFLAGS  := -s -w -X github.com/faultline-dev/faultline/pkg/version.Version=$(VERSION)
 # grpcnotrace: gRPC's request tracing (x/net/trace) links html/template, whose reflection
 # keeps methods the linker would drop: without it the node agent's executable, most of its
@@ -60,7 +63,7 @@ images: ## Build the three images for linux/amd64 and linux/arm64 into _output/i
 	@for p in $(IMAGE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; dir=$(IMAGE_DIR)/bin/$${os}_$${arch}; mkdir -p $$dir; \
 		case $$arch in amd64) cc='$(CC_amd64)' ;; arm64) cc='$(CC_arm64)' ;; *) echo "no C compiler known for $$arch" >&2; exit 1 ;; esac; \
-		command -v $$cc >/dev/null || { echo "images: $$cc (the node agent's C compiler for $$arch) is missing; see CC_$$arch in the Makefile" >&2; exit 1; }; \
+		command -v $$cc >/dev/null || { echo "images: $$cc (the node agent's C compiler for $$arch) is missing; see CC_$$arch in the Makefile, or build this machine's platform alone: make images IMAGE_PLATFORMS=linux/$(HOST_ARCH) (no cross compiler)" >&2; exit 1; }; \
 		for c in launcher faultline-barrier; do \
 			GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $$dir/$$c ./cmd/$$c; \
 		done; \

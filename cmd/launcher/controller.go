@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
@@ -34,9 +34,9 @@ import (
 
 const flagNodeMaintenanceSelector = "node-maintenance-selector"
 
-func newControllerCommand() *cobra.Command {
+func newControllerCommand(env *cli.Env) *cobra.Command {
 	opts := controller.Options{}
-	var kubeconfig, crashAt string
+	var crashAt string
 	var qps float32
 	var burst int
 	var nmSelector string
@@ -46,8 +46,9 @@ func newControllerCommand() *cobra.Command {
 		Use:   "controller",
 		Short: "Run the in-cluster TrainingRun controller",
 		Long: `Run the TrainingRun controller: what the Deployment of ` + "`launcher install`" + ` runs, one replica
-leading through a Lease. Outside a cluster (--kubeconfig) there is no pod namespace for the
-Lease: pass --leader-election-namespace (` + election.InstallNamespace + ` to stand by beside the installed
+leading through a Lease. It takes kubectl's connection flags (--kubeconfig, --context,
+--cluster, --server, --token, --as); without them it runs with its pod's ServiceAccount, or
+KUBECONFIG's cluster. Outside a cluster there is no pod namespace for the Lease: pass --leader-election-namespace (` + election.InstallNamespace + ` to stand by beside the installed
 controller), or --leader-elect=false where no other faultline controller acts on the cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,7 +56,7 @@ controller), or --leader-elect=false where no other faultline controller acts on
 				// client-go would read 0 as its own default (QPS 5) and a negative QPS as no limit.
 				return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", qps, burst)
 			}
-			if kubeconfig != "" {
+			if kubeconfig := ptr.Deref(env.Flags.KubeConfig, ""); kubeconfig != "" {
 				// Without this, a mistyped path reaches client-go as an empty configuration,
 				// whose error speaks of KUBERNETES_MASTER.
 				if _, err := os.Stat(kubeconfig); err != nil {
@@ -93,12 +94,9 @@ controller), or --leader-elect=false where no other faultline controller acts on
 			} else if soft > 0 {
 				logger.Info("soft memory limit from the container's", "bytes", soft, "share", memlimit.Share)
 			}
-			if kubeconfig != "" {
-				if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
-					return err
-				}
-			}
-			cfg, err := config.GetConfig()
+			// kubectl's flags, as every command of the launcher reads them: in a pod without
+			// any, its ServiceAccount (client-go's in-cluster configuration).
+			cfg, err := env.Flags.ToRESTConfig()
 			if err != nil {
 				// client-go's own words ("try setting KUBERNETES_MASTER") name no way a
 				// controller is meant to be run.
@@ -161,7 +159,6 @@ controller), or --leader-elect=false where no other faultline controller acts on
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster config or $KUBECONFIG)")
 	f.StringVar(&opts.Namespace, election.FlagNamespace, "", "watch only this namespace (default: all)")
 	f.BoolVar(&opts.LeaderElection, election.FlagLeaderElect, true, "elect a leader among replicas through a Lease (false: only where no other faultline controller acts on the cluster)")
 	f.StringVar(&opts.LeaderElectionNamespace, election.FlagLeaseNamespace, "", "namespace of the leader Lease (default: --namespace, or the pod's own; outside a cluster one of them is required, e.g. "+election.InstallNamespace+" to stand by beside the installed controller)")

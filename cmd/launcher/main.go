@@ -81,7 +81,7 @@ program does. It takes kubectl's flags for the cluster and namespace.`,
 		c.GroupID = "nodes"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newInstallCommand(env), newUninstallCommand(env), newControllerCommand(), newVersionCommand()} {
+	for _, c := range []*cobra.Command{newInstallCommand(env), newUninstallCommand(env), newControllerCommand(env), newVersionCommand()} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -93,14 +93,19 @@ func Message(err error, server string) (string, int) {
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
-		return apiMessage(err, status), code
+		return apiMessage(err, status, server), code
 	}
 	return err.Error(), code
 }
 
 // apiMessage renders an API server error. A 422 lists every field the server named: that
-// is where a person has to look.
-func apiMessage(err error, status apierrors.APIStatus) string {
+// is where a person has to look. A refusal of who the person is names the server that
+// refused, so that the wrong cluster shows.
+func apiMessage(err error, status apierrors.APIStatus, server string) string {
+	who := "the API server"
+	if server != "" {
+		who += " at " + server
+	}
 	st := status.Status()
 	switch {
 	case apierrors.IsInvalid(err) && st.Details != nil && len(st.Details.Causes) > 0:
@@ -127,10 +132,10 @@ func apiMessage(err error, status apierrors.APIStatus) string {
 		_, detail, _ := strings.Cut(st.Message, "strict decoding error: ")
 		return "the API server rejected the TrainingRun: " + detail
 	case apierrors.IsUnauthorized(err):
-		return "the API server did not accept your credentials (401 Unauthorized): " + st.Message +
+		return who + " did not accept your credentials (401 Unauthorized): " + st.Message +
 			"\nCheck --kubeconfig, --context and --token."
 	case apierrors.IsForbidden(err):
-		return "not allowed: " + st.Message
+		return "not allowed by " + who + ": " + st.Message
 	}
 	return err.Error()
 }

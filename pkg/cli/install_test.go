@@ -148,7 +148,7 @@ func TestPrintVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := version.Tag(version.Version)
-	want := "launcher " + version.Version + " (Apache-2.0)\ninstalls:\n  controller  127.0.0.1:5000/faultline:" + tag +
+	want := "launcher " + version.Version + " (Apache-2.0)\n" + devNote() + "installs:\n  controller  127.0.0.1:5000/faultline:" + tag +
 		"\n  node agent  127.0.0.1:5000/faultline-nodeagent:" + tag + "\n  barrier     127.0.0.1:5000/faultline-barrier:" + tag + "\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("launcher version (-want +got):\n%s", diff)

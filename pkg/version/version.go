@@ -1,18 +1,66 @@
-// Package version holds the build's version, set by the Makefile through -ldflags, and what
-// follows from it: the license, and the three images of the same version that a release is
-// made of (the controller with the framework plugins, the node agent, the barrier).
+// Package version holds the build's version and what follows from it: the license, and the
+// three images of the same version that a release is made of (the controller with the
+// framework plugins, the node agent, the barrier).
+//
+// One version, from the tag: Go records the main module's version in every binary it builds
+// from a git checkout (the tag at HEAD, v0.3.0; after it, a pseudo-version that names the
+// next patch, the time and the commit, v0.3.1-0.20261207091256-9353d4b6c0ab; "+dirty" when
+// the tree was modified), and `go install ...@v0.3.0` records v0.3.0. The launcher, the
+// agent, the plugins and the images all read it here, and the Makefile asks the same of the
+// tree (hack/version) for the images' tags and the release's manifests.
 package version
 
 import (
 	"regexp"
+	"runtime/debug"
 	"strings"
 )
 
-// Version is the faultline release, e.g. v0.1.0 or a git describe string.
-var Version = "dev"
+// Dev is the version of a build that has none: from a tree with no release tag in its
+// history, or built without version control information (-buildvcs=false, a tree without
+// .git). Its launcher installs the images tagged dev that `make images` built beside it.
+const Dev = "dev"
 
-// Revision is the commit the build is of (the Makefile sets it; empty for a plain go build).
+// Version is the faultline release, e.g. v0.1.0: the one the build was given (-ldflags -X,
+// which wins), else the one Go recorded (see the package doc), else Dev.
+var Version = Dev
+
+// Revision is the commit the build is of: the one given (-ldflags -X), else the one Go
+// recorded; empty without version control information.
 var Revision = ""
+
+// Modified: the build's tree had changes not committed (Go's vcs.modified).
+var Modified = false
+
+func init() {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		Version, Revision, Modified = fromBuild(Version, Revision, info)
+	}
+}
+
+// fromBuild is the version and revision a binary reports: given ones win; else what Go
+// recorded of the main module and its checkout. A pseudo-version with no tag before it
+// (v0.0.0-…) is Dev: a tree that was never released. Pure.
+func fromBuild(given, revision string, info *debug.BuildInfo) (string, string, bool) {
+	v := given
+	if v == Dev {
+		if m := info.Main.Version; m != "" && m != "(devel)" && !strings.HasPrefix(m, "v0.0.0-") {
+			v = m
+		}
+	}
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if revision == "" {
+				revision = s.Value
+			}
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	return v, revision, modified
+}
 
 // License is faultline's license, as an SPDX identifier (the repository's LICENSE).
 const License = "Apache-2.0"
