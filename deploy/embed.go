@@ -11,6 +11,9 @@ import "embed"
 //go:embed kustomization.yaml crd/*.yaml admission/*.yaml controller/*.yaml daemonset/*.yaml kueue/*.yaml
 var FS embed.FS
 
+// TrainingRunCRD is the path in FS of the TrainingRun CRD.
+const TrainingRunCRD = "crd/faultline.dev_trainingruns.yaml"
+
 // Components are the parts of an installation, in the order they must be applied: the CRD,
 // then the admission policies (so that nothing runs unguarded), then the controller (its
 // Namespace comes with it), then the node agent.

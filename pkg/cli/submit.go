@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,16 +16,27 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
+// Document is one TrainingRun of a stream, and what is wrong with how it was written that its
+// object cannot show: a key given twice in one mapping (the decoder keeps the last).
+type Document struct {
+	*unstructured.Unstructured
+	Problems []string
+}
+
 // Documents reads the TrainingRuns of a YAML or JSON stream (several YAML documents may
 // follow each other). Anything else in it is refused: submit creates runs only.
-func Documents(r io.Reader, source string) ([]*unstructured.Unstructured, error) {
-	dec := yaml.NewYAMLOrJSONDecoder(r, 64<<10)
-	var out []*unstructured.Unstructured
+func Documents(r io.Reader, source string) ([]*Document, error) {
+	reader := yaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))
+	var out []*Document
 	for n := 1; ; n++ {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
+			return nil, UsageError("%s: document %d cannot be read: %v", source, n, err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
 			return nil, UsageError("%s: document %d is not valid YAML or JSON: %v", source, n, err)
 		}
 		if len(doc) == 0 {
@@ -42,7 +54,16 @@ func Documents(r io.Reader, source string) ([]*unstructured.Unstructured, error)
 		if u.GetName() == "" && u.GetGenerateName() == "" {
 			return nil, UsageError("%s: document %d has no metadata.name", source, n)
 		}
-		out = append(out, u)
+		d := &Document{Unstructured: u}
+		// What strict decoding refuses beyond the object's fields: keys given twice.
+		if _, err := sigsyaml.YAMLToJSONStrict(raw); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if line = strings.TrimSpace(line); strings.HasPrefix(line, "line ") {
+					d.Problems = append(d.Problems, fmt.Sprintf("%s: document %d: %s", source, n, line))
+				}
+			}
+		}
+		out = append(out, d)
 	}
 	if len(out) == 0 {
 		return nil, UsageError("%s holds no TrainingRun", source)
@@ -53,11 +74,15 @@ func Documents(r io.Reader, source string) ([]*unstructured.Unstructured, error)
 // Submit creates the runs as written (the API server validates them strictly) and prints a
 // line for each. The namespace is the document's, else the command's; a document in
 // another namespace than an explicit --namespace is refused, as kubectl does. With a dry
-// run nothing is created: client checks each run here (decoded strictly, then ValidateRun),
+// run nothing is created: client checks each run here as the API server would (validate),
 // server has the API server check it and store nothing; each line then says so.
-func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, explicitNS bool, dry DryRun, out, errOut io.Writer) ([]*v1alpha1.TrainingRun, error) {
+func Submit(ctx context.Context, runs *Runs, docs []*Document, explicitNS bool, dry DryRun, out, errOut io.Writer) ([]*v1alpha1.TrainingRun, error) {
 	var made []*v1alpha1.TrainingRun
-	for _, u := range docs {
+	for _, d := range docs {
+		u := d.Unstructured
+		if len(d.Problems) > 0 && dry != DryRunClient {
+			return made, UsageError("trainingrun %q is not valid:\n  %s", u.GetName(), strings.Join(d.Problems, "\n  "))
+		}
 		ns := u.GetNamespace()
 		switch {
 		case ns == "":
@@ -73,7 +98,7 @@ func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, 
 		var run *v1alpha1.TrainingRun
 		switch dry {
 		case DryRunClient:
-			if run, err = checkClient(u.GetName(), body, errOut); err != nil {
+			if run, err = checkClient(body, d.Problems, errOut); err != nil {
 				return made, err
 			}
 		case DryRunServer:
@@ -93,18 +118,20 @@ func Submit(ctx context.Context, runs *Runs, docs []*unstructured.Unstructured, 
 	return made, nil
 }
 
-// checkClient decodes a run strictly (a field the API does not have is an error, as the API
-// server's strict field validation makes it) and validates it, printing its warnings.
-func checkClient(name string, body []byte, errOut io.Writer) (*v1alpha1.TrainingRun, error) {
-	run := &v1alpha1.TrainingRun{}
-	if err := sigsyaml.UnmarshalStrict(body, run); err != nil {
-		_, detail, found := strings.Cut(err.Error(), "json: ")
-		if !found {
-			detail = err.Error()
-		}
-		return nil, UsageError("trainingrun %q is not valid: %s", name, detail)
+// checkClient checks a run as written, offline, as the API server would (validate), with
+// the problems of how it was written, and prints its warnings.
+func checkClient(body []byte, problems []string, errOut io.Writer) (*v1alpha1.TrainingRun, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, err
 	}
-	warnings, err := ValidateRun(run)
+	// A run that does not decode (a value of the wrong type) is still checked field by
+	// field: the schema names each.
+	run := &v1alpha1.TrainingRun{}
+	if err := json.Unmarshal(body, run); err != nil {
+		run = nil
+	}
+	warnings, err := validate(run, obj, problems...)
 	for _, w := range warnings {
 		fmt.Fprintln(errOut, "warning: "+w)
 	}

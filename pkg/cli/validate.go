@@ -1,23 +1,21 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
-	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
-)
-
-// The CRD's bounds that ValidateRun checks; TestValidateBoundsAreTheCRDs keeps them equal
-// to deploy/crd's.
-const (
-	minWorkers       = 1
-	maxWorkers       = 10000
-	maxSettleSeconds = 300
+	"github.com/faultline-dev/faultline/deploy"
+	"github.com/faultline-dev/faultline/pkg/crdcheck"
 )
 
 // shippedFrameworks are the plugins faultline ships (pkg/framework.Shipped, kept apart so
@@ -45,82 +43,74 @@ func ParseDryRun(s string) (DryRun, error) {
 	return "", UsageError("--dry-run=%s: use client (check here and print), server (the API server checks, nothing is stored) or none", s)
 }
 
-// ValidateRun checks a run as far as the client can: what the CRD's schema would refuse
-// (bounds, enums, patterns) and what would fail later (a name that cannot name the run's
-// Service and pods). The CRD's cross-field rules are the API server's to check:
-// --dry-run=server. Warnings are for what may be right but usually is not (a framework no
-// shipped plugin serves).
+// ValidateRun checks a run built here (launcher run's flags) as the API server would, and
+// what would fail later: see validate.
 func ValidateRun(run *v1alpha1.TrainingRun) (warnings []string, err error) {
-	var errs []string
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(run)
+	if err != nil {
+		return nil, err
+	}
+	return validate(run, obj)
+}
+
+// runChecker checks TrainingRuns against the CRD this launcher installs.
+var runChecker = sync.OnceValues(func() (*crdcheck.Checker, error) {
+	b, err := deploy.FS.ReadFile(deploy.TrainingRunCRD)
+	if err != nil {
+		return nil, err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := sigsyaml.Unmarshal(b, crd); err != nil {
+		return nil, fmt.Errorf("%s: %w", deploy.TrainingRunCRD, err)
+	}
+	return crdcheck.New(crd, v1alpha1.GroupVersion.Version)
+})
+
+// validate checks a run as the API server would create it, offline, and reports every error
+// at once by field: obj is the run as written (a field the API does not have, a value of the
+// wrong type), checked against the CRD's own schema and CEL rules (package crdcheck); run is
+// obj decoded (nil where it does not decode), for what the CRD does not say and would fail
+// later: a name that cannot name the run's Service and pods, a negative resource limit.
+// Warnings are for what may be right but usually is not (a framework no shipped plugin
+// serves). problems are the run's own, found before (keys given twice), reported first.
+func validate(run *v1alpha1.TrainingRun, obj map[string]any, problems ...string) (warnings []string, err error) {
+	errs := append([]string{}, problems...)
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
 	}
-	if run.Name == "" && run.GenerateName == "" {
-		bad("metadata.name", "required")
-	} else if run.Name != "" {
-		if msgs := validation.IsDNS1035Label(run.Name); len(msgs) > 0 {
-			bad("metadata.name", "%q: %s (the run's name names its headless Service and its workers, <name>-<index>)", run.Name, strings.Join(msgs, "; "))
+	checker, err := runChecker()
+	if err != nil {
+		return nil, fmt.Errorf("the TrainingRun CRD built into this launcher: %w", err)
+	}
+	for _, e := range checker.Validate(context.Background(), obj) {
+		errs = append(errs, e.Error())
+	}
+	if run != nil {
+		if run.Name == "" && run.GenerateName == "" {
+			bad("metadata.name", "Required value")
+		} else if run.Name != "" {
+			if msgs := validation.IsDNS1035Label(run.Name); len(msgs) > 0 {
+				bad("metadata.name", "%q: %s (the run's name names its headless Service and its workers, <name>-<index>)", run.Name, strings.Join(msgs, "; "))
+			}
 		}
-	}
-	s := &run.Spec
-	if s.Workers < minWorkers || s.Workers > maxWorkers {
-		bad("spec.workers", "%d: must be %d to %d", s.Workers, minWorkers, maxWorkers)
-	}
-	if fw := s.Framework; fw != "" {
-		if msgs := validation.IsDNS1123Label(fw); len(msgs) > 0 {
-			bad("spec.framework", "%q: %s", fw, strings.Join(msgs, "; "))
-		} else if fw != v1alpha1.FrameworkNone && !slices.Contains(shippedFrameworks, fw) {
+		if fw := run.Spec.Framework; fw != "" && fw != v1alpha1.FrameworkNone && !slices.Contains(shippedFrameworks, fw) && len(validation.IsDNS1123Label(fw)) == 0 {
 			warnings = append(warnings, fmt.Sprintf("spec.framework %q is not a shipped plugin (%s, or %s): the controller needs faultline-plugin-%s installed beside it, "+
 				"or the run stalls", fw, strings.Join(shippedFrameworks, ", "), v1alpha1.FrameworkNone, fw))
 		}
-	}
-	switch s.RestartScope {
-	case "", v1alpha1.RestartScopeGang, v1alpha1.RestartScopeIndex:
-	default:
-		bad("spec.restartScope", "%q: must be %s or %s", s.RestartScope, v1alpha1.RestartScopeGang, v1alpha1.RestartScopeIndex)
-	}
-	switch s.SuccessPolicy {
-	case "", v1alpha1.SuccessPolicyAllWorkers, v1alpha1.SuccessPolicyLeader:
-	default:
-		bad("spec.successPolicy", "%q: must be %s or %s", s.SuccessPolicy, v1alpha1.SuccessPolicyAllWorkers, v1alpha1.SuccessPolicyLeader)
-	}
-	fp := &s.FailurePolicy
-	for _, b := range []struct {
-		name string
-		n    *int32
-	}{{"infrastructure", fp.MaxRestarts.Infrastructure}, {"application", fp.MaxRestarts.Application}, {"unknown", fp.MaxRestarts.Unknown}} {
-		if ptr.Deref(b.n, 0) < 0 {
-			bad("spec.failurePolicy.maxRestarts."+b.name, "%d: must not be negative", *b.n)
-		}
-	}
-	if n := ptr.Deref(fp.SettleSeconds, 0); n < 0 || n > maxSettleSeconds {
-		bad("spec.failurePolicy.settleSeconds", "%d: must be 0 to %d", n, maxSettleSeconds)
-	}
-	if n := ptr.Deref(s.TTLSecondsAfterFinished, 0); n < 0 {
-		bad("spec.ttlSecondsAfterFinished", "%d: must not be negative", n)
-	}
-	if s.RestartScope == v1alpha1.RestartScopeIndex && len(fp.Rules) > 0 {
-		bad("spec.failurePolicy.rules", "have no effect with restartScope Index (the Job controller retries each index): remove them or use restartScope Gang")
-	}
-	if len(s.Template.Spec.Containers) == 0 {
-		bad("spec.template.spec.containers", "must name at least one container")
-	}
-	if p := s.Template.Spec.RestartPolicy; p != "" && p != corev1.RestartPolicyNever {
-		bad("spec.template.spec.restartPolicy", "%s: must be Never (or unset): faultline restarts workers itself", p)
-	}
-	for _, c := range s.Template.Spec.Containers {
-		for name, q := range c.Resources.Limits {
-			if q.Sign() < 0 {
-				bad("spec.template.spec.containers["+c.Name+"].resources.limits."+string(name), "%s: must not be negative", q.String())
+		for _, c := range run.Spec.Template.Spec.Containers {
+			for name, q := range c.Resources.Limits {
+				if q.Sign() < 0 {
+					bad("spec.template.spec.containers["+c.Name+"].resources.limits."+string(name), "%s: must not be negative", q.String())
+				}
 			}
 		}
 	}
 	if len(errs) == 0 {
 		return warnings, nil
 	}
-	name := run.Name
+	name, _, _ := unstructured.NestedString(obj, "metadata", "name")
 	if name == "" {
-		name = run.GenerateName
+		name, _, _ = unstructured.NestedString(obj, "metadata", "generateName")
 	}
-	return warnings, UsageError("trainingrun %q is not valid:\n  %s", name, strings.Join(errs, "\n  "))
+	return warnings, UsageError("trainingrun %q is not valid (%d errors):\n  %s", name, len(errs), strings.Join(errs, "\n  "))
 }

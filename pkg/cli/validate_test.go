@@ -3,12 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
-
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // TestDryRunClientChecks: `run --dry-run` checks the run before printing it: the issue's
@@ -22,7 +18,7 @@ func TestDryRunClientChecks(t *testing.T) {
 	var out, errOut bytes.Buffer
 	_, err = Create(context.Background(), &Runs{}, run, DryRunClient, &out, &errOut)
 	msg, code := Message(err, "")
-	if code != ExitUsage || !strings.Contains(msg, `metadata.name: "X_bad"`) || !strings.Contains(msg, "spec.workers: 0: must be 1 to 10000") {
+	if code != ExitUsage || !strings.Contains(msg, `metadata.name: "X_bad"`) || !strings.Contains(msg, "spec.workers: Invalid value: 0: spec.workers in body should be greater than or equal to 1") {
 		t.Errorf("exit %d, %q: want a usage error naming metadata.name and spec.workers", code, msg)
 	}
 	if !strings.Contains(errOut.String(), `warning: spec.framework "jaxx" is not a shipped plugin`) || out.Len() > 0 {
@@ -59,7 +55,7 @@ func TestSubmitDryRunClient(t *testing.T) {
 	}
 	var out bytes.Buffer
 	_, err = Submit(context.Background(), &Runs{}, docs, false, DryRunClient, &out, &out)
-	if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, `trainingrun "a" is not valid: unknown field "wokers"`) {
+	if msg, code := Message(err, ""); code != ExitUsage || !strings.Contains(msg, `spec.wokers: Unsupported value: unknown field`) {
 		t.Errorf("exit %d, %q: want the misspelled field refused", code, msg)
 	}
 	docs, _ = Documents(strings.NewReader("apiVersion: faultline.dev/v1alpha1\nkind: TrainingRun\nmetadata: {name: a}\nspec:\n  workers: 2\n  template: {spec: {containers: [{name: w, image: i}]}}\n"), "a.yaml")
@@ -69,33 +65,61 @@ func TestSubmitDryRunClient(t *testing.T) {
 	}
 }
 
-// TestValidateBoundsAreTheCRDs: the bounds ValidateRun checks are the CRD's, so that the
-// client's dry run refuses exactly what the API server would.
-func TestValidateBoundsAreTheCRDs(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/crd/faultline.dev_trainingruns.yaml")
+// TestDryRunClientReportsEveryErrorByField (issue 59): `submit --dry-run=client` refuses,
+// offline, what the API server would: every mistake of a run at once, each by its field path
+// with the CRD's own words (its schema's enums and patterns, its CEL rules), none by a Go
+// type's name: an enum value it does not have, a cause misspelled, a rule name that is no
+// DNS label, a key faultline reserves, a misspelled field, a wrong type, and a key given
+// twice (which a YAML decoder would otherwise take the last of, silently).
+func TestDryRunClientReportsEveryErrorByField(t *testing.T) {
+	const doc = `apiVersion: faultline.dev/v1alpha1
+kind: TrainingRun
+metadata: {name: llm}
+spec:
+  workers: 4
+  workers: 8
+  settleSecond: 3
+  failurePolicy:
+    restartMode: Sometimes
+    settleSeconds: "one"
+    rules:
+    - name: Bad_Name
+      action: Restart
+      onCauses: [GPUFalt]
+  template:
+    metadata:
+      annotations: {faultline.dev/fault-evidence: forged}
+    spec:
+      containers: [{name: w, image: i}]
+`
+	docs, err := Documents(strings.NewReader(doc), "llm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(b, crd); err != nil {
-		t.Fatal(err)
+	var out, errOut bytes.Buffer
+	_, err = Submit(context.Background(), &Runs{}, docs, false, DryRunClient, &out, &errOut)
+	msg, code := Message(err, "")
+	if code != ExitUsage || out.Len() > 0 {
+		t.Fatalf("exit %d, stdout %q: want a usage error and nothing created", code, out.String())
 	}
-	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-	workers := spec.Properties["workers"]
-	settle := spec.Properties["failurePolicy"].Properties["settleSeconds"]
-	for name, c := range map[string]struct {
-		got  float64
-		want *float64
-	}{
-		"spec.workers minimum": {minWorkers, workers.Minimum}, "spec.workers maximum": {maxWorkers, workers.Maximum},
-		"settleSeconds maximum": {maxSettleSeconds, settle.Maximum},
+	for _, want := range []string{
+		`llm.yaml: document 1: line 6: key "workers" already set in map`,
+		`spec.failurePolicy.restartMode: Unsupported value: "Sometimes": supported values: "Auto", "InPlace", "Recreate"`,
+		`spec.failurePolicy.settleSeconds: Invalid value: "string": spec.failurePolicy.settleSeconds in body must be of type integer`,
+		`spec.failurePolicy.rules[0].action: Unsupported value: "Restart"`,
+		`spec.failurePolicy.rules[0].onCauses[0]: Unsupported value: "GPUFalt"`,
+		`spec.failurePolicy.rules[0].name: Invalid value: "Bad_Name"`,
+		`spec.template.metadata.annotations: Invalid value: spec.template.metadata.annotations must not use keys under faultline.dev/`,
+		`spec.settleSecond: Unsupported value: unknown field`,
 	} {
-		if c.want == nil || *c.want != c.got {
-			t.Errorf("%s: ValidateRun checks %v, the CRD says %v", name, c.got, c.want)
+		if !strings.Contains(msg, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, msg)
 		}
 	}
-	if p := spec.Properties["framework"].Pattern; p != `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$` {
-		t.Errorf("spec.framework's pattern is %q: ValidateRun checks a DNS-1123 label", p)
+	for _, goName := range []string{"v1alpha1.", "TrainingRunSpec", "FailurePolicy{", "json: cannot unmarshal"} {
+		if strings.Contains(msg, goName) {
+			t.Errorf("the refusal speaks Go (%q):\n%s", goName, msg)
+		}
 	}
 }
 
