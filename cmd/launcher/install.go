@@ -16,6 +16,8 @@ func newInstallCommand(env *cli.Env) *cobra.Command {
 		o             cli.InstallOptions
 		print         bool
 		skipPreflight bool
+		waitReady     bool
+		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "install",
@@ -25,6 +27,10 @@ apply, as 'kubectl apply --server-side -k deploy/' does, with this launcher's ve
 three images (the controller's, the node agent's and the barrier's; 'launcher version' names
 them); --print writes them to standard output instead. --registry moves all three images to
 a registry of yours; --controller-image, --agent-image and --barrier-image replace one each.
+
+It then waits until the controller and the node agent run the new version everywhere
+(--wait, up to --timeout): a pod whose image cannot be pulled, or that crashes, ends the
+wait at once with the image or the pod named, and the command fails.
 
 Before it applies anything, install checks that the cluster serves what the manifests need
 (ValidatingAdmissionPolicy and MutatingAdmissionPolicy v1, Job spec.managedBy, ...) and
@@ -65,10 +71,15 @@ default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 			}
 			im := o.Images()
 			fmt.Fprintf(out(env), "installing faultline %s: controller %s, node agent %s, barrier %s\n", version.Version, im.Controller, im.Agent, im.Barrier)
-			return cli.Apply(cmd.Context(), cl.Config, objs, out(env))
+			if err := cli.Apply(cmd.Context(), cl.Config, objs, out(env)); err != nil || !waitReady {
+				return err
+			}
+			return cli.WaitReady(cmd.Context(), cl.Kube, objs, timeout, out(env))
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&waitReady, "wait", true, "wait until the controller and the node agent have rolled out (every pod of the new version Ready), and fail naming what is not (an image that cannot be pulled, a pod that crashes)")
+	f.DurationVar(&timeout, "timeout", cli.DefaultInstallTimeout, "the longest wait for the rollouts")
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")
 	f.StringSliceVar(&o.Components, "components", nil, "what to install: crd, admission, controller, agent (default all four), kueue")
 	f.StringVar(&o.Registry, "registry", "", "registry of all three images, e.g. registry.example.com/faultline (default "+version.DefaultRegistry+")")

@@ -146,7 +146,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 
 	// 2. Install.
 	d.stepf("Installing faultline's CRD, admission policies and node-agent DaemonSet with the launcher:")
-	if _, err := d.launcher(ctx, true, "install", "--components", "crd,admission,agent"); err != nil {
+	// --wait=false: the agent's image is in no registry here; the demo runs each node's agent
+	// as a process, with a token bound to the DaemonSet's pod (which need not run for that).
+	if _, err := d.launcher(ctx, true, "install", "--components", "crd,admission,agent", "--wait=false"); err != nil {
 		return err
 	}
 	var dsPods map[string]*corev1.Pod

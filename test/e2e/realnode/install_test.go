@@ -832,3 +832,78 @@ func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// TestRealInstallWaitsAndNamesAnUnpullableImage (issue 59): `launcher install` reports success
+// only once faultline runs. An install whose node agent image the registry does not have fails
+// within its deadline, naming the image the kubelets could not pull and the flag that names
+// another; an install of the release's images returns only once the controller's replicas and
+// an agent on every node run the new version, Ready.
+func TestRealInstallWaitsAndNamesAnUnpullableImage(t *testing.T) {
+	i := installationCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c := i.c
+	if i.installed {
+		if _, err := i.launch(ctx, t, "uninstall", "--force"); err != nil {
+			t.Fatalf("uninstall before the install: %v", err)
+		}
+		i.installed = false
+	}
+	t.Cleanup(func() {
+		uctx, ucancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer ucancel()
+		if _, err := i.launch(uctx, t, "uninstall", "--force"); err != nil {
+			t.Errorf("uninstall after the test: %v", err)
+		}
+		i.installed = false
+	})
+
+	missing := i.registry.Host + "/" + version.AgentImageName + ":absent"
+	const deadline = 3 * time.Minute
+	start := time.Now()
+	out, err := i.launch(ctx, t, "install", "--registry", i.registry.Host, "--agent-image", missing, "--timeout", deadline.String())
+	took := time.Since(start)
+	i.installed = true // applied, if not running
+	if err == nil {
+		t.Fatalf("launcher install exited 0 with its agent image missing:\n%s", out)
+	}
+	for _, want := range []string{"daemonset faultline-system/faultline-nodeagent cannot start", "its image " + missing + " cannot be pulled", "--agent-image"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the failed install does not say %q", want)
+		}
+	}
+	if took > deadline {
+		t.Errorf("the failed install took %s, past its --timeout %s", took.Round(time.Second), deadline)
+	}
+	t.Logf("install with the agent image missing: failed in %s", took.Round(time.Second))
+
+	start = time.Now()
+	out, err = i.launch(ctx, t, "install", "--registry", i.registry.Host)
+	if err != nil {
+		t.Fatalf("launcher install of the release: %v", err)
+	}
+	t.Logf("install of the release: returned in %s", time.Since(start).Round(time.Second))
+	for _, want := range []string{"deployment/faultline-controller rolled out", "daemonset/faultline-nodeagent rolled out", "faultline is running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the install does not say %q", want)
+		}
+	}
+	// Read once, with no wait: when install returned, all of it ran.
+	dep, err := c.Client.AppsV1().Deployments(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := *dep.Spec.Replicas; dep.Status.UpdatedReplicas != want || dep.Status.ReadyReplicas != want {
+		t.Errorf("when install returned, the controller had %d updated and %d ready replicas of %d", dep.Status.UpdatedReplicas, dep.Status.ReadyReplicas, want)
+	}
+	ds, err := c.Client.AppsV1().DaemonSets(v1alpha1.NodeAgentNamespace).Get(ctx, "faultline-nodeagent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int32(len(c.Real.Nodes)); ds.Status.UpdatedNumberScheduled != n || ds.Status.NumberReady != n {
+		t.Errorf("when install returned, %d agents were updated and %d ready, of %d nodes", ds.Status.UpdatedNumberScheduled, ds.Status.NumberReady, n)
+	}
+	if !strings.Contains(strings.Join(i.registry.Pulled(), " "), version.AgentImageName+":"+releaseVersion) {
+		t.Errorf("the agent's image of the release was never pulled (pulls: %v)", i.registry.Pulled())
+	}
+}
