@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
@@ -107,6 +108,14 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 		docs, err := componentObjects(c)
 		if err != nil {
 			return nil, err
+		}
+		for _, u := range docs {
+			labels := u.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[applySetPartOfLabel] = ApplySetID(c)
+			u.SetLabels(labels)
 		}
 		objs = append(objs, docs...)
 	}
@@ -301,11 +310,23 @@ func PrintManifests(w io.Writer, objs []*unstructured.Unstructured) error {
 }
 
 // Apply applies the objects with server-side apply, as `kubectl apply --server-side
-// --force-conflicts` would, and waits for each CRD to be Established before going on.
+// --force-conflicts` would, and waits for each CRD to be Established before going on; then it
+// prunes, from each component's ApplySet, what these objects no longer have.
 func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, out io.Writer) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sets := applySetsOf(objs)
+	before := map[string][]string{}
+	for _, s := range sets {
+		if before[s.component], err = s.writeParent(ctx, client, true); err != nil {
+			return err
+		}
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -339,6 +360,15 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 				return err
 			}
 			mapper.Reset()
+		}
+	}
+	mapper.Reset()
+	for _, s := range sets {
+		if err := s.prune(ctx, mapper, dyn, union(before[s.component], s.kinds()), out); err != nil {
+			return err
+		}
+		if _, err := s.writeParent(ctx, client, false); err != nil {
+			return err
 		}
 	}
 	return nil

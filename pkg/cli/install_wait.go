@@ -224,4 +224,3 @@ func agentCoverage(ctx context.Context, client kubernetes.Interface, rollouts []
 	}
 	return nil
 }
-
