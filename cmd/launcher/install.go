@@ -18,6 +18,8 @@ func newInstallCommand(env *cli.Env) *cobra.Command {
 		skipPreflight bool
 		waitReady     bool
 		timeout       time.Duration
+		dryRun        string
+		diff          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "install",
@@ -42,6 +44,7 @@ agent and each service account to its own writes), controller and agent; kueue (
 default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 		Example: `  launcher install
   launcher install --print > faultline.yaml
+  launcher install --diff                  # what an upgrade would change, changing nothing
   launcher install --registry registry.example.com/faultline   # all three images from your registry
   launcher install --components crd        # e.g. to run the controller yourself
   launcher install --components kueue      # on a cluster that runs Kueue`,
@@ -71,13 +74,24 @@ default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 			}
 			im := o.Images()
 			fmt.Fprintf(out(env), "installing faultline %s: controller %s, node agent %s, barrier %s\n", version.Version, im.Controller, im.Agent, im.Barrier)
-			if err := cli.Apply(cmd.Context(), cl.Config, objs, out(env)); err != nil || !waitReady {
+			mode := cli.ApplyForReal
+			switch {
+			case diff:
+				mode = cli.ApplyDiff
+			case dryRun == string(cli.DryRunServer):
+				mode = cli.ApplyDryRun
+			case dryRun != "" && dryRun != string(cli.DryRunNone):
+				return cli.UsageError("--dry-run=%s: install checks through the API server only: --dry-run=server (or --print, to see the manifests)", dryRun)
+			}
+			if err := cli.Apply(cmd.Context(), cl.Config, objs, out(env), mode); err != nil || !waitReady || mode != cli.ApplyForReal {
 				return err
 			}
 			return cli.WaitReady(cmd.Context(), cl.Kube, objs, timeout, out(env))
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&dryRun, "dry-run", "none", "server: the API server checks every object (its schema and admission) and stores nothing; what would be pruned is named")
+	f.BoolVar(&diff, "diff", false, "change nothing: print, object by object, what the install would change (a unified diff of what the API server stores against what it would), and what it would prune")
 	f.BoolVar(&waitReady, "wait", true, "wait until the controller and the node agent have rolled out (every pod of the new version Ready), and fail naming what is not (an image that cannot be pulled, a pod that crashes)")
 	f.DurationVar(&timeout, "timeout", cli.DefaultInstallTimeout, "the longest wait for the rollouts")
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")
@@ -89,6 +103,8 @@ default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 	f.BoolVar(&o.WithoutRolesPolicy, "without-roles-policy", false, "leave out the MutatingAdmissionPolicy "+cli.RolesPolicyName+
 		" (Kubernetes 1.36 and later), which labels the pods of Index-scope runs with roles (TensorFlow's chief/ps/worker): for an older cluster")
 	f.BoolVar(&skipPreflight, "skip-preflight", false, "apply without checking what the cluster serves first")
+	f.StringVar(&o.AgentDriverRoot, "agent-driver-root", "", "the node agent's --driver-root: where the nodes' NVIDIA driver is, as the agent sees the node's root under /host, e.g. /host/run/nvidia/driver (default: found on each node, the GPU Operator's, the host's, GKE's)")
+	f.StringVar(&o.AgentCRIEndpoint, "agent-cri-endpoint", "", "the node agent's --cri-endpoint, e.g. unix:///host/run/containerd/containerd.sock (default: found on each node, containerd's, then CRI-O's)")
 	_ = cmd.RegisterFlagCompletionFunc("components", cobra.FixedCompletions(slices.Concat(cli.InstallComponents, cli.OptionalComponents), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pmezard/go-difflib/difflib"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -58,6 +60,9 @@ type InstallOptions struct {
 	Registry string
 	// ControllerImage, AgentImage and BarrierImage, when set, replace one image each.
 	ControllerImage, AgentImage, BarrierImage string
+	// AgentDriverRoot and AgentCRIEndpoint are the node agent's --driver-root and
+	// --cri-endpoint (default: found on each node; docs/platform-*.md).
+	AgentDriverRoot, AgentCRIEndpoint string
 	// WithoutRolesPolicy leaves out the MutatingAdmissionPolicy (deploy/admission/roles.yaml),
 	// for clusters before Kubernetes 1.36 (RolesPolicyName).
 	WithoutRolesPolicy bool
@@ -70,11 +75,7 @@ const RolesPolicyName = "faultline-roles"
 // Images are the images the options install: the launcher's version under the default
 // registry, moved by Registry, each replaced by its own option.
 func (o InstallOptions) Images() version.Images {
-	v := o.Version
-	if v == "" {
-		v = version.Version
-	}
-	im := version.ImagesOf(o.Registry, v)
+	im := version.ImagesOf(o.Registry, o.version())
 	for _, r := range []struct {
 		dst *string
 		src string
@@ -84,6 +85,14 @@ func (o InstallOptions) Images() version.Images {
 		}
 	}
 	return im
+}
+
+// version is the version installed: the options', else the launcher's.
+func (o InstallOptions) version() string {
+	if o.Version != "" {
+		return o.Version
+	}
+	return version.Version
 }
 
 // Manifests returns the objects of the chosen components, in the order they must be
@@ -115,6 +124,11 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 				labels = map[string]string{}
 			}
 			labels[applySetPartOfLabel] = ApplySetID(c)
+			// The recommended labels: what an operator's tools group and filter by.
+			labels["app.kubernetes.io/part-of"] = "faultline"
+			labels["app.kubernetes.io/component"] = c
+			labels["app.kubernetes.io/version"] = version.Tag(o.version())
+			labels["app.kubernetes.io/managed-by"] = "launcher"
 			u.SetLabels(labels)
 		}
 		objs = append(objs, docs...)
@@ -142,6 +156,9 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 			added = append(added, n)
 		}
 		if err := setImages(u, images); err != nil {
+			return nil, err
+		}
+		if err := setAgentArgs(u, o); err != nil {
 			return nil, err
 		}
 	}
@@ -282,6 +299,29 @@ func setImages(u *unstructured.Unstructured, im version.Images) error {
 	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
 }
 
+// setAgentArgs gives the node agent's container the driver root and the runtime endpoint the
+// options name (in the node's filesystem, which the agent sees under /host).
+func setAgentArgs(u *unstructured.Unstructured, o InstallOptions) error {
+	if u.GetKind() != "DaemonSet" || (o.AgentDriverRoot == "" && o.AgentCRIEndpoint == "") {
+		return nil
+	}
+	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) == 0 {
+		return fmt.Errorf("%s %s: no containers: %v", u.GetKind(), u.GetName(), err)
+	}
+	c := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	for flag, v := range map[string]string{"--driver-root": o.AgentDriverRoot, "--cri-endpoint": o.AgentCRIEndpoint} {
+		if v == "" {
+			continue
+		}
+		args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, flag+"=") })
+		args = append(args, flag+"="+v)
+	}
+	c["args"] = toAny(args)
+	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
+}
+
 func toAny(ss []string) []any {
 	out := make([]any, len(ss))
 	for i, s := range ss {
@@ -309,10 +349,24 @@ func PrintManifests(w io.Writer, objs []*unstructured.Unstructured) error {
 	return nil
 }
 
+// ApplyMode is how Apply applies: for real, or through the API server's dry run.
+type ApplyMode int
+
+const (
+	// ApplyForReal applies, waits for each CRD, and prunes.
+	ApplyForReal ApplyMode = iota
+	// ApplyDryRun has the API server check every object (its schema, admission) and store
+	// nothing; what would be pruned is named, not deleted (--dry-run=server).
+	ApplyDryRun
+	// ApplyDiff is the dry run, printing for each object what would change in it (--diff).
+	ApplyDiff
+)
+
 // Apply applies the objects with server-side apply, as `kubectl apply --server-side
 // --force-conflicts` would, and waits for each CRD to be Established before going on; then it
-// prunes, from each component's ApplySet, what these objects no longer have.
-func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, out io.Writer) error {
+// prunes, from each component's ApplySet, what these objects no longer have. A dry run
+// (mode) changes nothing.
+func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, out io.Writer, mode ApplyMode) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -321,10 +375,11 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 	if err != nil {
 		return err
 	}
+	dry := mode != ApplyForReal
 	sets := applySetsOf(objs)
 	before := map[string][]string{}
 	for _, s := range sets {
-		if before[s.component], err = s.writeParent(ctx, client, true); err != nil {
+		if before[s.component], err = s.writeParent(ctx, client, true, dry); err != nil {
 			return err
 		}
 	}
@@ -332,6 +387,16 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	creates := map[string]bool{} // the namespaces the objects create
+	for _, u := range objs {
+		if u.GetKind() == "Namespace" {
+			creates[u.GetName()] = true
+		}
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
+	if dry {
+		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
@@ -351,11 +416,34 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 		if err != nil {
 			return err
 		}
-		if _, err := res.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}); err != nil {
+		var live *unstructured.Unstructured
+		if mode == ApplyDiff {
+			if live, err = res.Get(ctx, u.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				live = nil
+			} else if err != nil {
+				return fmt.Errorf("read %s %s: %w", strings.ToLower(gvk.Kind), u.GetName(), err)
+			}
+		}
+		got, err := res.Patch(ctx, u.GetName(), types.ApplyPatchType, body, opts)
+		if dry && apierrors.IsNotFound(err) && creates[u.GetNamespace()] {
+			// A dry run creates no namespace: the server cannot check what goes in one.
+			fmt.Fprintf(out, "%s/%s would be created in namespace %s, which this install creates (not checked by the server)\n", kindName(gvk), u.GetName(), u.GetNamespace())
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("apply %s %s: %w", strings.ToLower(gvk.Kind), u.GetName(), err)
 		}
-		fmt.Fprintf(out, "%s/%s serverside-applied\n", kindName(gvk), u.GetName())
-		if gvk.Kind == "CustomResourceDefinition" {
+		switch mode {
+		case ApplyForReal:
+			fmt.Fprintf(out, "%s/%s serverside-applied\n", kindName(gvk), u.GetName())
+		case ApplyDryRun:
+			fmt.Fprintf(out, "%s/%s serverside-applied (server dry run)\n", kindName(gvk), u.GetName())
+		case ApplyDiff:
+			if err := writeDiff(out, kindName(gvk)+"/"+u.GetName(), live, got); err != nil {
+				return err
+			}
+		}
+		if gvk.Kind == "CustomResourceDefinition" && !dry {
 			if err := waitEstablished(ctx, res, u.GetName()); err != nil {
 				return err
 			}
@@ -364,14 +452,50 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 	}
 	mapper.Reset()
 	for _, s := range sets {
-		if err := s.prune(ctx, mapper, dyn, union(before[s.component], s.kinds()), out); err != nil {
+		if err := s.prune(ctx, mapper, dyn, union(before[s.component], s.kinds()), out, dry); err != nil {
 			return err
 		}
-		if _, err := s.writeParent(ctx, client, false); err != nil {
+		if _, err := s.writeParent(ctx, client, false, dry); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeDiff prints what applying would change in one object, as a unified diff of its YAML
+// (what the server would store against what it stores; nothing when they are the same).
+func writeDiff(out io.Writer, name string, live, applied *unstructured.Unstructured) error {
+	text := func(u *unstructured.Unstructured) (string, error) {
+		if u == nil {
+			return "", nil
+		}
+		c := u.DeepCopy()
+		for _, f := range [][]string{{"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "generation"},
+			{"metadata", "uid"}, {"metadata", "creationTimestamp"}, {"status"}} {
+			unstructured.RemoveNestedField(c.Object, f...)
+		}
+		b, err := sigsyaml.Marshal(c.Object)
+		return string(b), err
+	}
+	a, err := text(live)
+	if err != nil {
+		return err
+	}
+	b, err := text(applied)
+	if err != nil {
+		return err
+	}
+	if a == b {
+		return nil
+	}
+	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(a), B: difflib.SplitLines(b), FromFile: "live/" + name, ToFile: "installed/" + name, Context: 3,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, diff)
+	return err
 }
 
 // kindName is kubectl's name of an object's type: "deployment.apps", "namespace".

@@ -98,10 +98,19 @@ func (s *applySet) kinds() []string {
 // of before and now while the install runs (withBefore: a failed install leaves no kind
 // unknown), only those of now once the prune is done. It returns the kinds the parent held
 // before.
-func (s *applySet) writeParent(ctx context.Context, client kubernetes.Interface, withBefore bool) ([]string, error) {
+func (s *applySet) writeParent(ctx context.Context, client kubernetes.Interface, withBefore, dry bool) ([]string, error) {
 	secrets := client.CoreV1().Secrets(v1alpha1.NodeAgentNamespace)
 	name := applySetParent(s.component)
 	parent, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if dry {
+		// A dry run writes nothing: the kinds of before, if there is a parent yet.
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("ApplySet parent secret %s/%s: %w", v1alpha1.NodeAgentNamespace, name, err)
+		}
+		return strings.Split(parent.Annotations[applySetGroupKinds], ","), nil
+	}
 	if apierrors.IsNotFound(err) {
 		parent = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.NodeAgentNamespace}}
 		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.NodeAgentNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -133,8 +142,8 @@ func (s *applySet) writeParent(ctx context.Context, client kubernetes.Interface,
 }
 
 // prune deletes the objects labelled as the set's, of the kinds it held before or holds now,
-// that it no longer has.
-func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface, kinds []string, out io.Writer) error {
+// that it no longer has (a dry run names them only).
+func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface, kinds []string, out io.Writer, dry bool) error {
 	keep := map[string]bool{}
 	for _, u := range s.objs {
 		keep[groupKind(u.GroupVersionKind().GroupKind())+"/"+u.GetNamespace()+"/"+u.GetName()] = true
@@ -154,6 +163,10 @@ func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynami
 		}
 		for _, u := range list.Items {
 			if keep[k+"/"+u.GetNamespace()+"/"+u.GetName()] {
+				continue
+			}
+			if dry {
+				fmt.Fprintf(out, "%s/%s pruned (server dry run: this version does not have it)\n", strings.ToLower(k), u.GetName())
 				continue
 			}
 			var res dynamic.ResourceInterface = dyn.Resource(mapping.Resource)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +192,36 @@ func TestInstallLabelsPodSecurity(t *testing.T) {
 				t.Fatal("no namespace faultline-system in the manifests")
 			}
 		})
+	}
+}
+
+// TestInstallLabelsAndAgentFlags: every object install applies carries the recommended labels
+// (part of faultline, its component, the version installed, managed by the launcher) and its
+// component's ApplySet; the agent's driver root and runtime endpoint reach its container's
+// arguments once each.
+func TestInstallLabelsAndAgentFlags(t *testing.T) {
+	objs, err := Manifests(InstallOptions{Version: "v1.2.3", AgentDriverRoot: "/host/opt/nvidia", AgentCRIEndpoint: "unix:///host/run/crio/crio.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		l := u.GetLabels()
+		if u.GetKind() == "Namespace" && l["app.kubernetes.io/component"] == "" {
+			continue // a namespace added for a component that uses it
+		}
+		if l["app.kubernetes.io/part-of"] != "faultline" || l["app.kubernetes.io/version"] != "v1.2.3" || l["app.kubernetes.io/managed-by"] != "launcher" ||
+			l[applySetPartOfLabel] != ApplySetID(l["app.kubernetes.io/component"]) {
+			t.Errorf("%s %s labels %v", u.GetKind(), u.GetName(), l)
+		}
+		if u.GetKind() != "DaemonSet" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		got, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		for _, want := range []string{"--driver-root=/host/opt/nvidia", "--cri-endpoint=unix:///host/run/crio/crio.sock", "--host-root=/host"} {
+			if n := slices.Index(got, want); n < 0 || slices.Index(got[n+1:], want) >= 0 {
+				t.Errorf("the agent's args %v: want %s once", got, want)
+			}
+		}
 	}
 }

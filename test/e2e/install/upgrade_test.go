@@ -63,7 +63,7 @@ func TestE2EUpgradePrunesWhatTheNewVersionDropped(t *testing.T) {
 		}
 		before = append(before, &unstructured.Unstructured{Object: m})
 	}
-	if err := cli.Apply(ctx, c.Config, before, io.Discard); err != nil {
+	if err := cli.Apply(ctx, c.Config, before, io.Discard, cli.ApplyForReal); err != nil {
 		t.Fatalf("install the version before: %v", err)
 	}
 	t.Cleanup(func() {

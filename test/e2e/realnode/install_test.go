@@ -224,6 +224,26 @@ func (i *installation) install(ctx context.Context, t *testing.T, flags ...strin
 	i.waitRunning(ctx, t)
 }
 
+// fresh uninstalls what a test before installed, so that the test installs on a cluster
+// with nothing of faultline's, and uninstalls what it installs when it ends.
+func (i *installation) fresh(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if i.installed {
+		if _, err := i.launch(ctx, t, "uninstall", "--force"); err != nil {
+			t.Fatalf("uninstall before the install: %v", err)
+		}
+		i.installed = false
+	}
+	t.Cleanup(func() {
+		uctx, ucancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer ucancel()
+		if _, err := i.launch(uctx, t, "uninstall", "--force"); err != nil {
+			t.Errorf("uninstall after the test: %v", err)
+		}
+		i.installed = false
+	})
+}
+
 // traceTo points the controller's and the agents' traces at an OTLP receiver, as an operator
 // does (`kubectl set env`).
 func (i *installation) traceTo(ctx context.Context, t *testing.T, r *otlp.Receiver) {
@@ -618,21 +638,8 @@ func TestRealBarrierImageUnpullableNeverHangs(t *testing.T) {
 	defer cancel()
 	c := i.c
 	missing := i.registry.Host + "/" + version.BarrierImageName + ":absent"
-	if i.installed {
-		// A fresh install, with the barrier image the registry does not have.
-		if _, err := i.launch(ctx, t, "uninstall", "--force"); err != nil {
-			t.Fatalf("uninstall before the reinstall: %v", err)
-		}
-	}
+	i.fresh(ctx, t) // a fresh install, with the barrier image the registry does not have
 	i.install(ctx, t, "--barrier-image", missing)
-	t.Cleanup(func() {
-		uctx, ucancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer ucancel()
-		if _, err := i.launch(uctx, t, "uninstall", "--force"); err != nil {
-			t.Errorf("uninstall after the test: %v", err)
-		}
-		i.installed = false
-	})
 	ns := i.ns
 
 	auto := createRun(ctx, t, c, ns, realRun("auto", 2, []string{"--heartbeats-only"}))
@@ -843,20 +850,7 @@ func TestRealInstallWaitsAndNamesAnUnpullableImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	c := i.c
-	if i.installed {
-		if _, err := i.launch(ctx, t, "uninstall", "--force"); err != nil {
-			t.Fatalf("uninstall before the install: %v", err)
-		}
-		i.installed = false
-	}
-	t.Cleanup(func() {
-		uctx, ucancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer ucancel()
-		if _, err := i.launch(uctx, t, "uninstall", "--force"); err != nil {
-			t.Errorf("uninstall after the test: %v", err)
-		}
-		i.installed = false
-	})
+	i.fresh(ctx, t)
 
 	missing := i.registry.Host + "/" + version.AgentImageName + ":absent"
 	const deadline = 3 * time.Minute
