@@ -12,14 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/faultline-dev/faultline/api/scheme"
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 )
 
@@ -41,13 +36,7 @@ func TestRunAsksForGPUsThroughDRA(t *testing.T) {
 			if hasClass {
 				objs = append(objs, &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}})
 			}
-			cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
-			r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0),
-				Frameworks: &spyFrameworks{}}
-			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
-				t.Fatal(err)
-			}
+			cl := reconcileOnce(t, run, objs, nil)
 			job := &batchv1.Job{}
 			jobErr := cl.Get(ctx, client.ObjectKeyFromObject(run), job)
 			tmpl := &resourcev1.ResourceClaimTemplate{}

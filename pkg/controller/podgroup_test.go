@@ -49,14 +49,7 @@ func TestAttemptJoinsTheRunsPodGroup(t *testing.T) {
 			if tc.other {
 				objs = append(objs, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Namespace}})
 			}
-			cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
-				WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
-			rec := events.NewFakeRecorder(100)
-			r := &Reconciler{Client: cl, APIReader: cl, Recorder: rec, Clock: clocktesting.NewFakeClock(t0),
-				Frameworks: &spyFrameworks{}, PodGroups: tc.served}
-			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
-				t.Fatal(err)
-			}
+			cl := reconcileOnce(t, run, objs, func(r *Reconciler) { r.PodGroups = tc.served })
 
 			job := &batchv1.Job{}
 			jobErr := cl.Get(ctx, client.ObjectKeyFromObject(run), job)
@@ -103,4 +96,22 @@ func TestAttemptJoinsTheRunsPodGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reconcileOnce reconciles run once, as the controller's first pass does, on a fake client
+// holding objs (the run among them), with a Reconciler that with may configure; it returns the
+// client, to read what the pass made.
+func reconcileOnce(t *testing.T, run *v1alpha1.TrainingRun, objs []client.Object, with func(*Reconciler)) client.Client {
+	t.Helper()
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithIndex(&corev1.Pod{}, podsByRun, runOfPod).
+		WithObjects(objs...).WithStatusSubresource(&v1alpha1.TrainingRun{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(t0),
+		Frameworks: &spyFrameworks{}}
+	if with != nil {
+		with(r)
+	}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

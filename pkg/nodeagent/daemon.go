@@ -258,23 +258,23 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		// The mock stands for the library wherever --driver-root points.
 		gpuOpts.LibraryPath = "simulated"
 	}
+	var slices *SliceWatch // the node's ResourceSlices, where there is hardware
 	if !cfg.SimulateHardware {
 		client, conn, err := DialPodResources(cfg.PodResourcesSocket)
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		// GPUs a DRA driver allocated are mapped through their ResourceSlices' UUIDs.
-		slices := SliceGPUs{Client: cfg.Client, Node: cfg.Node}
+		// GPUs a DRA driver allocated are mapped through their ResourceSlices' UUIDs, which
+		// one watch of the node's slices holds.
+		slices = NewSliceWatch(cfg.Client, cfg.Node)
+		go slices.Run(ctx)
 		owners = &GPUMapper{Lister: client, DRA: slices}
 		caps.podResources = func(ctx context.Context) error {
 			_, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 			return err
 		}
-		caps.draSlices = func(ctx context.Context) error {
-			_, err := slices.UUIDs(ctx)
-			return err
-		}
+		caps.draSlices = func(context.Context) error { return slices.Err() }
 	}
 	monitor, err := gpu.New(gpuOpts)
 	if err != nil {
@@ -296,9 +296,9 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	if err := agent.WatchDeviceHealth(podInformer); err != nil {
 		return err
 	}
-	if !cfg.SimulateHardware {
+	if slices != nil {
 		// DRA drivers' and administrators' taints on the GPUs the workers hold, attested.
-		go agent.WatchDeviceTaints(ctx, cfg.Client)
+		go agent.WatchDeviceTaints(ctx, slices, cfg.Client)
 	}
 	inh, err := shutdown.New(shutdown.Config{
 		Handler: agent, Dial: shutdown.BusDialer(cfg.DBusAddress),

@@ -2,8 +2,11 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,26 +107,83 @@ func (t taintedGPU) fault(a *Agent) gpu.Fault {
 		Detail: fmt.Sprintf("%s taints DRA device %s/%s/%s (GPU %s) %s:%s", t.by, t.device.Driver, t.device.Pool, t.device.Device, t.uuid, taint, t.taint.Effect)}
 }
 
+// SliceWatch holds the ResourceSlices of one node, watched: the UUIDs of the GPUs DRA drivers
+// allocate there (DRAGPUs, read at a fault with no API request), their drivers' taints
+// (WatchDeviceTaints) and whether the agent can read them at all (its dra capability). One
+// watch per node, where a list at every heartbeat would cost the API server a request per node
+// every 10 s.
+type SliceWatch struct {
+	informer cache.SharedIndexInformer
+	mu       sync.Mutex
+	err      error // the last list or watch error, and when
+	errAt    time.Time
+}
+
+var _ DRAGPUs = &SliceWatch{}
+
+// NewSliceWatch watches node's ResourceSlices through src once Run runs. The informer streams
+// its initial list (WatchList) unless src says it cannot.
+func NewSliceWatch(src DeviceTaints, node string) *SliceWatch {
+	w := &SliceWatch{informer: cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(selectedListWatch(
+		fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, node).String(),
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return src.ListResourceSlices(ctx, o)
+		},
+		src.WatchResourceSlices), src), &resourcev1.ResourceSlice{}, 0, cache.Indexers{})}
+	_ = w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		w.mu.Lock()
+		w.err, w.errAt = err, time.Now()
+		w.mu.Unlock()
+	})
+	return w
+}
+
+// Run watches until ctx is done.
+func (w *SliceWatch) Run(ctx context.Context) { w.informer.RunWithContext(ctx) }
+
+// sliceErrorFresh is how long a list or watch error of the slices says the agent cannot read
+// them: the reflector retries within a second, so an error older than this one was mended.
+const sliceErrorFresh = 30 * time.Second
+
+// Err says why the node's slices are not read: not yet listed, or a list or watch refused
+// lately (no right, the API not served).
+func (w *SliceWatch) Err() error {
+	w.mu.Lock()
+	err, at := w.err, w.errAt
+	w.mu.Unlock()
+	if err != nil && (time.Since(at) < sliceErrorFresh || !w.informer.HasSynced()) {
+		return fmt.Errorf("the ResourceSlices of this node (resource.k8s.io/v1) are not read: %w", err)
+	}
+	if !w.informer.HasSynced() {
+		return errors.New("the ResourceSlices of this node (resource.k8s.io/v1) are not listed yet")
+	}
+	return nil
+}
+
+// UUIDs maps the node's GPU devices to their UUIDs, from the watch's store.
+func (w *SliceWatch) UUIDs(context.Context) (map[DRADevice]string, error) {
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
+	var slices []resourcev1.ResourceSlice
+	for _, s := range informerItems[*resourcev1.ResourceSlice](w.informer) {
+		slices = append(slices, *s)
+	}
+	return sliceGPUs(slices), nil
+}
+
 // WatchDeviceTaints has the agent attest the DRA device taints on the GPUs its node's workers
-// hold: it watches the node's ResourceSlices and the cluster's DeviceTaintRules (where the API
-// server serves them: Kubernetes 1.37, or 1.36 with its beta API on), and at every change maps
-// the tainted GPUs to the pods that hold them (the kubelet's PodResources) and queues their
-// evidence. It runs until ctx is done.
-func (a *Agent) WatchDeviceTaints(ctx context.Context, src DeviceTaints) {
+// hold: the drivers' in the node's slices (w) and the cluster's DeviceTaintRules (watched from
+// src where the API server serves them: Kubernetes 1.37, or 1.36 with its beta API on); at
+// every change it maps the tainted GPUs to the pods that hold them (the kubelet's
+// PodResources) and queues their evidence. It runs until ctx is done.
+func (a *Agent) WatchDeviceTaints(ctx context.Context, w *SliceWatch, src DeviceTaints) {
 	kick := make(chan struct{}, 1)
 	changed := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { kickOnce(kick) },
 		UpdateFunc: func(any, any) { kickOnce(kick) },
 	}
-	// The informers stream their initial lists (WatchList) unless src says it cannot.
-	slices := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(selectedListWatch(
-		fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, a.cfg.Node).String(),
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return src.ListResourceSlices(ctx, o)
-		},
-		src.WatchResourceSlices), src), &resourcev1.ResourceSlice{}, 0, cache.Indexers{})
-	_, _ = slices.AddEventHandler(changed)
-	go slices.RunWithContext(ctx)
+	_, _ = w.informer.AddEventHandler(changed)
 	var rules cache.SharedIndexInformer
 	switch _, err := src.ListDeviceTaintRules(ctx, metav1.ListOptions{Limit: 1}); {
 	case err == nil:
@@ -145,7 +205,7 @@ func (a *Agent) WatchDeviceTaints(ctx context.Context, src DeviceTaints) {
 			return
 		case <-kick:
 		}
-		if err := a.checkDeviceTaints(ctx, informerItems[*resourcev1.ResourceSlice](slices), informerItems[*resourcev1.DeviceTaintRule](rules)); err != nil {
+		if err := a.checkDeviceTaints(ctx, informerItems[*resourcev1.ResourceSlice](w.informer), informerItems[*resourcev1.DeviceTaintRule](rules)); err != nil {
 			a.log.Warn("DRA device taints not tied to their pods", "error", err)
 		}
 	}

@@ -2,14 +2,18 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -56,7 +60,9 @@ func TestDRADeviceTaintIsEvidence(t *testing.T) {
 	a.devices = make(chan podDeviceFault, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.WatchDeviceTaints(ctx, clientsetKube{client})
+	watch := NewSliceWatch(clientsetKube{client}, node)
+	go watch.Run(ctx)
+	go a.WatchDeviceTaints(ctx, watch, clientsetKube{client})
 
 	got := map[types.NamespacedName]string{}
 	for deadline := time.After(10 * time.Second); len(got) < 2; {
@@ -84,6 +90,11 @@ func TestDRADeviceTaintIsEvidence(t *testing.T) {
 			t.Errorf("evidence on %s says %q, want %q", pod, d, says)
 		}
 	}
+	// The same watch maps the node's GPUs, with no request of its own; a NIC is no GPU.
+	uuids, err := watch.UUIDs(ctx)
+	if err != nil || len(uuids) != 4 || uuids[DRADevice{Driver: driver, Pool: node, Device: "gpu-1"}] != "GPU-b" {
+		t.Errorf("the watch's GPUs: %v, %v; want gpu-0..3 by UUID", uuids, err)
+	}
 	// Nothing more comes: the untainted, the informational and the other node's.
 	select {
 	case f := <-a.devices:
@@ -91,5 +102,28 @@ func TestDRADeviceTaintIsEvidence(t *testing.T) {
 			t.Errorf("evidence queued for %s: %s", f.pod, f.fault.Detail)
 		}
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestSliceWatchSaysWhyItCannotRead: an agent whose ResourceSlices list is refused says why
+// (its dra capability), and maps no DRA GPU rather than an empty map taken for the truth.
+func TestSliceWatchSaysWhyItCannotRead(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("list", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(resourcev1.Resource("resourceslices"), "", errors.New("RBAC: no list"))
+	})
+	watch := NewSliceWatch(clientsetKube{client}, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go watch.Run(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for err := watch.Err(); err == nil || !strings.Contains(err.Error(), "forbidden"); err = watch.Err() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a refused list the watch says %v, want the refusal", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m, err := watch.UUIDs(ctx); err == nil {
+		t.Errorf("UUIDs with the slices unread: %v, no error", m)
 	}
 }
