@@ -77,9 +77,20 @@ images: ## Build the three images for linux/amd64 and linux/arm64 into _output/i
 		-bin-dir $(IMAGE_DIR)/bin -out $(IMAGE_DIR) -platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))'
 
 .PHONY: release
-release: images ## Push the images to REGISTRY (default ghcr.io/faultline-dev; credentials: ~/.docker/config.json).
+release: images release-files ## Push the images to REGISTRY (default ghcr.io/faultline-dev; credentials: ~/.docker/config.json) and write the release's files.
 	$(GO) run ./hack/images -version '$(VERSION)' -revision '$(REVISION)' -registry '$(REGISTRY)' \
 		-bin-dir $(IMAGE_DIR)/bin -out $(IMAGE_DIR) -platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))' -push
+
+# What a release publishes beside its images, for VERSION under REGISTRY: the manifests
+# `launcher install` applies (for kubectl apply --server-side -f) and the Helm chart's archive.
+RELEASE_DIR := _output/release
+.PHONY: release-files
+release-files: ## Write the release's manifests and Helm chart (VERSION, REGISTRY) into _output/release.
+	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	$(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(RELEASE_DIR)/.launcher ./cmd/launcher
+	$(RELEASE_DIR)/.launcher install --print --registry '$(REGISTRY)' > $(RELEASE_DIR)/faultline.yaml && rm $(RELEASE_DIR)/.launcher
+	$(GO) run ./hack/helmchart -version '$(VERSION)' -registry '$(REGISTRY)' -out $(RELEASE_DIR)/chart/faultline -package $(RELEASE_DIR)
+	@rm -rf $(RELEASE_DIR)/chart && ls -l $(RELEASE_DIR)
 
 .PHONY: tools
 tools: ## Build every pinned tool: control plane, real nodes, kwok, Kueue, code generators (cached in _output/bin).
@@ -95,11 +106,12 @@ tools-test:
 	@$(TOOLS) $$($(TOOLS) set test)
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, the CRD and the controller's RBAC role.
+generate: ## Regenerate deepcopy code, the CRD, the controller's RBAC role and the Helm chart.
 	@$(TOOLS) controller-gen
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=deploy/crd
 	$(CONTROLLER_GEN) rbac:roleName=faultline-controller paths=./pkg/controller/... output:rbac:artifacts:config=deploy/controller
+	$(GO) run ./hack/helmchart
 
 .PHONY: proto
 proto: ## Regenerate the framework plugin protocol's Go code (needs protoc: apt-get install protobuf-compiler).

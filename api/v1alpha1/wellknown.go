@@ -83,6 +83,15 @@ const (
 	NodeAgentName      = "faultline-nodeagent"
 	// LabelAppName is Kubernetes' recommended label for an application's name.
 	LabelAppName = "app.kubernetes.io/name"
+	// The other recommended labels, on every object an installation applies (launcher install,
+	// the Helm chart): the application (PartOfFaultline), the component, the version (the
+	// images' tag) and the tool that manages it (ManagedByLauncher, or Helm's release service).
+	LabelAppPartOf    = "app.kubernetes.io/part-of"
+	LabelAppComponent = "app.kubernetes.io/component"
+	LabelAppVersion   = "app.kubernetes.io/version"
+	LabelAppManagedBy = "app.kubernetes.io/managed-by"
+	PartOfFaultline   = "faultline"
+	ManagedByLauncher = "launcher"
 	// NodeAgentHeartbeat is the value of LabelAppName on the node agents' heartbeats: a
 	// coordination.k8s.io Lease per node in NodeAgentNamespace, named as the node and held
 	// by it, which its agent renews while it runs (package agentlease). The controller reads

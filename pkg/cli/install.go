@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/deploy"
 	"github.com/faultline-dev/faultline/pkg/version"
 )
@@ -123,12 +124,12 @@ func Manifests(o InstallOptions) ([]*unstructured.Unstructured, error) {
 			if labels == nil {
 				labels = map[string]string{}
 			}
-			labels[applySetPartOfLabel] = ApplySetID(c)
+			labels[ApplySetPartOfLabel] = ApplySetID(c)
 			// The recommended labels: what an operator's tools group and filter by.
-			labels["app.kubernetes.io/part-of"] = "faultline"
-			labels["app.kubernetes.io/component"] = c
-			labels["app.kubernetes.io/version"] = version.Tag(o.version())
-			labels["app.kubernetes.io/managed-by"] = "launcher"
+			labels[v1alpha1.LabelAppPartOf] = v1alpha1.PartOfFaultline
+			labels[v1alpha1.LabelAppComponent] = c
+			labels[v1alpha1.LabelAppVersion] = version.Tag(o.version())
+			labels[v1alpha1.LabelAppManagedBy] = v1alpha1.ManagedByLauncher
 			u.SetLabels(labels)
 		}
 		objs = append(objs, docs...)
@@ -311,7 +312,8 @@ func setAgentArgs(u *unstructured.Unstructured, o InstallOptions) error {
 	}
 	c := containers[0].(map[string]any)
 	args, _, _ := unstructured.NestedStringSlice(c, "args")
-	for flag, v := range map[string]string{"--driver-root": o.AgentDriverRoot, "--cri-endpoint": o.AgentCRIEndpoint} {
+	for _, f := range []struct{ flag, v string }{{"--driver-root", o.AgentDriverRoot}, {"--cri-endpoint", o.AgentCRIEndpoint}} {
+		flag, v := f.flag, f.v
 		if v == "" {
 			continue
 		}

@@ -31,8 +31,9 @@ import (
 // and an install of some components leaves the others' alone. kubectl sees the same sets
 // (`kubectl apply --prune --applyset=secret/<parent> -n faultline-system`).
 const (
-	applySetIDLabel     = "applyset.kubernetes.io/id"
-	applySetPartOfLabel = "applyset.kubernetes.io/part-of"
+	applySetIDLabel = "applyset.kubernetes.io/id"
+	// ApplySetPartOfLabel carries the id of an object's set (ApplySetID).
+	ApplySetPartOfLabel = "applyset.kubernetes.io/part-of"
 	applySetTooling     = "applyset.kubernetes.io/tooling"
 	applySetGroupKinds  = "applyset.kubernetes.io/contains-group-kinds"
 )
@@ -74,7 +75,7 @@ func applySetsOf(objs []*unstructured.Unstructured) []*applySet {
 	for _, c := range slices.Concat(InstallComponents, OptionalComponents) {
 		s := &applySet{component: c}
 		for _, u := range objs {
-			if u.GetLabels()[applySetPartOfLabel] == ApplySetID(c) {
+			if u.GetLabels()[ApplySetPartOfLabel] == ApplySetID(c) {
 				s.objs = append(s.objs, u)
 			}
 		}
@@ -148,7 +149,7 @@ func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynami
 	for _, u := range s.objs {
 		keep[groupKind(u.GroupVersionKind().GroupKind())+"/"+u.GetNamespace()+"/"+u.GetName()] = true
 	}
-	sel := applySetPartOfLabel + "=" + ApplySetID(s.component)
+	sel := ApplySetPartOfLabel + "=" + ApplySetID(s.component)
 	for _, k := range kinds {
 		mapping, err := mapper.RESTMapping(parseGroupKind(k))
 		if meta.IsNoMatchError(err) {

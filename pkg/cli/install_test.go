@@ -210,7 +210,7 @@ func TestInstallLabelsAndAgentFlags(t *testing.T) {
 			continue // a namespace added for a component that uses it
 		}
 		if l["app.kubernetes.io/part-of"] != "faultline" || l["app.kubernetes.io/version"] != "v1.2.3" || l["app.kubernetes.io/managed-by"] != "launcher" ||
-			l[applySetPartOfLabel] != ApplySetID(l["app.kubernetes.io/component"]) {
+			l[ApplySetPartOfLabel] != ApplySetID(l["app.kubernetes.io/component"]) {
 			t.Errorf("%s %s labels %v", u.GetKind(), u.GetName(), l)
 		}
 		if u.GetKind() != "DaemonSet" {

@@ -13,8 +13,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// shared is the cluster of the running test package, started by Main.
-var shared *Cluster
+// shared is the cluster of the running test package, started by Main; skipped, when set,
+// is why Main started none and Shared skips every test that needs it.
+var (
+	shared  *Cluster
+	skipped string
+)
+
+// RealNodesNeedRoot says, for a user who is not root, why the tests that need real nodes are
+// skipped and how to run them; "" for root, who runs them (and fails where the machine lacks
+// what they need: a skip would hide it).
+func RealNodesNeedRoot() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	return "real nodes need root: a kubelet and containerd run here, with a bridge, cgroups and mounts. " +
+		"Run them as root (sudo make test, or sudo go test ./test/e2e/realnode/) on a machine with runc, " +
+		"containernetworking-plugins, iproute2 and util-linux (.ci/run installs them)"
+}
 
 // KubernetesEnv, set to KubernetesOldest, makes Main start the package's cluster on the
 // oldest Kubernetes the default installation supports (Options.Oldest): how the
@@ -53,6 +69,10 @@ func Main(m *testing.M, opts Options) int {
 		opts.Oldest = true
 	}
 	if opts.RealNodes > 0 {
+		if skipped = RealNodesNeedRoot(); skipped != "" {
+			opts.Logf("%s: every test of this package skipped: %s", opts.Name, skipped)
+			return m.Run()
+		}
 		// One package's real nodes at a time on this machine: two suites of them side by
 		// side (go test runs packages in parallel; the oldest-version leg runs one) would
 		// share two cores, and their waits are sized for one.
@@ -102,6 +122,9 @@ func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the local control plane; skipped with -short")
+	}
+	if skipped != "" {
+		t.Skip(skipped)
 	}
 	if shared == nil {
 		t.Fatal("no shared cluster: call cluster.Main from TestMain")

@@ -28,8 +28,9 @@ import (
 // confine the controller and the node agent installed (the package's setup), and every gang
 // run's pods are created by the controller under a Job it manages (spec.managedBy).
 var legs = []struct {
-	pkg   string
-	tests []string
+	pkg       string
+	tests     []string
+	realNodes bool
 }{
 	{"./test/e2e/realnode", []string{
 		// The real nodes beside a kwok node, the agent's heartbeats and locks: the footing.
@@ -43,11 +44,11 @@ var legs = []struct {
 		"TestRealInPlaceRestartKeepsHealthyPods",
 		// A node shutdown: logind's signal, the kubelet's graceful shutdown, the restart.
 		"TestRealNodeShutdownRestartsTheGang",
-	}},
+	}, true},
 	{"./test/e2e/kueue", []string{
 		// Kueue's admission of a run: its Workload, quota, the gang started once admitted.
 		"TestKueueAdmitsTheRun",
-	}},
+	}, false},
 }
 
 // legTimeout bounds one package's run of its scenarios: its cluster's start (real nodes:
@@ -76,6 +77,9 @@ func TestE2EOldestSupportedVersion(t *testing.T) {
 	bin := t.TempDir()
 	for _, leg := range legs {
 		t.Run(filepath.Base(leg.pkg), func(t *testing.T) {
+			if reason := cluster.RealNodesNeedRoot(); reason != "" && leg.realNodes {
+				t.Skip(reason)
+			}
 			out := runLeg(t, tools.Root, bin, leg.pkg, leg.tests)
 			requireVersion(t, out, want)
 			for _, name := range leg.tests {
