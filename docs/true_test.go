@@ -41,6 +41,8 @@ func TestDocsAreTrue(t *testing.T) {
 	t.Run("index", func(t *testing.T) { checkIndex(t) })
 	t.Run("frameworks", func(t *testing.T) { checkFrameworks(t) })
 	t.Run("versions", func(t *testing.T) { checkVersions(t) })
+	t.Run("sample output", func(t *testing.T) { checkSamples(t) })
+	t.Run("speed figures", func(t *testing.T) { checkFigures(t) })
 	t.Run("readme size", func(t *testing.T) {
 		fi, err := os.Stat("../README.md")
 		if err != nil {
@@ -207,6 +209,16 @@ func checkFlags(t *testing.T) {
 		return helps[key]
 	}
 	commands := subcommands(help("launcher"))
+	// launcher.md's table of commands has a row for each of them.
+	table, err := os.ReadFile("launcher.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range commands {
+		if c != "help" && !regexp.MustCompile("(?m)^\\|[^|\n]*`"+regexp.QuoteMeta(c)+"[ `]").Match(table) {
+			t.Errorf("launcher.md's table of commands has no row for `launcher %s`", c)
+		}
+	}
 	// Every flag of every faultline binary: what a flag named outside a command line must be.
 	known := map[string]bool{}
 	for _, h := range []string{help("nodeagent"), help("faultline-barrier"), help("launcher")} {

@@ -91,7 +91,7 @@ default) lets Kueue read TrainingRuns, for the Kueue integration.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dryRun, "dry-run", "none", "server: the API server checks every object (its schema and admission) and stores nothing; what would be pruned is named")
-	f.BoolVar(&diff, "diff", false, "change nothing: print, object by object, what the install would change (a unified diff of what the API server stores against what it would), and what it would prune")
+	f.BoolVar(&diff, "diff", false, "change nothing: print, object by object, what the install would change (a unified diff of what the API server stores against what it would), and what it would prune; exit 3 when it would change something, 0 when not")
 	f.BoolVar(&waitReady, "wait", true, "wait until the controller and the node agent have rolled out (every pod of the new version Ready), and fail naming what is not (an image that cannot be pulled, a pod that crashes)")
 	f.DurationVar(&timeout, "timeout", cli.DefaultInstallTimeout, "the longest wait for the rollouts")
 	f.BoolVar(&print, "print", false, "write the manifests to standard output instead of applying them")

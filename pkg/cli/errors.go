@@ -22,7 +22,8 @@ const (
 	// ExitUsage: bad usage, or an error from the API server or the connection to it.
 	ExitUsage = 2
 	// ExitDiffers: `launcher convert` printed the TrainingRuns, but one would not behave as
-	// its source did (what differs is on standard error).
+	// its source did (what differs is on standard error); `launcher install --diff` found
+	// that the install would change something (the diff printed).
 	ExitDiffers = 3
 )
 

@@ -367,7 +367,8 @@ const (
 // Apply applies the objects with server-side apply, as `kubectl apply --server-side
 // --force-conflicts` would, and waits for each CRD to be Established before going on; then it
 // prunes, from each component's ApplySet, what these objects no longer have. A dry run
-// (mode) changes nothing.
+// (mode) changes nothing; a diff that finds the install would change something ends with
+// ExitDiffers (as kubectl diff exits 1), everything said.
 func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, out io.Writer, mode ApplyMode) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -390,6 +391,7 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 	if err != nil {
 		return err
 	}
+	changes := 0                 // what a diff found the install would change
 	creates := map[string]bool{} // the namespaces the objects create
 	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
@@ -441,8 +443,12 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 		case ApplyDryRun:
 			fmt.Fprintf(out, "%s/%s serverside-applied (server dry run)\n", kindName(gvk), u.GetName())
 		case ApplyDiff:
-			if err := writeDiff(out, kindName(gvk)+"/"+u.GetName(), live, got); err != nil {
+			changed, err := writeDiff(out, kindName(gvk)+"/"+u.GetName(), live, got)
+			if err != nil {
 				return err
+			}
+			if changed {
+				changes++
 			}
 		}
 		if gvk.Kind == "CustomResourceDefinition" && !dry {
@@ -454,19 +460,26 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 	}
 	mapper.Reset()
 	for _, s := range sets {
-		if err := s.prune(ctx, mapper, dyn, union(before[s.component], s.kinds()), out, dry); err != nil {
+		pruned, err := s.prune(ctx, mapper, dyn, union(before[s.component], s.kinds()), out, dry)
+		if err != nil {
 			return err
 		}
+		changes += pruned
 		if _, err := s.writeParent(ctx, client, false, dry); err != nil {
 			return err
 		}
+	}
+	if mode == ApplyDiff && changes > 0 {
+		fmt.Fprintf(out, "%d objects would change\n", changes)
+		return &ExitError{Code: ExitDiffers}
 	}
 	return nil
 }
 
 // writeDiff prints what applying would change in one object, as a unified diff of its YAML
-// (what the server would store against what it stores; nothing when they are the same).
-func writeDiff(out io.Writer, name string, live, applied *unstructured.Unstructured) error {
+// (what the server would store against what it stores; nothing when they are the same), and
+// says whether it would change.
+func writeDiff(out io.Writer, name string, live, applied *unstructured.Unstructured) (bool, error) {
 	text := func(u *unstructured.Unstructured) (string, error) {
 		if u == nil {
 			return "", nil
@@ -481,23 +494,23 @@ func writeDiff(out io.Writer, name string, live, applied *unstructured.Unstructu
 	}
 	a, err := text(live)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b, err := text(applied)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if a == b {
-		return nil
+		return false, nil
 	}
 	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: difflib.SplitLines(a), B: difflib.SplitLines(b), FromFile: "live/" + name, ToFile: "installed/" + name, Context: 3,
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = io.WriteString(out, diff)
-	return err
+	return true, err
 }
 
 // kindName is kubectl's name of an object's type: "deployment.apps", "namespace".

@@ -144,7 +144,7 @@ func (s *applySet) writeParent(ctx context.Context, client kubernetes.Interface,
 
 // prune deletes the objects labelled as the set's, of the kinds it held before or holds now,
 // that it no longer has (a dry run names them only).
-func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface, kinds []string, out io.Writer, dry bool) error {
+func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface, kinds []string, out io.Writer, dry bool) (pruned int, err error) {
 	keep := map[string]bool{}
 	for _, u := range s.objs {
 		keep[groupKind(u.GroupVersionKind().GroupKind())+"/"+u.GetNamespace()+"/"+u.GetName()] = true
@@ -156,16 +156,17 @@ func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynami
 			continue // a kind the cluster no longer serves holds nothing to prune
 		}
 		if err != nil {
-			return err
+			return pruned, err
 		}
 		list, err := dyn.Resource(mapping.Resource).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			return fmt.Errorf("list the %s of ApplySet %s: %w", mapping.Resource.Resource, applySetParent(s.component), err)
+			return pruned, fmt.Errorf("list the %s of ApplySet %s: %w", mapping.Resource.Resource, applySetParent(s.component), err)
 		}
 		for _, u := range list.Items {
 			if keep[k+"/"+u.GetNamespace()+"/"+u.GetName()] {
 				continue
 			}
+			pruned++
 			if dry {
 				fmt.Fprintf(out, "%s/%s pruned (server dry run: this version does not have it)\n", strings.ToLower(k), u.GetName())
 				continue
@@ -175,12 +176,12 @@ func (s *applySet) prune(ctx context.Context, mapper meta.RESTMapper, dyn dynami
 				res = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
 			}
 			if err := res.Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(u.GetUID())}}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("prune %s %s: %w", strings.ToLower(k), u.GetName(), err)
+				return pruned, fmt.Errorf("prune %s %s: %w", strings.ToLower(k), u.GetName(), err)
 			}
 			fmt.Fprintf(out, "%s/%s pruned (this version does not have it)\n", strings.ToLower(k), u.GetName())
 		}
 	}
-	return nil
+	return pruned, nil
 }
 
 // union is the sorted union of two lists of names.

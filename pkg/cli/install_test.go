@@ -27,7 +27,9 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's node
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the agent's heartbeat
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's pods
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the workers' access: their ServiceAccount,
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // their Role
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // and its binding
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' PodGroups
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' ResourceClaimTemplates
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs

@@ -31,14 +31,21 @@ type rollout struct {
 	why                   string // why it is not ready yet
 }
 
-// WaitReady waits until every Deployment and DaemonSet of objs has rolled out: its pods of the
-// current template Ready everywhere it is to run. A pod whose image cannot be pulled ends the
-// wait at once, naming the image and the fix, as does one that crashes in a loop; at the
-// deadline it names each workload not ready and why. It says which nodes run no agent.
+// waitedFor are the kinds WaitReady waits for: the workloads' rollouts, and the admission
+// policies' bindings (and, for a ValidatingAdmissionPolicy, the API server's check of its
+// expressions).
+var waitedFor = []string{"Deployment", "DaemonSet", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"}
+
+// WaitReady waits until every Deployment and DaemonSet of objs has rolled out (its pods of the
+// current template Ready everywhere it is to run) and every admission policy of objs is in
+// force (bound, and its expressions checked by the API server without a warning). A pod whose
+// image cannot be pulled ends the wait at once, naming the image and the fix, as does one that
+// crashes in a loop, a policy no binding names or one whose expressions do not type-check; at
+// the deadline it names each one not ready and why. It says which nodes run no agent.
 func WaitReady(ctx context.Context, client kubernetes.Interface, objs []*unstructured.Unstructured, timeout time.Duration, out io.Writer) error {
 	var rollouts []*rollout
 	for _, u := range objs {
-		if k := u.GetKind(); k == "Deployment" || k == "DaemonSet" {
+		if k := u.GetKind(); slices.Contains(waitedFor, k) {
 			rollouts = append(rollouts, &rollout{kind: k, namespace: u.GetNamespace(), name: u.GetName()})
 		}
 	}
@@ -74,6 +81,10 @@ func WaitReady(ctx context.Context, client kubernetes.Interface, objs []*unstruc
 		return UsageError("installed, but not running after %s (--timeout):\n  %s", timeout, strings.Join(why, "\n  "))
 	}
 	for _, r := range rollouts {
+		if strings.HasSuffix(r.kind, "AdmissionPolicy") {
+			fmt.Fprintf(out, "%s/%s in force\n", strings.ToLower(r.kind), r.name)
+			continue
+		}
 		fmt.Fprintf(out, "%s/%s rolled out\n", strings.ToLower(r.kind), r.name)
 	}
 	if err := agentCoverage(ctx, client, rollouts, out); err != nil {
@@ -107,6 +118,8 @@ func (r *rollout) check(ctx context.Context, client kubernetes.Interface) error 
 		r.ready = s.ObservedGeneration >= d.Generation && s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled
 		r.why = fmt.Sprintf("%d of %d nodes run the current template, available", min(s.UpdatedNumberScheduled, s.NumberAvailable), s.DesiredNumberScheduled)
 		selector, template = d.Spec.Selector, d.Spec.Template.Spec
+	case "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy":
+		return r.checkPolicy(ctx, client)
 	}
 	if r.ready {
 		return nil
@@ -130,6 +143,54 @@ func (r *rollout) check(ctx context.Context, client kubernetes.Interface) error 
 			return err
 		}
 	}
+	return nil
+}
+
+// checkPolicy reads an admission policy and its bindings: in force once a binding names it
+// and (a ValidatingAdmissionPolicy) the API server has type-checked the generation applied;
+// failed if no binding names it or its expressions do not type-check (the API server would
+// then refuse or let through what the policy is meant to decide).
+func (r *rollout) checkPolicy(ctx context.Context, client kubernetes.Interface) error {
+	api := client.AdmissionregistrationV1()
+	var bound []string
+	if r.kind == "ValidatingAdmissionPolicy" {
+		p, err := api.ValidatingAdmissionPolicies().Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("validatingadmissionpolicy %s: %w", r.name, err)
+		}
+		if p.Status.ObservedGeneration < p.Generation {
+			r.why = "the API server has not checked its expressions yet"
+			return nil
+		}
+		if tc := p.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+			var warnings []string
+			for _, w := range tc.ExpressionWarnings {
+				warnings = append(warnings, w.FieldRef+": "+w.Warning)
+			}
+			return fmt.Errorf("validatingadmissionpolicy %s is installed but its expressions do not type-check against the API, so it cannot decide what it is for:\n  %s\n"+
+				"Install a launcher of the cluster's version (launcher version; docs/deploy.md, supported versions)", r.name, strings.Join(warnings, "\n  "))
+		}
+		bindings, err := api.ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list the validatingadmissionpolicybindings: %w", err)
+		}
+		for _, b := range bindings.Items {
+			bound = append(bound, b.Spec.PolicyName)
+		}
+	} else {
+		bindings, err := api.MutatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list the mutatingadmissionpolicybindings: %w", err)
+		}
+		for _, b := range bindings.Items {
+			bound = append(bound, b.Spec.PolicyName)
+		}
+	}
+	if !slices.Contains(bound, r.name) {
+		return fmt.Errorf("%s %s is installed but not in force: no %sBinding names it (kubectl get %sbindings); install the admission component again: launcher install --components admission",
+			strings.ToLower(r.kind), r.name, r.kind, strings.ToLower(r.kind))
+	}
+	r.ready = true
 	return nil
 }
 

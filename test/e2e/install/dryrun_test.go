@@ -9,14 +9,16 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/faultline-dev/faultline/pkg/cli"
 	"github.com/faultline-dev/faultline/test/cluster"
 )
 
 // TestE2EInstallDryRunAndDiffChangeNothing (issue 59): `launcher install --dry-run=server`
 // has the API server check every object and stores none, on a cluster with nothing of
 // faultline's (what goes into the namespace the install creates is said to be unchecked);
-// once installed, `--diff` of another registry shows the Deployment's image changing, as a
-// unified diff, and changes nothing either.
+// once installed, `--diff` of the same install finds nothing and exits 0, and `--diff` of
+// another registry shows the Deployment's image changing, as a unified diff, exits 3
+// (ExitDiffers, as kubectl diff exits 1) and changes nothing either.
 func TestE2EInstallDryRunAndDiffChangeNothing(t *testing.T) {
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -50,9 +52,13 @@ func TestE2EInstallDryRunAndDiffChangeNothing(t *testing.T) {
 		}
 	})
 	installed := faultlineObjects(ctx, t, c)
+	stdout, stderr, code = launcher(ctx, t, c, "install", "--without-roles-policy", "--registry", "registry.invalid/faultline", "--diff")
+	if code != 0 || strings.Contains(stdout, "--- live/") {
+		t.Fatalf("install --diff of what is installed: exit %d, want 0 and no diff\n%s%s", code, stdout, stderr)
+	}
 	stdout, stderr, code = launcher(ctx, t, c, "install", "--without-roles-policy", "--registry", "registry.example.com/mirror", "--diff")
-	if code != 0 {
-		t.Fatalf("install --diff: exit %d\n%s%s", code, stdout, stderr)
+	if code != cli.ExitDiffers {
+		t.Fatalf("install --diff of another registry: exit %d, want %d\n%s%s", code, cli.ExitDiffers, stdout, stderr)
 	}
 	for _, want := range []string{
 		"--- live/deployment.apps/faultline-controller",
