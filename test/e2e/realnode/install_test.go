@@ -85,6 +85,9 @@ func installationCluster(t *testing.T) *installation {
 	if testing.Short() {
 		t.Skip("real nodes; skipped with -short")
 	}
+	if reason := cluster.RealNodesNeedRoot(); reason != "" {
+		t.Skip(reason)
+	}
 	instMu.Lock()
 	defer instMu.Unlock()
 	if inst != nil || instErr != nil {
