@@ -10,7 +10,10 @@
 //	e. fatal GPU XID 79, its worker hung instead of exiting → the same (the systems that wait
 //	   for the framework's timeout get it added, as configured by -hang-timeout);
 //	d. steady state, runs × workers: the controller's CPU, RSS, API rate and decision
-//	   latency; the agents' XID-to-mark latency and RSS.
+//	   latency; the agents' XID-to-mark latency and RSS;
+//	fleet. Llama 3's 54 days of interruptions at 16,384 GPUs replayed (pkg/fleet) with each
+//	   system's recovery as measured (this run's, at its largest gang, else the -fleet-*
+//	   defaults from a cited report): each system's goodput. No control plane of its own.
 //
 // Every result states the kube-controller-manager's client rate limit; each rate limit gets
 // its own control plane. The report (tables, ratios and PNG plots) goes to
@@ -43,12 +46,15 @@ const (
 	scenarioSteadyFlag   = "steady"
 )
 
+// allScenarios are the scenarios by flag name, in the order they run.
+var allScenarios = []string{scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioHungFlag, scenarioSteadyFlag, scenarioFleetFlag}
+
 func main() {
 	workers := flag.String("workers", "8,256,2048", "comma-separated gang sizes")
 	qps := flag.String("controller-manager-qps", "0,200", "comma-separated kube-controller-manager client QPS settings, one control plane each (0: the upstream default, 20/30)")
 	rounds := flag.Int("rounds", 2, "measurements per scenario, system and size")
 	systems := flag.String("systems", strings.Join([]string{flagFaultline, flagJob, flagJobSet, flagJobSetDefault}, ","), "systems to compare")
-	scenarios := flag.String("scenarios", strings.Join([]string{scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioHungFlag, scenarioSteadyFlag}, ","), "scenarios to run")
+	scenarios := flag.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run")
 	hangTimeout := flag.Duration("hang-timeout", 10*time.Minute, "scenario hung: the framework's timeout that ends a hung worker for the systems that wait for it (PyTorch's NCCL watchdog default); added to their measured restart, not waited")
 	failMax := flag.Int("fail-max-workers", 256, "run scenario a (application error) only up to this gang size")
 	steadyRuns := flag.Int("steady-runs", 100, "scenario d: runs")
@@ -65,6 +71,22 @@ func main() {
 	gpuQuota := flag.Bool("gpu-quota", false, "give the bench namespace a ResourceQuota of as many GPUs as the largest gang has workers, as a team's quota would: one gang fits, not two")
 	ctrlQPS := flag.Int("controller-qps", controller.DefaultKubeAPIQPS, "faultline controller's client QPS (--kube-api-qps; its burst is twice that)")
 	supervise := flag.Bool("inplace-supervise", true, "faultline (in place): workers with a command, whose barrier is their container's entrypoint and supervises them (launcher controller --barrier-in-worker), and the simulated agents' records on their nodes' heartbeats (nodeagent --barrier-records-on-heartbeat): the defaults; false: workers without a command, whose barrier is an init container, the simulated kubelets writing each step")
+	var fc fleetConfig
+	flag.IntVar(&fc.replays, "fleet-replays", 50, "fleet: replays of the 54 days, seeds 1..n")
+	flag.DurationVar(&fc.assumptions.CheckpointInterval, "fleet-checkpoint-interval", 30*time.Minute, "fleet: how often the run checkpoints (Llama 3 does not say; an interruption loses the work since the last)")
+	flag.DurationVar(&fc.assumptions.Resume, "fleet-resume", 5*time.Minute, "fleet: from every worker running to training again after a restart (the checkpoint's load, the first steps; an assumption)")
+	flag.Float64Var(&fc.assumptions.HangShare, "fleet-hang-share", 0.5, "fleet: the share of GPU faults whose worker hangs instead of exiting (no published figure: an assumption)")
+	flag.DurationVar(&fc.assumptions.CrashAfter, "fleet-crash-after", 5*time.Minute, "fleet: how long a restart of a program that fails on its own runs before failing again")
+	flag.DurationVar(&fc.assumptions.Fix, "fleet-fix", time.Hour, "fleet: the operator's time to fix the program after an application failure and start it again (the same for every system)")
+	fleetHangs := flag.String("fleet-hang-timeouts", "10m,30m", "fleet: the framework's timeouts on a stalled collective, one goodput column each (PyTorch's NCCL watchdog default, and a common 30 min)")
+	flag.DurationVar(&fc.recreate, "fleet-recreate", 110160*time.Millisecond, "fleet: faultline's restart, recreating, at 2,048 workers where this run measured none ("+fleetDefaultsSource+")")
+	flag.DurationVar(&fc.inPlace, "fleet-in-place", 96330*time.Millisecond, "fleet: faultline's restart in place, the same")
+	flag.DurationVar(&fc.jobSet, "fleet-jobset", 310*time.Second, "fleet: JobSet's restart with its default policy, the same")
+	flag.DurationVar(&fc.floor, "fleet-floor", 102420*time.Millisecond, "fleet: the floor (the gang's pods made and scheduled), a bare Indexed Job's recovery once its survivors' timeout ends them, the same")
+	flag.DurationVar(&fc.nodeLost, "fleet-node-lost", 40*time.Second, "fleet: from a host's death to its node NotReady (kube-controller-manager's node-monitor-grace-period), when faultline judges its pods lost")
+	flag.DurationVar(&fc.podEviction, "fleet-pod-eviction", 300*time.Second, "fleet: then until a Job's pods on it fail (the taint manager's default toleration of not-ready and unreachable)")
+	flag.IntVar(&fc.jobSetRestarts, "fleet-jobset-max-restarts", 3, "fleet: JobSet's maxRestarts, the restarts an application failure spends (the bench's JobSet)")
+	flag.IntVar(&fc.jobRestarts, "fleet-job-backoff", 3, "fleet: the Indexed Job's backoffLimitPerIndex (the bench's Job)")
 	audit := flag.String("audit-policy", "", "kube-apiserver audit policy file; each session's audit log and component logs are kept in _output/bench-logs/<cluster>/ (to see which client sends what during a restart)")
 	flag.Parse()
 	sizes, err := ints(*workers, 1)
@@ -76,7 +98,7 @@ func main() {
 		fail(2, fmt.Errorf("-controller-manager-qps: %w", err))
 	}
 	cfg := config{sizes: sizes, qps: qpss, rounds: *rounds, failMax: *failMax, profileWorkers: *profileWorkers, auditPolicy: *audit, gpuQuota: *gpuQuota, controllerQPS: *ctrlQPS, hangTimeout: *hangTimeout, inPlaceSupervise: *supervise,
-		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","),
+		systems: strings.Split(*systems, ","), scenarios: strings.Split(*scenarios, ","), fleet: fc,
 		steady: steadyConfig{runs: *steadyRuns, workers: *steadyWorkers, qps: *steadyQPS, faults: *steadyFaults, window: *steadyWindow,
 			gpusPerNode: *steadyGPUs, schedulerQPS: *steadySchedulerQPS}}
 	for _, s := range cfg.systems {
@@ -84,9 +106,16 @@ func main() {
 			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineInPlace, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
 		}
 	}
+	for _, h := range strings.Split(*fleetHangs, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(h))
+		if err != nil || d <= 0 {
+			fail(2, fmt.Errorf("-fleet-hang-timeouts: %q is not a duration", h))
+		}
+		cfg.fleet.hangTimeouts = append(cfg.fleet.hangTimeouts, d)
+	}
 	for _, s := range cfg.scenarios {
-		if s != scenarioFailFlag && s != scenarioShutdownFlag && s != scenarioXIDFlag && s != scenarioHungFlag && s != scenarioSteadyFlag {
-			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (want %s, %s, %s, %s or %s)", s, scenarioFailFlag, scenarioShutdownFlag, scenarioXIDFlag, scenarioHungFlag, scenarioSteadyFlag))
+		if !slices.Contains(allScenarios, s) {
+			fail(2, fmt.Errorf("-scenarios: unknown scenario %q (want one of %s)", s, strings.Join(allScenarios, ", ")))
 		}
 	}
 	path := *out
@@ -167,13 +196,20 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 	fmt.Fprintf(&b, "# faultline benchmarks, %s\n\n", time.Now().Format("2006-01-02"))
 	// Rounds, alternatives and the floor belong to the restart scenarios; the steady state
 	// is faultline's alone, one window.
-	restarts := slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != scenarioSteadyFlag })
 	measured := "the steady state's one window"
-	if restarts {
+	if !cfg.restartScenarios() && !slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
+		measured = "no control plane (the fleet replay alone)"
+	}
+	if cfg.restartScenarios() {
 		measured = fmt.Sprintf("%d round(s) per scenario, system and size", cfg.rounds)
 	}
 	fmt.Fprintf(&b, "`go run ./bench %s` — %s, on this 2-core machine; took %s.\n",
 		strings.Join(os.Args[1:], " "), measured, took.Round(time.Second))
+	if !cfg.restartScenarios() && !slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
+		b.WriteString("\n")
+		fleetMarkdown(&b, cfg.fleet, sessions)
+		return b.String(), nil
+	}
 	var described []string
 	for _, sys := range cfg.systems {
 		d := systemDescriptions[sys]
@@ -212,6 +248,9 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 			}
 		}
 		s.markdown(&b, plots)
+	}
+	if slices.Contains(cfg.scenarios, scenarioFleetFlag) {
+		fleetMarkdown(&b, cfg.fleet, sessions)
 	}
 	return b.String(), nil
 }

@@ -60,6 +60,8 @@ type config struct {
 	// inPlaceSupervise: the in-place system's barriers supervise their workers and the
 	// simulated agents keep their records on their nodes' heartbeats (no pod write per step).
 	inPlaceSupervise bool
+	// fleet is the fleet replay's configuration (scenario fleet).
+	fleet fleetConfig
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
@@ -68,6 +70,13 @@ type config struct {
 // controllerBurst is the burst of faultline's controller's client: twice its QPS, as the
 // controller's own defaults are.
 func (c config) controllerBurst() int { return 2 * c.controllerQPS }
+
+// restartScenarios: a scenario that measures a restart or a failure (a, b, c, e) is asked for.
+func (c config) restartScenarios() bool {
+	return slices.ContainsFunc(c.scenarios, func(s string) bool {
+		return s == scenarioFailFlag || s == scenarioShutdownFlag || s == scenarioXIDFlag || s == scenarioHungFlag
+	})
+}
 
 // measuresFloor: the floor is what restarts (b, c) are compared with.
 func (c config) measuresFloor() bool {
@@ -95,6 +104,9 @@ type bench struct {
 }
 
 func run(ctx context.Context, cfg config) ([]*session, error) {
+	if !cfg.restartScenarios() && !slices.Contains(cfg.scenarios, scenarioSteadyFlag) {
+		return nil, nil // the fleet replay alone needs no control plane
+	}
 	dir, err := os.MkdirTemp("", "faultline-bench-")
 	if err != nil {
 		return nil, err
@@ -115,7 +127,7 @@ func run(ctx context.Context, cfg config) ([]*session, error) {
 	defer stopSink()
 	var out []*session
 	largest := slices.Max(cfg.sizes)
-	if slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != scenarioSteadyFlag }) {
+	if cfg.restartScenarios() {
 		for _, qps := range cfg.qps {
 			// One GPU per worker on 8-GPU nodes, and a spare node for the gang that loses one.
 			s, err := session1(ctx, cfg, bin, sessionShape{qps: qps, nodes: (largest+gpusPerNode-1)/gpusPerNode + 1, gpusPerNode: gpusPerNode}, func(ctx context.Context, b *bench) error { return b.scenarios(ctx) })

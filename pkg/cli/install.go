@@ -250,14 +250,23 @@ func decodeManifest(file string) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	defer f.Close()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 64<<10)
+	out, err := DecodeObjects(f)
+	if err != nil {
+		return nil, fmt.Errorf("embedded %s: %w", file, err)
+	}
+	return out, nil
+}
+
+// DecodeObjects reads a stream of YAML (or JSON) documents as objects, skipping empty ones.
+func DecodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(r, 64<<10)
 	var out []*unstructured.Unstructured
 	for {
 		var doc map[string]any
 		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
-			return nil, fmt.Errorf("embedded %s: %w", file, err)
+			return nil, err
 		}
 		if len(doc) > 0 {
 			out = append(out, &unstructured.Unstructured{Object: doc})

@@ -2,9 +2,7 @@ package helmchart
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,7 +16,6 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
@@ -61,19 +58,7 @@ func render(ch *chart.Chart, namespace string, values map[string]any, apiVersion
 }
 
 func decode(stream string) ([]*unstructured.Unstructured, error) {
-	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), 64<<10)
-	var out []*unstructured.Unstructured
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if len(doc) > 0 {
-			out = append(out, &unstructured.Unstructured{Object: doc})
-		}
-	}
+	return cli.DecodeObjects(strings.NewReader(stream))
 }
 
 // byName keys objects by kind, namespace and name, each as its YAML decodes (one

@@ -44,13 +44,7 @@ func TestE2EInstallDryRunAndDiffChangeNothing(t *testing.T) {
 	if stdout, stderr, code := launcher(ctx, t, c, "install", "--without-roles-policy", "--registry", "registry.invalid/faultline", "--wait=false"); code != 0 {
 		t.Fatalf("install: exit %d\n%s%s", code, stdout, stderr)
 	}
-	t.Cleanup(func() {
-		uctx, ucancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer ucancel()
-		if stdout, stderr, code := launcher(uctx, t, c, "uninstall", "--force"); code != 0 {
-			t.Errorf("uninstall: exit %d\n%s%s", code, stdout, stderr)
-		}
-	})
+	uninstallAtEnd(t, c)
 	installed := faultlineObjects(ctx, t, c)
 	stdout, stderr, code = launcher(ctx, t, c, "install", "--without-roles-policy", "--registry", "registry.invalid/faultline", "--diff")
 	if code != 0 || strings.Contains(stdout, "--- live/") {

@@ -120,14 +120,10 @@ func TestE2EHelmInstallAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm install v0.1.0: %v", err)
 	}
+	// Cleanups run last first: Helm's record goes, then launcher uninstall ends what helm
+	// uninstall keeps (the CRDs) and anything a failure left.
+	uninstallAtEnd(t, c)
 	t.Cleanup(func() {
-		// launcher uninstall ends what helm uninstall keeps (the CRDs) and anything a failure
-		// left: the next test finds the cluster bare.
-		uctx, ucancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer ucancel()
-		if stdout, stderr, code := launcher(uctx, t, c, "uninstall", "--force"); code != 0 {
-			t.Errorf("uninstall: exit %d\n%s%s", code, stdout, stderr)
-		}
 		u := action.NewUninstall(cfg)
 		u.IgnoreNotFound, u.WaitStrategy = true, kube.HookOnlyStrategy
 		if _, err := u.Run("faultline"); err != nil {

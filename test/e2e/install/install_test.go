@@ -37,6 +37,19 @@ func launcher(ctx context.Context, t *testing.T, c *cluster.Cluster, args ...str
 	return out.String(), errOut.String(), 0
 }
 
+// uninstallAtEnd takes faultline out when the test ends (`launcher uninstall --force`), so
+// that the next test finds the cluster bare whatever this one left.
+func uninstallAtEnd(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if stdout, stderr, code := launcher(ctx, t, c, "uninstall", "--force"); code != 0 {
+			t.Errorf("uninstall: exit %d\n%s%s", code, stdout, stderr)
+		}
+	})
+}
+
 // faultlineObjects lists what of faultline's the cluster holds: every object of the kinds
 // `launcher install` applies whose name or namespace is faultline's, as "kind/name".
 func faultlineObjects(ctx context.Context, t *testing.T, c *cluster.Cluster) []string {

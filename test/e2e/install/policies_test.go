@@ -25,13 +25,7 @@ func TestE2EInstallWaitsForItsPoliciesInForce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	stdout, stderr, code := launcher(ctx, t, c, "install", "--components", "crd,admission", "--without-roles-policy", "--timeout", "1m")
-	t.Cleanup(func() {
-		uctx, ucancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer ucancel()
-		if stdout, stderr, code := launcher(uctx, t, c, "uninstall", "--force"); code != 0 {
-			t.Errorf("uninstall: exit %d\n%s%s", code, stdout, stderr)
-		}
-	})
+	uninstallAtEnd(t, c)
 	if code != 0 {
 		t.Fatalf("install --components crd,admission: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -76,7 +70,9 @@ func TestE2EInstallWaitsForItsPoliciesInForce(t *testing.T) {
 			if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = api.ValidatingAdmissionPolicies().Delete(context.Background(), tc.name, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = api.ValidatingAdmissionPolicies().Delete(context.Background(), tc.name, metav1.DeleteOptions{})
+			})
 			if tc.bind {
 				// Bound to a namespace no pod is ever created in: the policy decides nothing here.
 				binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{

@@ -66,12 +66,8 @@ func TestE2EUpgradePrunesWhatTheNewVersionDropped(t *testing.T) {
 	if err := cli.Apply(ctx, c.Config, before, io.Discard, cli.ApplyForReal); err != nil {
 		t.Fatalf("install the version before: %v", err)
 	}
+	uninstallAtEnd(t, c)
 	t.Cleanup(func() {
-		uctx, ucancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer ucancel()
-		if stdout, stderr, code := launcher(uctx, t, c, "uninstall", "--force"); code != 0 {
-			t.Errorf("uninstall: exit %d\n%s%s", code, stdout, stderr)
-		}
 		_ = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), "users-own", metav1.DeleteOptions{})
 	})
 	// Somebody's own policy, of a kind the set holds, that no install labelled.
