@@ -48,7 +48,9 @@ func (w *leaseWrites) read() (*v1alpha1.AgentCapabilities, int) {
 // controller reads the missing GPU monitoring from the heartbeat; the capabilities are
 // written again only when they change.
 func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
-	var locked, reachable, slicesReadable atomic.Bool
+	// up is the lock held and PodResources reachable, flipped together: the publisher must
+	// never see one without the other, or it writes the change twice.
+	var up, slicesReadable atomic.Bool
 	c := &capabilities{
 		draSlices: func(context.Context) error {
 			if !slicesReadable.Load() {
@@ -57,9 +59,9 @@ func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
 			return nil
 		},
 		monitor: gpu.Null{Reason: v1alpha1.CapabilityNVMLNotFound, Why: "libnvidia-ml not found (looked in /host/run/nvidia/driver (GPU Operator))"},
-		holding: locked.Load,
+		holding: up.Load,
 		podResources: func(context.Context) error {
-			if !reachable.Load() {
+			if !up.Load() {
 				return errors.New("dial unix /var/lib/kubelet/pod-resources/kubelet.sock: connect: no such file or directory")
 			}
 			return nil
@@ -99,8 +101,7 @@ func TestCapabilitiesSayWhyTheAgentIsBlind(t *testing.T) {
 	if _, n := w.read(); n != 1 {
 		t.Errorf("%d writes of unchanged capabilities, want 1", n)
 	}
-	locked.Store(true)
-	reachable.Store(true)
+	up.Store(true)
 	waitFor("lock held, PodResources answers", func(caps *v1alpha1.AgentCapabilities, n int) bool {
 		return caps.ShutdownLock.Enabled && caps.PodResources.Enabled && n == 2 &&
 			!caps.DRA.Enabled && strings.Contains(caps.DRA.Message, "cannot list resource \"resourceslices\"")
