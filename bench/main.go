@@ -83,7 +83,7 @@ func main() {
 	flag.DurationVar(&fc.inPlace, "fleet-in-place", 96330*time.Millisecond, "fleet: faultline's restart in place, the same")
 	flag.DurationVar(&fc.jobSet, "fleet-jobset", 310*time.Second, "fleet: JobSet's restart with its default policy, the same")
 	flag.DurationVar(&fc.floor, "fleet-floor", 102420*time.Millisecond, "fleet: the floor (the gang's pods made and scheduled), a bare Indexed Job's recovery once its survivors' timeout ends them, the same")
-	flag.DurationVar(&fc.nodeLost, "fleet-node-lost", 40*time.Second, "fleet: from a host's death to its node NotReady (kube-controller-manager's node-monitor-grace-period), when faultline judges its pods lost")
+	flag.DurationVar(&fc.nodeLost, "fleet-node-lost", 40*time.Second, "fleet: from a host's death to faultline's judging its pods lost: its node unreachable (kube-controller-manager's node-monitor-grace-period) and its agent's heartbeat expired (pkg/agentlease.Duration), 40 s each")
 	flag.DurationVar(&fc.podEviction, "fleet-pod-eviction", 300*time.Second, "fleet: then until a Job's pods on it fail (the taint manager's default toleration of not-ready and unreachable)")
 	flag.IntVar(&fc.jobSetRestarts, "fleet-jobset-max-restarts", 3, "fleet: JobSet's maxRestarts, the restarts an application failure spends (the bench's JobSet)")
 	flag.IntVar(&fc.jobRestarts, "fleet-job-backoff", 3, "fleet: the Indexed Job's backoffLimitPerIndex (the bench's Job)")

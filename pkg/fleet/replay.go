@@ -21,8 +21,8 @@ type System struct {
 	// settle window; a Job controller's reaction).
 	Detect time.Duration
 	// NodeLost is its decision time after a host dies: faultline judges the node's pods lost
-	// once the node is NotReady (the node monitor's grace period, 40 s); a Job's pods fail only
-	// when the taint manager evicts them (300 s of toleration after that).
+	// once the node is unreachable and its agent's heartbeat has expired (40 s each); a Job's
+	// pods fail only when the taint manager evicts them (their 300 s toleration after that).
 	NodeLost time.Duration
 	// ApplicationRestarts are the restarts an application failure gets before the system
 	// gives up (faultline: none, it is the program's fault; JobSet: maxRestarts; an Indexed
