@@ -438,6 +438,10 @@ type TrainingRunStatus struct {
 	// Trace follows the latest fault episode for tracing: see TraceStatus.
 	// +optional
 	Trace *TraceStatus `json:"trace,omitempty"`
+	// Goodput is where the run's wall-clock time has gone: training, or lost, by cause. The
+	// controller advances it at every status write (pkg/goodput).
+	// +optional
+	Goodput *GoodputLedger `json:"goodput,omitempty"`
 	// Queue is the run's place in Kueue, for a run that names a queue (the
 	// kueue.x-k8s.io/queue-name label): its Workload, the admission, the evictions.
 	// +optional
@@ -496,6 +500,39 @@ type TraceStatus struct {
 	// RunningAt is when every worker was Running: the episode's end.
 	// +optional
 	RunningAt *metav1.MicroTime `json:"runningAt,omitempty"`
+}
+
+// GoodputLedger splits a run's wall-clock time, from its creation to Through, by what the run
+// was doing: its gang training, or the time lost, by cause. At every status write the
+// controller adds the time since Through to what the status it replaces said the run was
+// doing, splitting it where the write's decision says a failure began; so the parts add up
+// to the wall time, and a controller that restarts goes on from the ledger it wrote.
+type GoodputLedger struct {
+	// Through is how far the ledger goes: the last status write, or the run's end.
+	Through metav1.MicroTime `json:"through"`
+	// Training is the time every worker of an attempt was Running, until a failure.
+	// +optional
+	Training metav1.Duration `json:"training,omitempty"`
+	// Queued is the time waiting for Kueue's admission, or suspended.
+	// +optional
+	Queued metav1.Duration `json:"queued,omitempty"`
+	// Starting is from the run's creation, and each restart's new attempt, until every worker
+	// Running: the attempt's creation, scheduling, image pulls, the containers' start (and,
+	// restarting in place, the barrier).
+	// +optional
+	Starting metav1.Duration `json:"starting,omitempty"`
+	// Detection is from each failure (the node agent's evidence, or the worker's end) to
+	// the controller's decision on it: the settle window and the judgement.
+	// +optional
+	Detection metav1.Duration `json:"detection,omitempty"`
+	// Hung is the same for a gang that stopped making progress (cause NoProgress): from its
+	// last progress to the decision.
+	// +optional
+	Hung metav1.Duration `json:"hung,omitempty"`
+	// Teardown is from each restart's decision to the next attempt's start: the old pods'
+	// end and the backoff.
+	// +optional
+	Teardown metav1.Duration `json:"teardown,omitempty"`
 }
 
 // MaxAttemptHistory bounds status.attempts so that a crash-looping run's status stays small.

@@ -87,6 +87,17 @@ func (b *runBuilder) excluded(nodes ...string) *runBuilder {
 	return b
 }
 
+// goodput sets the run's ledger through s, each part in seconds: training, starting,
+// detection, teardown.
+func (b *runBuilder) goodput(through, training, starting, detection, teardown float64) *runBuilder {
+	d := func(s float64) metav1.Duration {
+		return metav1.Duration{Duration: time.Duration(s * float64(time.Second))}
+	}
+	b.run.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(through).Time), Training: d(training),
+		Starting: d(starting), Detection: d(detection), Teardown: d(teardown)}
+	return b
+}
+
 func (b *runBuilder) completed(s float64) *runBuilder {
 	b.run.Status.CompletionTime = at(s)
 	return b
@@ -135,6 +146,7 @@ func appExitVerdict() *v1alpha1.FailureVerdict {
 // failedRun: attempt 1 restarted on a node shutdown, attempt 2 failed on an exit 1.
 func failedRun() *v1alpha1.TrainingRun {
 	return makeRun("llm", 16).phase(v1alpha1.PhaseFailed, 2, 0).restarts(1, 0, 0).excluded("gpu-node-3").completed(65).
+		goodput(65, 28+30, 2+2, 1+1, 1).
 		attempt(v1alpha1.AttemptRecord{Attempt: 1, StartTime: at(0), RunningTime: at(2), EndTime: at(31),
 			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict()}).
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(34), EndTime: at(65),
@@ -148,6 +160,7 @@ func failedRun() *v1alpha1.TrainingRun {
 // runningRun: attempt 2 running after a shutdown restart.
 func runningRun() *v1alpha1.TrainingRun {
 	return makeRun("llm", 16).phase(v1alpha1.PhaseRunning, 2, 16).restarts(1, 0, 0).excluded("gpu-node-3").
+		goodput(34, 28, 2+2, 1, 1).
 		attempt(v1alpha1.AttemptRecord{Attempt: 1, StartTime: at(0), RunningTime: at(2), EndTime: at(31),
 			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict()}).
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(34), ExcludedNodes: []string{"gpu-node-3"}}).

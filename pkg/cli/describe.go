@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/goodput"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -102,6 +103,9 @@ func describeStatus(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 	p.kv(1, "Attempt", fmt.Sprint(st.Attempt))
 	p.kv(1, "Ready workers", fmt.Sprintf("%d/%d", readyWorkers(run), run.Spec.Workers))
 	p.kv(1, "Restarts", budgets(run)+" (spent/allowed)")
+	if line := goodputLine(run, now); line != "" {
+		p.kv(1, "Goodput", line)
+	}
 	p.kv(1, "Started", stampAgo(st.StartTime, now))
 	if st.CompletionTime != nil {
 		p.kv(1, "Completed", stampAgo(st.CompletionTime, now))
@@ -372,4 +376,36 @@ func (p *pw) table(indent int, rows [][]string) {
 	for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 		p.line(indent, strings.TrimRight(l, " "))
 	}
+}
+
+// goodputLine is the run's goodput ledger as of now (pkg/goodput): the training's share of
+// the wall time, and where the rest went; "" for a run whose controller keeps none yet.
+func goodputLine(run *v1alpha1.TrainingRun, now time.Time) string {
+	if run.Status.Goodput == nil {
+		return ""
+	}
+	l := goodput.AsOf(run, now)
+	var lost []string
+	for _, part := range []struct {
+		name string
+		d    time.Duration
+	}{{"queued", l.Queued.Duration}, {"starting", l.Starting.Duration}, {"detection", l.Detection.Duration},
+		{"hung", l.Hung.Duration}, {"teardown", l.Teardown.Duration}} {
+		if part.d > 0 {
+			lost = append(lost, part.name+" "+span(part.d))
+		}
+	}
+	if len(lost) == 0 {
+		lost = []string{"nothing"}
+	}
+	return fmt.Sprintf("%s of %s trained (%s); lost: %s", goodputShare(l, run), span(goodput.Wall(l, run.CreationTimestamp.Time)),
+		span(l.Training.Duration), strings.Join(lost, ", "))
+}
+
+// goodputShare is the ledger's goodput as a percentage, <none> before any time.
+func goodputShare(l *v1alpha1.GoodputLedger, run *v1alpha1.TrainingRun) string {
+	if goodput.Wall(l, run.CreationTimestamp.Time) <= 0 {
+		return none
+	}
+	return fmt.Sprintf("%.1f%%", 100*goodput.Share(l, run.CreationTimestamp.Time))
 }

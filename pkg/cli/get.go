@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/goodput"
 )
 
 // Format is an output format of `nodes` (-o).
@@ -255,6 +256,7 @@ func RunTable(runs []v1alpha1.TrainingRun, now time.Time) *metav1.Table {
 		{Name: "Ready", Type: "string", Description: "ready workers of the current attempt / spec.workers"},
 		{Name: "Last-Cause", Type: "string", Description: "status.lastFailure.cause"},
 		{Name: "Age", Type: "string", Description: "since metadata.creationTimestamp"},
+		{Name: "Goodput", Type: "string", Description: "status.goodput: the share of the run's wall time its gang trained, as of now"},
 		{Name: "Framework", Type: "string", Priority: 1, Description: "spec.framework"},
 		{Name: "Last-Pod", Type: "string", Priority: 1, Description: "status.lastFailure.pod"},
 		{Name: "Last-Node", Type: "string", Priority: 1, Description: "status.lastFailure.node"},
@@ -282,6 +284,7 @@ func RunTable(runs []v1alpha1.TrainingRun, now time.Time) *metav1.Table {
 				fmt.Sprintf("%d/%d", readyWorkers(r), r.Spec.Workers),
 				lastCause(st.LastFailure),
 				age(r.CreationTimestamp, now),
+				goodputCell(r, now),
 				orNone(r.Spec.Framework), pod, node, excluded, queueName(r), admissionShort(r),
 			},
 			Object: runtime.RawExtension{Object: r},
@@ -508,4 +511,12 @@ func age(t metav1.Time, now time.Time) string {
 		return "<unknown>"
 	}
 	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+// goodputCell is the run's goodput as of now, <none> where its controller keeps no ledger.
+func goodputCell(run *v1alpha1.TrainingRun, now time.Time) string {
+	if run.Status.Goodput == nil {
+		return none
+	}
+	return goodputShare(goodput.AsOf(run, now), run)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
+	"github.com/faultline-dev/faultline/pkg/goodput"
 	"github.com/faultline-dev/faultline/pkg/maintenance"
 	"github.com/faultline-dev/faultline/pkg/nodemaintenance"
 	"github.com/faultline-dev/faultline/pkg/policy"
@@ -677,7 +678,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun)
 	run.Status.ObservedGeneration = run.Generation
 	p, _ := ctx.Value(persistedKey{}).(*persisted)
 	if p != nil {
-		r.Episodes.Stamp(p.status, run, r.Clock.Now())
+		// Reconcile's writes know the status they replace: the episode's phases and the
+		// goodput ledger advance from it.
+		now := r.Clock.Now()
+		r.Episodes.Stamp(p.status, run, now)
+		run.Status.Goodput = goodput.Advance(p.status.Goodput, run.CreationTimestamp.Time, p.status, &run.Status, now)
 	}
 	from := run.ResourceVersion
 	written := run.Status.DeepCopy()

@@ -36,27 +36,12 @@ var episodeChildren = []string{
 // from the signal to every worker of the new attempt Running; its children cover it.
 func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 	c := cluster.Shared(t)
-	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	node := cluster.NodeName(0)
 	const workers = 4
-
-	recv, err := otlp.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(recv.Stop)
-	env := recv.Env()
-	logind := startAgent(ctx, t, c, node, env)
-	cluster.StartProcessEnv(t, env, launcherBin, "controller",
-		"--kubeconfig", c.Kubeconfig, "--namespace", ns, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
-
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := startStack(ctx, t, c, node)
+	ns, recv, logind, cl := st.ns, st.recv, st.logind, st.cl
 	run := newRun("llm", workers, node)
 	run.Namespace = ns
 	if err := cl.Create(ctx, run); err != nil {
@@ -65,67 +50,7 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 	waitRun(ctx, t, cl, run, "attempt 1 Running", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.Attempt == 1 && r.Status.Phase == v1alpha1.PhaseRunning
 	})
-	attemptPods := func(n int) labels.Selector {
-		return labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run.Name, v1alpha1.LabelAttempt: fmt.Sprint(n)})
-	}
-
-	// What the kubelet does after the signal: once the agent has marked a worker, and let
-	// the shutdown go on, the worker gets SIGTERM and exits 143. The watch is up before the
-	// signal, so that the test adds no delay of its own.
-	var (
-		wg      sync.WaitGroup
-		failing = map[string]bool{}
-		synced  = make(chan struct{})
-		done    = make(chan []*corev1.Pod, 1)
-	)
-	go func() {
-		first := true
-		pods, err := c.WaitPods(ctx, ns, attemptPods(1), func(pods []*corev1.Pod) (bool, error) {
-			if first {
-				first = false
-				close(synced)
-			}
-			for _, p := range pods {
-				if p.Annotations[v1alpha1.AnnotationFaultEvidence] == "" || !hasInfraCondition(p) || failing[p.Name] {
-					continue
-				}
-				failing[p.Name] = true
-				wg.Go(func() {
-					if err := c.FailPod(ctx, ns, p.Name, cluster.Failure{ExitCode: 143, Message: "terminated by SIGTERM"}); err != nil {
-						t.Error(err)
-					}
-				})
-			}
-			return len(failing) == workers, nil
-		})
-		if err != nil {
-			t.Errorf("workers marked after PrepareForShutdown: %v", err)
-		}
-		done <- pods
-	}()
-	<-synced
-	start := time.Now()
-	if err := logind.PrepareForShutdown(true); err != nil {
-		t.Fatal(err)
-	}
-	marked := <-done
-	markedAt := time.Now()
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if _, err := c.WaitPods(ctx, ns, attemptPods(2), func(pods []*corev1.Pod) (bool, error) {
-		n := 0
-		for _, p := range pods {
-			if cluster.PodRunning(p) {
-				n++
-			}
-		}
-		return n == workers, nil
-	}); err != nil {
-		t.Fatalf("attempt 2 Running: %v", err)
-	}
-	seenRunning := time.Since(start)
+	start, marked, markedAt, seenRunning := shutdownUnder(ctx, t, c, logind, run, workers)
 
 	restarted := waitRun(ctx, t, cl, run, "attempt 2 Running with the episode's end recorded", func(r *v1alpha1.TrainingRun) bool {
 		return r.Status.Attempt == 2 && r.Status.Trace != nil && r.Status.Trace.RunningAt != nil
@@ -254,6 +179,111 @@ func TestE2ERestartTraceArrivesWhole(t *testing.T) {
 	if !linked {
 		t.Errorf("no faultline.attempt span of attempt 1 linked (ended-by) to the episode\n%s", describeSpans(spans))
 	}
+}
+
+// stack is one test's faultline, in a namespace of its own: the node agent of one node and a
+// controller, both exporting their spans to recv (tracing on: the controller keeps
+// status.trace), and a client of the runs.
+type stack struct {
+	ns         string
+	env        []string
+	recv       *otlp.Receiver
+	logind     *login1sim.Login1
+	controller *cluster.Process
+	cl         client.Client
+}
+
+func startStack(ctx context.Context, t *testing.T, c *cluster.Cluster, node string) *stack {
+	t.Helper()
+	s := &stack{ns: c.Namespace(t)}
+	var err error
+	if s.recv, err = otlp.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.recv.Stop)
+	s.env = s.recv.Env()
+	s.logind = startAgent(ctx, t, c, node, s.env)
+	s.startController(t, c)
+	if s.cl, err = client.New(c.Config, client.Options{Scheme: scheme.New()}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startController starts the stack's controller (again, after a Stop).
+func (s *stack) startController(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	s.controller = cluster.StartProcessEnv(t, s.env, launcherBin, "controller",
+		"--kubeconfig", c.Kubeconfig, "--namespace", s.ns, "--leader-elect=false",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+}
+
+// shutdownUnder shuts the node of run's workers down (logind's PrepareForShutdown) while
+// attempt 1 runs, and plays the kubelet: once the agent has marked a worker, and let the
+// shutdown go on, the worker gets SIGTERM and exits 143. It returns when the signal went,
+// attempt 1's marked pods, when the last was marked, and how long after the signal every
+// worker of attempt 2 ran. The watch is up before the signal, so that the test adds no delay
+// of its own.
+func shutdownUnder(ctx context.Context, t *testing.T, c *cluster.Cluster, logind *login1sim.Login1, run *v1alpha1.TrainingRun, workers int) (start time.Time, marked []*corev1.Pod, markedAt time.Time, seenRunning time.Duration) {
+	t.Helper()
+	ns := run.Namespace
+	attemptPods := func(n int) labels.Selector {
+		return labels.SelectorFromSet(labels.Set{v1alpha1.LabelRun: run.Name, v1alpha1.LabelAttempt: fmt.Sprint(n)})
+	}
+	var (
+		wg      sync.WaitGroup
+		failing = map[string]bool{}
+		synced  = make(chan struct{})
+		done    = make(chan []*corev1.Pod, 1)
+	)
+	go func() {
+		first := true
+		pods, err := c.WaitPods(ctx, ns, attemptPods(1), func(pods []*corev1.Pod) (bool, error) {
+			if first {
+				first = false
+				close(synced)
+			}
+			for _, p := range pods {
+				if p.Annotations[v1alpha1.AnnotationFaultEvidence] == "" || !hasInfraCondition(p) || failing[p.Name] {
+					continue
+				}
+				failing[p.Name] = true
+				wg.Go(func() {
+					if err := c.FailPod(ctx, ns, p.Name, cluster.Failure{ExitCode: 143, Message: "terminated by SIGTERM"}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			return len(failing) == workers, nil
+		})
+		if err != nil {
+			t.Errorf("workers marked after PrepareForShutdown: %v", err)
+		}
+		done <- pods
+	}()
+	<-synced
+	start = time.Now()
+	if err := logind.PrepareForShutdown(true); err != nil {
+		t.Fatal(err)
+	}
+	marked = <-done
+	markedAt = time.Now()
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if _, err := c.WaitPods(ctx, ns, attemptPods(2), func(pods []*corev1.Pod) (bool, error) {
+		n := 0
+		for _, p := range pods {
+			if cluster.PodRunning(p) {
+				n++
+			}
+		}
+		return n == workers, nil
+	}); err != nil {
+		t.Fatalf("attempt 2 Running: %v", err)
+	}
+	return start, marked, markedAt, time.Since(start)
 }
 
 // coverage is how much time the spans cover together, each moment once: the phases of a

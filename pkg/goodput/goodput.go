@@ -1,0 +1,139 @@
+// Package goodput keeps a run's goodput ledger (status.goodput): its wall-clock time split by
+// what the run was doing, training or losing time to a cause. The controller advances the
+// ledger at each status write from the status that write replaces (Advance); the launcher
+// reads it as of now (AsOf). Both are pure.
+package goodput
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+// Part is where a stretch of the run's time went.
+type Part int
+
+const (
+	Training Part = iota
+	Queued
+	Starting
+	Detection
+	Hung
+	Teardown
+)
+
+// doing is what the status says the run is doing: the part its time goes to until the next
+// write; false once it has ended.
+func doing(st *v1alpha1.TrainingRunStatus) (Part, bool) {
+	switch st.Phase {
+	case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
+		return 0, false
+	case v1alpha1.PhaseRunning:
+		return Training, true
+	case v1alpha1.PhaseRestarting:
+		return Teardown, true
+	case v1alpha1.PhaseSuspended:
+		return Queued, true
+	}
+	// Pending (or before the first write): waiting for Kueue's admission is queued; the rest,
+	// the first attempt's creation included, is starting.
+	if meta.IsStatusConditionFalse(st.Conditions, v1alpha1.ConditionAdmitted) {
+		return Queued, true
+	}
+	return Starting, true
+}
+
+// Advance returns the ledger of the status next as the write of it at now leaves it: the
+// time since the ledger's Through goes to what before (the status it replaces) said the run
+// was doing; where next decided on a failure, the part after the failure began goes to
+// detection (or, a gang without progress, to hung). A run created at created starts a
+// ledger; one that had ended keeps its own.
+func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, before, next *v1alpha1.TrainingRunStatus, now time.Time) *v1alpha1.GoodputLedger {
+	l := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(created)}
+	if ledger != nil {
+		l = ledger.DeepCopy()
+	}
+	from := l.Through.Time
+	part, on := doing(before)
+	if !on || !now.After(from) {
+		return l
+	}
+	if began, cause, ok := decidedFailure(before, next); ok && part == Training {
+		began = clamp(began, from, now)
+		add(l, Training, began.Sub(from))
+		from = began
+		part = Detection
+		if cause == v1alpha1.CauseNoProgress {
+			part = Hung
+		}
+	}
+	add(l, part, now.Sub(from))
+	l.Through = metav1.NewMicroTime(now)
+	return l
+}
+
+// AsOf is the ledger as of now: the status's own, with the time since it was written added
+// to what the status says the run is doing.
+func AsOf(run *v1alpha1.TrainingRun, now time.Time) *v1alpha1.GoodputLedger {
+	return Advance(run.Status.Goodput, run.CreationTimestamp.Time, &run.Status, &run.Status, now)
+}
+
+// decidedFailure is the failure next decided on and before had not: when it began (the node
+// agent's evidence as the episode's trace has it, else the failure's own time) and its cause.
+func decidedFailure(before, next *v1alpha1.TrainingRunStatus) (time.Time, v1alpha1.Cause, bool) {
+	v := next.LastFailure
+	if v == nil || v.DecidedAt == nil || v.FailedAt == nil {
+		return time.Time{}, "", false
+	}
+	if old := before.LastFailure; old != nil && old.DecidedAt != nil && old.DecidedAt.Equal(v.DecidedAt) {
+		return time.Time{}, "", false
+	}
+	began := v.FailedAt.Time
+	if tr := next.Trace; tr != nil && tr.DetectedAt != nil && v.Cause != v1alpha1.CauseNoProgress {
+		// The trace's times have microseconds; the verdict's, whole seconds.
+		began = tr.DetectedAt.Time
+	}
+	return began, v.Cause, true
+}
+
+func clamp(t, lo, hi time.Time) time.Time {
+	if t.Before(lo) {
+		return lo
+	}
+	if t.After(hi) {
+		return hi
+	}
+	return t
+}
+
+// add puts d into the ledger's part p.
+func add(l *v1alpha1.GoodputLedger, p Part, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	field := map[Part]*metav1.Duration{Training: &l.Training, Queued: &l.Queued, Starting: &l.Starting,
+		Detection: &l.Detection, Hung: &l.Hung, Teardown: &l.Teardown}[p]
+	field.Duration += d
+}
+
+// Wall is the time the ledger covers: from the run's creation to its Through.
+func Wall(l *v1alpha1.GoodputLedger, created time.Time) time.Duration {
+	return l.Through.Sub(created)
+}
+
+// Lost is the time the ledger's parts other than training hold.
+func Lost(l *v1alpha1.GoodputLedger) time.Duration {
+	return l.Queued.Duration + l.Starting.Duration + l.Detection.Duration + l.Hung.Duration + l.Teardown.Duration
+}
+
+// Share is the run's goodput: the training's share of the wall time, 0 before any time.
+func Share(l *v1alpha1.GoodputLedger, created time.Time) float64 {
+	wall := Wall(l, created)
+	if wall <= 0 {
+		return 0
+	}
+	return float64(l.Training.Duration) / float64(wall)
+}

@@ -1,0 +1,131 @@
+package goodput
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func sec(s float64) metav1.Duration {
+	return metav1.Duration{Duration: time.Duration(s * float64(time.Second))}
+}
+
+// status builds a status in phase p at attempt n.
+func status(p v1alpha1.Phase, n int32) *v1alpha1.TrainingRunStatus {
+	return &v1alpha1.TrainingRunStatus{Phase: p, Attempt: n}
+}
+
+// decided is status s with a decision on a failure of cause c that began at failed (and,
+// where detected is set, that the node agent saw then), decided at decidedAt.
+func decided(s *v1alpha1.TrainingRunStatus, c v1alpha1.Cause, failed, decidedAt float64, detected *float64) *v1alpha1.TrainingRunStatus {
+	s = s.DeepCopy()
+	s.LastFailure = &v1alpha1.FailureVerdict{Cause: c, FailedAt: &metav1.Time{Time: at(failed)}, DecidedAt: &metav1.Time{Time: at(decidedAt)}}
+	if detected != nil {
+		s.Trace = &v1alpha1.TraceStatus{DetectedAt: &metav1.MicroTime{Time: at(*detected)}}
+	}
+	return s
+}
+
+// TestLedgerAddsUpAlongARunsLife: a run's writes, one after another, as the controller makes
+// them: queued, starting, training, a node failure decided (detection from the agent's
+// evidence), the teardown, the next attempt starting and training, a gang without progress
+// (hung from its last progress), and a failure that ends the run. Every part gets what the
+// statuses say, they add up to the wall time at every write, and the ended run's ledger
+// stays as it was.
+func TestLedgerAddsUpAlongARunsLife(t *testing.T) {
+	detected := 41.25
+	writes := []struct {
+		at   float64
+		next *v1alpha1.TrainingRunStatus
+	}{
+		{0.5, status(v1alpha1.PhasePending, 0)},
+		{2, status(v1alpha1.PhasePending, 1)},
+		{10, status(v1alpha1.PhaseRunning, 1)},
+		{40, status(v1alpha1.PhaseRunning, 1)}, // a write that changes nothing of the ledger's
+		{43.5, decided(status(v1alpha1.PhaseRestarting, 2), v1alpha1.CauseNodeShutdown, 41, 43.5, &detected)},
+		{50, decided(status(v1alpha1.PhasePending, 2), v1alpha1.CauseNodeShutdown, 41, 43.5, &detected)},
+		{58, decided(status(v1alpha1.PhaseRunning, 2), v1alpha1.CauseNodeShutdown, 41, 43.5, &detected)},
+		{200, decided(status(v1alpha1.PhaseRestarting, 3), v1alpha1.CauseNoProgress, 140, 200, &detected)},
+		{205, decided(status(v1alpha1.PhasePending, 3), v1alpha1.CauseNoProgress, 140, 200, nil)},
+		{215, decided(status(v1alpha1.PhaseRunning, 3), v1alpha1.CauseNoProgress, 140, 200, nil)},
+		{300, decided(status(v1alpha1.PhaseFailed, 3), v1alpha1.CauseAppExit, 298, 300, nil)},
+		{400, decided(status(v1alpha1.PhaseFailed, 3), v1alpha1.CauseAppExit, 298, 300, nil)},
+	}
+	before := &v1alpha1.TrainingRunStatus{}
+	var l *v1alpha1.GoodputLedger
+	for _, w := range writes {
+		l = Advance(l, t0, before, w.next, at(w.at))
+		if sum := l.Training.Duration + Lost(l); sum != Wall(l, t0) {
+			t.Fatalf("at %vs: the parts add up to %v, the wall time is %v: %+v", w.at, sum, Wall(l, t0), l)
+		}
+		before = w.next
+	}
+	want := &v1alpha1.GoodputLedger{
+		Through:   metav1.NewMicroTime(at(300)),
+		Starting:  sec(2 + 8 + 8 + 10),           // the run's creation, three attempts' starts
+		Training:  sec(31.25 + 82 + 83),          // 10-41.25, 58-140, 215-298
+		Detection: sec(43.5 - 41.25 + 300 - 298), // from the agent's evidence; from the exit
+		Hung:      sec(200 - 140),                // from the gang's last progress
+		Teardown:  sec(50 - 43.5 + 205 - 200),
+	}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("the ledger (-want +got):\n%s", diff)
+	}
+	if got := Share(l, t0); got < 0.65 || got > 0.66 {
+		t.Errorf("goodput %.4f, want 196.25/300", got)
+	}
+}
+
+// TestLedgerAsOfNow: the launcher's view adds the time since the last write to what the
+// run is doing, and nothing to a run that has ended; a failure that began before the
+// ledger's last write is not counted twice.
+func TestLedgerAsOfNow(t *testing.T) {
+	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}}
+	run.Status = *status(v1alpha1.PhaseRunning, 1)
+	run.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(10)), Starting: sec(10)}
+	if l := AsOf(run, at(70)); l.Training != sec(60) || l.Through.Time != at(70) || run.Status.Goodput.Training != sec(0) {
+		t.Errorf("as of 70 s: %+v (the status's own: %+v), want 60 s of training added to a copy", l, run.Status.Goodput)
+	}
+	run.Status.Phase = v1alpha1.PhaseSucceeded
+	if l := AsOf(run, at(70)); l.Through.Time != at(10) {
+		t.Errorf("an ended run's ledger moved: %+v", l)
+	}
+	// A decision on a failure the ledger's last write was already past: it goes no further
+	// back than that write.
+	before := status(v1alpha1.PhaseRunning, 1)
+	l := Advance(&v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(30))}, t0, before,
+		decided(status(v1alpha1.PhaseRestarting, 2), v1alpha1.CauseGPUFault, 20, 31, nil), at(31))
+	if l.Detection != sec(1) || l.Training != sec(0) {
+		t.Errorf("a failure from before the last write: %+v, want 1 s of detection and no training", l)
+	}
+}
+
+// TestLedgerCountsTheQueue: a run that waits for Kueue's admission, then starts, trains and is
+// suspended (preempted) has its waits as queued, and nothing else.
+func TestLedgerCountsTheQueue(t *testing.T) {
+	queued := status(v1alpha1.PhasePending, 1)
+	queued.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonQueued}}
+	admitted := status(v1alpha1.PhasePending, 1)
+	admitted.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue}}
+	before := queued
+	var l *v1alpha1.GoodputLedger
+	for _, w := range []struct {
+		at   float64
+		next *v1alpha1.TrainingRunStatus
+	}{{0, queued}, {5, admitted}, {7, status(v1alpha1.PhaseRunning, 1)}, {17, status(v1alpha1.PhaseSuspended, 1)}, {20, admitted}} {
+		l = Advance(l, t0, before, w.next, at(w.at))
+		before = w.next
+	}
+	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(20)), Queued: sec(5 + 3), Starting: sec(2), Training: sec(10)}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("the ledger (-want +got):\n%s", diff)
+	}
+}
