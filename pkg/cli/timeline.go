@@ -323,6 +323,10 @@ func Timeline(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event, now
 	}
 	p.line(0, strings.Repeat(" ", label)+fmt.Sprintf("%c starting  %c all workers Running  %c failed  %c succeeded  %c suspended  %c in progress",
 		glyphStarting, glyphRunning, glyphFailed, glyphSucceeded, glyphSuspended, glyphOngoing))
+	if g := goodputLine(run, now); g != "" {
+		p.line(0, "")
+		p.line(0, "Goodput: "+g)
+	}
 	if len(t.Bars) > 0 {
 		p.line(0, "")
 		p.line(0, fmt.Sprintf("Attempts (times from %s):", stamp(t.Origin)))

@@ -56,6 +56,8 @@ type htmlTimeline struct {
 	Origin      string
 	LegendY     int
 	GeneratedBy string
+	// Goodput is the run's goodput ledger as of now (describe's line), "" without one.
+	Goodput string
 }
 
 // TimelineHTML writes a standalone HTML page (inline SVG and CSS, no external assets) with
@@ -128,6 +130,7 @@ func TimelineHTML(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event,
 	h.LegendY = h.GridBottom + 22
 	h.Height = h.LegendY + 14
 	h.Events = t.Events
+	h.Goodput = goodputLine(run, now)
 	return timelinePage.Execute(w, h)
 }
 
@@ -184,6 +187,9 @@ footer { margin-top: 20px; color: #5b6472; font-size: 12px; }
 <text class="other" x="500" y="1">▸</text><text x="512" y="0">in progress</text>
 </g>
 </svg>
+{{- if .Goodput}}
+<p>Goodput: {{.Goodput}}</p>
+{{- end}}
 <table>
 <tr><th>attempt</th><th>when (from {{.Origin}})</th><th>outcome</th><th>why</th><th>kept off</th></tr>
 {{- range .Bars}}

@@ -1,6 +1,6 @@
 // Package runmetrics exports what a dashboard needs to know of each TrainingRun that the
 // controller's event-driven metrics cannot say: the restart budget each run has left, per
-// failure class. The values are read from the runs when Prometheus scrapes, never kept, so
+// failure class, and where its time has gone (its goodput ledger, as of the scrape). The values are read from the runs when Prometheus scrapes, never kept, so
 // that they cannot drift from the cluster (a deleted run is simply gone).
 package runmetrics
 
@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/goodput"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
 
@@ -21,6 +22,13 @@ var budgetDesc = prometheus.NewDesc(MetricBudgetRemaining,
 	"Restarts a TrainingRun that has not ended may still spend, by failure class (spec.failurePolicy.maxRestarts less status.restarts, never below 0; class NoProgress, for a run with a progress deadline, is the budget of attempts that stopped making progress), read from the runs at scrape time.",
 	[]string{"namespace", "run", "class"}, nil)
 
+// MetricRunTime is the gauge of each run's wall-clock time by part of its goodput ledger.
+const MetricRunTime = "faultline_run_time_seconds"
+
+var runTimeDesc = prometheus.NewDesc(MetricRunTime,
+	"A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung and teardown; its goodput is the training's share of the sum.",
+	[]string{"namespace", "run", "part"}, nil)
+
 // Lister lists the runs to report: the controller's client, of its namespace or the cluster.
 type Lister func(ctx context.Context) ([]v1alpha1.TrainingRun, error)
 
@@ -29,11 +37,16 @@ type Collector struct {
 	List Lister
 	// Timeout bounds one scrape's list (default 10 s).
 	Timeout time.Duration
+	// Now is the scrape's clock (default time.Now).
+	Now func() time.Time
 }
 
 var _ prometheus.Collector = Collector{}
 
-func (c Collector) Describe(ch chan<- *prometheus.Desc) { ch <- budgetDesc }
+func (c Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- budgetDesc
+	ch <- runTimeDesc
+}
 
 // Collect reports nothing when the runs cannot be listed: an absent series is a gap on the
 // dashboard, a made-up one a lie.
@@ -51,6 +64,40 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range Budgets(runs) {
 		ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(m.Remaining), m.Namespace, m.Run, m.Class)
 	}
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	for _, t := range RunTimes(runs, now()) {
+		ch <- prometheus.MustNewConstMetric(runTimeDesc, prometheus.GaugeValue, t.Seconds, t.Namespace, t.Run, t.Part)
+	}
+}
+
+// RunTime is one part of one run's ledger.
+type RunTime struct {
+	Namespace, Run, Part string
+	Seconds              float64
+}
+
+// RunTimes are the parts of each run's goodput ledger as of now, for the runs whose
+// controller keeps one.
+func RunTimes(runs []v1alpha1.TrainingRun, now time.Time) []RunTime {
+	var out []RunTime
+	for i := range runs {
+		r := &runs[i]
+		if r.Status.Goodput == nil {
+			continue
+		}
+		l := goodput.AsOf(r, now)
+		for _, p := range []struct {
+			part string
+			d    time.Duration
+		}{{"training", l.Training.Duration}, {"queued", l.Queued.Duration}, {"starting", l.Starting.Duration},
+			{"detection", l.Detection.Duration}, {"hung", l.Hung.Duration}, {"teardown", l.Teardown.Duration}} {
+			out = append(out, RunTime{Namespace: r.Namespace, Run: r.Name, Part: p.part, Seconds: p.d.Seconds()})
+		}
+	}
+	return out
 }
 
 // Budget is one run's remaining restarts of one class.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -48,11 +49,36 @@ faultline_restart_budget_remaining{class="Infrastructure",namespace="ml",run="si
 faultline_restart_budget_remaining{class="NoProgress",namespace="ml",run="silent"} 2
 faultline_restart_budget_remaining{class="Unknown",namespace="ml",run="silent"} 1
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(exp)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(exp), MetricBudgetRemaining); err != nil {
 		t.Error(err)
 	}
 	failing := Collector{List: func(context.Context) ([]v1alpha1.TrainingRun, error) { return nil, errors.New("forbidden") }}
 	if n := testutil.CollectAndCount(failing); n != 0 {
 		t.Errorf("a list that fails reported %d series, want none", n)
+	}
+}
+
+// TestRunTimes: each run with a ledger reports its parts as of the scrape, the time since the
+// ledger's last write added to what the run is doing; a run without one reports none.
+func TestRunTimes(t *testing.T) {
+	created := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	llm := run("llm", v1alpha1.PhaseRunning, v1alpha1.RestartBudgets{}, v1alpha1.RestartCounts{})
+	llm.CreationTimestamp = metav1.NewTime(created)
+	llm.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(created.Add(10 * time.Second)),
+		Starting: metav1.Duration{Duration: 4 * time.Second}, Training: metav1.Duration{Duration: 6 * time.Second}}
+	old := run("old", v1alpha1.PhaseRunning, v1alpha1.RestartBudgets{}, v1alpha1.RestartCounts{})
+	c := Collector{List: func(context.Context) ([]v1alpha1.TrainingRun, error) { return []v1alpha1.TrainingRun{llm, old}, nil },
+		Now: func() time.Time { return created.Add(30 * time.Second) }}
+	exp := `# HELP faultline_run_time_seconds A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung and teardown; its goodput is the training's share of the sum.
+# TYPE faultline_run_time_seconds gauge
+faultline_run_time_seconds{namespace="ml",part="detection",run="llm"} 0
+faultline_run_time_seconds{namespace="ml",part="hung",run="llm"} 0
+faultline_run_time_seconds{namespace="ml",part="queued",run="llm"} 0
+faultline_run_time_seconds{namespace="ml",part="starting",run="llm"} 4
+faultline_run_time_seconds{namespace="ml",part="teardown",run="llm"} 0
+faultline_run_time_seconds{namespace="ml",part="training",run="llm"} 26
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(exp), MetricRunTime); err != nil {
+		t.Error(err)
 	}
 }
