@@ -88,7 +88,7 @@ func fleetMarkdown(b *strings.Builder, f fleetConfig, sessions []*session) {
 		"what the bench measured on this machine's control plane from %s, unscaled: 2,048 workers is the run's 2,048 hosts, "+
 		"and a real control plane is faster than two cores (the recoveries are an upper bound). %d replays with seeds 1-%d; "+
 		"the goodput's mean and 95%% confidence interval (docs/goodput.md says what the model leaves out).\n\n",
-		m.Source, m.Name, total(m), span(m.Horizon), m.Reported, thousands(m.Workers), m.GPUs/m.Workers, source, f.replays, f.replays)
+		m.Source, m.Name, m.Total(), span(m.Horizon), m.Reported, thousands(m.Workers), m.GPUs/m.Workers, source, f.replays, f.replays)
 	a := f.assumptions
 	fmt.Fprintf(b, "Assumptions: checkpoint every %s; resume %s after every restart; a GPU fault hangs its worker in %.0f%% of cases; "+
 		"a program that fails on its own fails again %s into a restart; the operator's fix of it %s; after a host dies, faultline decides in %s, a Job's pods fail %s later (taint eviction).\n\n",
@@ -118,14 +118,6 @@ func fleetMarkdown(b *strings.Builder, f fleetConfig, sessions []*session) {
 		fmt.Fprintf(b, " %s | %s | %s | %s | %s |\n", hours(l.Detect), hours(l.Recover), hours(l.Redo), hours(l.Wasted), hours(l.Fix))
 	}
 	fmt.Fprintf(b, "\nThe time lost is the mean over the replays with the first hang timeout. The paper: %s.\n\n", m.Reported)
-}
-
-func total(m fleet.Mix) int {
-	n := 0
-	for _, r := range m.Rows {
-		n += r.Count
-	}
-	return n
 }
 
 func hours(d time.Duration) string { return fmt.Sprintf("%.1f h", d.Hours()) }

@@ -386,13 +386,9 @@ func goodputLine(run *v1alpha1.TrainingRun, now time.Time) string {
 	}
 	l := goodput.AsOf(run, now)
 	var lost []string
-	for _, part := range []struct {
-		name string
-		d    time.Duration
-	}{{"queued", l.Queued.Duration}, {"starting", l.Starting.Duration}, {"detection", l.Detection.Duration},
-		{"hung", l.Hung.Duration}, {"teardown", l.Teardown.Duration}} {
-		if part.d > 0 {
-			lost = append(lost, part.name+" "+span(part.d))
+	for _, part := range goodput.Parts(l)[1:] {
+		if part.Duration > 0 {
+			lost = append(lost, part.Name+" "+span(part.Duration))
 		}
 	}
 	if len(lost) == 0 {

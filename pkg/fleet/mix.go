@@ -72,6 +72,15 @@ func (m Mix) Count(k Kind) int {
 	return n
 }
 
+// Total is the mix's interruptions of every kind.
+func (m Mix) Total() int {
+	n := 0
+	for _, r := range m.Rows {
+		n += r.Count
+	}
+	return n
+}
+
 // Llama3 is Meta's Llama 3 405B pre-training snapshot: 54 days on 16,384 H100s (2,048 hosts
 // of 8), 466 interruptions, 47 of them planned; the 419 unexpected ones by root cause as its
 // Table 5 lists them. The kinds are ours: what each cause looks like to a scheduler and a node

@@ -69,6 +69,16 @@ type Lost struct {
 // Total is all the time lost.
 func (l Lost) Total() time.Duration { return l.Detect + l.Recover + l.Redo + l.Wasted + l.Fix }
 
+// each is l with f applied to every part.
+func (l Lost) each(f func(time.Duration) time.Duration) Lost {
+	return Lost{Detect: f(l.Detect), Recover: f(l.Recover), Redo: f(l.Redo), Wasted: f(l.Wasted), Fix: f(l.Fix)}
+}
+
+// plus is l and o, part by part.
+func (l Lost) plus(o Lost) Lost {
+	return Lost{Detect: l.Detect + o.Detect, Recover: l.Recover + o.Recover, Redo: l.Redo + o.Redo, Wasted: l.Wasted + o.Wasted, Fix: l.Fix + o.Fix}
+}
+
 // Result is one replay.
 type Result struct {
 	Goodput       float64
@@ -141,11 +151,7 @@ func Replay(m Mix, horizon time.Duration, sys System, a Assumptions, seed uint64
 			downUntil = end
 		}
 		trainingSince = downUntil
-		res.Lost.Detect += lost.Detect
-		res.Lost.Recover += lost.Recover
-		res.Lost.Redo += lost.Redo
-		res.Lost.Wasted += lost.Wasted
-		res.Lost.Fix += lost.Fix
+		res.Lost = res.Lost.plus(lost)
 	}
 	// Time past the horizon is not the horizon's.
 	if over := downUntil - horizon; over > 0 {
@@ -162,8 +168,7 @@ func scale(l Lost, total time.Duration) Lost {
 		return l
 	}
 	f := float64(total) / float64(t)
-	part := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
-	return Lost{Detect: part(l.Detect), Recover: part(l.Recover), Redo: part(l.Redo), Wasted: part(l.Wasted), Fix: part(l.Fix)}
+	return l.each(func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) })
 }
 
 // Summary is a system's goodput over many replays: the mean and its 95% confidence interval.
@@ -181,11 +186,7 @@ func Replicate(m Mix, sys System, a Assumptions, n int) Summary {
 		r := Replay(m, m.Horizon, sys, a, uint64(i))
 		sum += r.Goodput
 		sumSq += r.Goodput * r.Goodput
-		lost.Detect += r.Lost.Detect / time.Duration(n)
-		lost.Recover += r.Lost.Recover / time.Duration(n)
-		lost.Redo += r.Lost.Redo / time.Duration(n)
-		lost.Wasted += r.Lost.Wasted / time.Duration(n)
-		lost.Fix += r.Lost.Fix / time.Duration(n)
+		lost = lost.plus(r.Lost.each(func(d time.Duration) time.Duration { return d / time.Duration(n) }))
 	}
 	mean := sum / float64(n)
 	half := 0.0

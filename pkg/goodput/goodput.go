@@ -109,14 +109,50 @@ func clamp(t, lo, hi time.Time) time.Time {
 	return t
 }
 
+// field is the ledger's duration of part p.
+func field(l *v1alpha1.GoodputLedger, p Part) *metav1.Duration {
+	switch p {
+	case Queued:
+		return &l.Queued
+	case Starting:
+		return &l.Starting
+	case Detection:
+		return &l.Detection
+	case Hung:
+		return &l.Hung
+	case Teardown:
+		return &l.Teardown
+	}
+	return &l.Training
+}
+
 // add puts d into the ledger's part p.
 func add(l *v1alpha1.GoodputLedger, p Part, d time.Duration) {
-	if d <= 0 {
-		return
+	if d > 0 {
+		field(l, p).Duration += d
 	}
-	field := map[Part]*metav1.Duration{Training: &l.Training, Queued: &l.Queued, Starting: &l.Starting,
-		Detection: &l.Detection, Hung: &l.Hung, Teardown: &l.Teardown}[p]
-	field.Duration += d
+}
+
+// Named is one part of a ledger, by the name status.goodput gives its field.
+type Named struct {
+	Name     string
+	Duration time.Duration
+}
+
+// partNames are the parts' names, training first, then the time lost in the order a run
+// meets it.
+var partNames = []struct {
+	part Part
+	name string
+}{{Training, "training"}, {Queued, "queued"}, {Starting, "starting"}, {Detection, "detection"}, {Hung, "hung"}, {Teardown, "teardown"}}
+
+// Parts are the ledger's parts, training first.
+func Parts(l *v1alpha1.GoodputLedger) []Named {
+	out := make([]Named, 0, len(partNames))
+	for _, p := range partNames {
+		out = append(out, Named{Name: p.name, Duration: field(l, p.part).Duration})
+	}
+	return out
 }
 
 // Wall is the time the ledger covers: from the run's creation to its Through.
@@ -126,7 +162,11 @@ func Wall(l *v1alpha1.GoodputLedger, created time.Time) time.Duration {
 
 // Lost is the time the ledger's parts other than training hold.
 func Lost(l *v1alpha1.GoodputLedger) time.Duration {
-	return l.Queued.Duration + l.Starting.Duration + l.Detection.Duration + l.Hung.Duration + l.Teardown.Duration
+	var lost time.Duration
+	for _, p := range Parts(l)[1:] {
+		lost += p.Duration
+	}
+	return lost
 }
 
 // Share is the run's goodput: the training's share of the wall time, 0 before any time.

@@ -88,13 +88,8 @@ func RunTimes(runs []v1alpha1.TrainingRun, now time.Time) []RunTime {
 		if r.Status.Goodput == nil {
 			continue
 		}
-		l := goodput.AsOf(r, now)
-		for _, p := range []struct {
-			part string
-			d    time.Duration
-		}{{"training", l.Training.Duration}, {"queued", l.Queued.Duration}, {"starting", l.Starting.Duration},
-			{"detection", l.Detection.Duration}, {"hung", l.Hung.Duration}, {"teardown", l.Teardown.Duration}} {
-			out = append(out, RunTime{Namespace: r.Namespace, Run: r.Name, Part: p.part, Seconds: p.d.Seconds()})
+		for _, p := range goodput.Parts(goodput.AsOf(r, now)) {
+			out = append(out, RunTime{Namespace: r.Namespace, Run: r.Name, Part: p.Name, Seconds: p.Duration.Seconds()})
 		}
 	}
 	return out

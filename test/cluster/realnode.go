@@ -226,8 +226,8 @@ func (c *Cluster) startRealNodes(ctx context.Context, n int, spec RealNodeSpec) 
 
 // checkRealNodeHost says what the machine lacks for real nodes, and how to get it.
 func checkRealNodeHost() error {
-	if os.Geteuid() != 0 {
-		return errors.New("real nodes need root (a kubelet and containerd run here)")
+	if reason := RealNodesNeedRoot(); reason != "" {
+		return errors.New(reason)
 	}
 	var missing []string
 	for _, bin := range []string{"runc", "ip", "unshare", "nsenter", "mount"} {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/test/cluster"
@@ -35,6 +39,55 @@ func launcher(ctx context.Context, t *testing.T, c *cluster.Cluster, args ...str
 		t.Fatalf("launcher %s: %v", strings.Join(args, " "), err)
 	}
 	return out.String(), errOut.String(), 0
+}
+
+// liveObjects returns a reader of the cluster's objects: the one an object of the manifests
+// names, nil where there is none.
+func liveObjects(ctx context.Context, t *testing.T, c *cluster.Cluster) func(*unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		t.Helper()
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, err := dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return live
+	}
+}
+
+// policyOn is a ValidatingAdmissionPolicy named name of one expression, on the creation of
+// resource of group (version v1 of the core group, any version of another).
+func policyOn(name, group, resource, expression string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	version := "*"
+	if group == "" {
+		version = "v1"
+	}
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression}},
+		},
+	}
 }
 
 // uninstallAtEnd takes faultline out when the test ends (`launcher uninstall --force`), so

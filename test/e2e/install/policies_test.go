@@ -56,16 +56,7 @@ func TestE2EInstallWaitsForItsPoliciesInForce(t *testing.T) {
 			want: []string{"validatingadmissionpolicy faultline-test-mistyped", "do not type-check", "noSuchField"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-				ObjectMeta: metav1.ObjectMeta{Name: tc.name},
-				Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-					MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-						RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
-							Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}},
-					Validations: []admissionregistrationv1.Validation{{Expression: tc.expression}},
-				},
-			}
+			policy := policyOn(tc.name, "", "pods", tc.expression)
 			api := c.Client.AdmissionregistrationV1()
 			if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)

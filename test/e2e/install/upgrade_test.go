@@ -8,16 +8,11 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/cli"
@@ -41,16 +36,8 @@ func TestE2EUpgradePrunesWhatTheNewVersionDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	inAdmission := map[string]string{"applyset.kubernetes.io/part-of": cli.ApplySetID("admission")}
-	droppedPolicy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: "faultline-dropped", Labels: inAdmission},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"faultline.dev"}, APIVersions: []string{"*"}, Resources: []string{"nodemaintenances"}}}}}},
-			Validations: []admissionregistrationv1.Validation{{Expression: "true"}},
-		},
-	}
+	droppedPolicy := policyOn("faultline-dropped", "faultline.dev", "nodemaintenances", "true")
+	droppedPolicy.Labels = inAdmission
 	droppedKind := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: "faultline-dropped", Namespace: v1alpha1.NodeAgentNamespace, Labels: inAdmission},
@@ -105,23 +92,10 @@ func TestE2EUpgradePrunesWhatTheNewVersionDropped(t *testing.T) {
 	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, own.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("somebody's own policy after the upgrade: %v, want it kept", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	get := liveObjects(ctx, t, c)
 	for _, u := range objs {
-		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Get(ctx, u.GetName(), metav1.GetOptions{}); err != nil {
-			t.Errorf("%s %s of this version after the upgrade: %v", gvk.Kind, u.GetName(), err)
+		if get(u) == nil {
+			t.Errorf("%s %s of this version: gone after the upgrade", u.GetKind(), u.GetName())
 		}
 	}
 	// The parent names the kinds of now only: the ConfigMap's kind is gone from it.
