@@ -224,6 +224,9 @@ func checkFlags(t *testing.T) {
 	for _, h := range []string{help("nodeagent"), help("faultline-barrier"), help("launcher")} {
 		for _, f := range helpFlags(h) {
 			known[f] = true
+			if !strings.HasPrefix(f, "--") && len(f) > 2 {
+				known["-"+f] = true // Go's flag package takes -step and --step alike
+			}
 		}
 	}
 	for c := range commands {

@@ -35,4 +35,27 @@ type BarrierRecord struct {
 	// A supervising barrier keeps one container across attempts, so the container's start
 	// is attempt 1's for the life of the pod.
 	OpenedAt string `json:"openedAt,omitempty"`
+	// Checkpoint is the worker's answer to the run's latest checkpoint request of Attempt
+	// (TrainingRunStatus.Checkpoint), as its barrier heard it.
+	Checkpoint *BarrierCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// BarrierCheckpoint is a worker's answer to a checkpoint request, as its barrier heard it.
+//
+// +kubebuilder:object:generate=false
+type BarrierCheckpoint struct {
+	// RequestedAt is the request's (CheckpointStatus.RequestedAt, RFC 3339 with nanoseconds).
+	RequestedAt string `json:"requestedAt"`
+	// At is when the barrier answered the agent (RFC 3339 with nanoseconds).
+	At string `json:"at"`
+	// Saved: the worker said it saved (or exited, where the signal ends it). False: it had
+	// not said so when the request's deadline came, or its barrier could not be asked
+	// (Reason).
+	Saved bool `json:"saved"`
+	// Step is the step the worker said it saved, if it said one.
+	Step *int64 `json:"step,omitempty"`
+	// ExitCode is the worker's exit where it answered by exiting.
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Reason says why a worker that did not save did not.
+	Reason string `json:"reason,omitempty"`
 }

@@ -61,6 +61,10 @@ const (
 	ReasonNoPlacement = "NoPlacement"
 	// ReasonMaintenanceOver: a node's maintenance is over and its exclusion lifted.
 	ReasonMaintenanceOver = "MaintenanceOver"
+	// ReasonCheckpointRequested: a planned move asks the workers to save (spec.checkpoint);
+	// ReasonCheckpointDone: every worker answered, or the deadline passed, and the move goes on.
+	ReasonCheckpointRequested = "CheckpointRequested"
+	ReasonCheckpointDone      = "CheckpointDone"
 
 	// Reasons of Stalled.
 	ReasonNodeUnreachable = "NodeUnreachable" // an old worker's node is unreachable

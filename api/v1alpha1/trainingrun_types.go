@@ -96,6 +96,9 @@ const FrameworkNone = "none"
 // +kubebuilder:validation:XValidation:rule="!has(self.gpus) || !has(self.roles) || size(self.roles) == 0",message="spec.gpus gives every worker the same GPUs and spec.roles lay the workers out in roles: with roles, ask for each role's GPUs in spec.roles[].containers[].resources (nvidia.com/gpu), or remove spec.roles",fieldPath=".gpus"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.resourceClaims) || !self.template.spec.resourceClaims.exists(c, c.name == 'faultline-gpus')",message="spec.template.spec.resourceClaims must not name a claim faultline-gpus: faultline adds spec.gpus's claim under that name; rename yours",fieldPath=".template.spec.resourceClaims"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.restartScope) || has(self.restartScope)",message="spec.restartScope cannot be removed once set (the run started under it): create a new TrainingRun to change it",fieldPath=".restartScope"
+// A checkpoint request reaches a worker through the barrier that supervises it, which only a
+// run that restarts in place has.
+// +kubebuilder:validation:XValidation:rule="!has(self.checkpoint) || ((!has(self.restartScope) || self.restartScope != 'Index') && (!has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'Recreate'))",message="spec.checkpoint asks each worker through the barrier of a run that restarts in place: it needs restartScope Gang and restartMode Auto or InPlace; remove spec.checkpoint or change them",fieldPath=".checkpoint"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
 	// (tensorflow, jax, pytorch, or another installed plugin), or "none".
@@ -201,6 +204,83 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.gpus is immutable: create a new TrainingRun to change the workers' GPUs"
 	// +optional
 	GPUs *GPUClaim `json:"gpus,omitempty"`
+
+	// Checkpoint asks every worker to save a checkpoint when a planned move is announced
+	// (a node's shutdown, a drain's cordon, a platform's disruption taint, a
+	// NodeMaintenance), and holds the move until each worker said it saved, or until the
+	// deadline: a planned move then loses no steps (docs/checkpoint.md). Unplanned faults
+	// ask for nothing. The request reaches a worker through the barrier that supervises
+	// it, so it needs a run that restarts in place (restartScope Gang, restartMode not
+	// Recreate). Evictions of the run's pods are refused (a PodDisruptionBudget faultline
+	// owns) while the run lives: faultline moves the workers of a drained node itself.
+	// +optional
+	Checkpoint *CheckpointPolicy `json:"checkpoint,omitempty"`
+}
+
+// CheckpointPolicy is how a run's workers are asked to save, and how long a move waits.
+type CheckpointPolicy struct {
+	// Signal is sent to each worker's process group to ask it to save: SIGUSR1 (the
+	// default) or SIGUSR2, which a program catches, saves on, says so and trains on; or
+	// SIGTERM (or SIGINT) for a program whose framework saves on it and exits (JAX's
+	// preemption sync with Orbax, TensorFlow's BackupAndRestore): its exit says it saved.
+	// A worker says it saved by writing the file done, holding the step, in the directory
+	// $FAULTLINE_CHECKPOINT_DIR, or by running `faultline-barrier checkpoint-done --step N`.
+	// +kubebuilder:validation:Enum=SIGUSR1;SIGUSR2;SIGTERM;SIGINT
+	// +kubebuilder:default=SIGUSR1
+	// +optional
+	Signal string `json:"signal,omitempty"`
+	// TimeoutSeconds bounds how long a move waits for the workers to say they saved; the
+	// move goes on at the smaller of it and what the notice allows (a node's shutdown
+	// delay), and the attempt's record names the workers that did not say so.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=300
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// CheckpointStatus is a request to the workers of an attempt to save, and their answers.
+type CheckpointStatus struct {
+	// Attempt is the attempt whose workers are asked.
+	Attempt int32 `json:"attempt"`
+	// RequestedAt is when the controller asked: each worker's answer names it.
+	RequestedAt metav1.MicroTime `json:"requestedAt"`
+	// Deadline is when the move goes on whatever the workers said.
+	Deadline metav1.Time `json:"deadline"`
+	// Notice is the planned move that asked, for people (the nodes and why).
+	// +optional
+	Notice string `json:"notice,omitempty"`
+	// Nodes are the nodes the notice is about.
+	// +listType=set
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
+	// Acks are the workers that said they saved, by index.
+	// +listType=map
+	// +listMapKey=index
+	// +optional
+	Acks []CheckpointAck `json:"acks,omitempty"`
+	// Missing are the indexes that had not said so when the move went on (set once it did).
+	// +listType=set
+	// +optional
+	Missing []int32 `json:"missing,omitempty"`
+	// EndedAt is when the move went on: every worker had answered, or the deadline passed.
+	// +optional
+	EndedAt *metav1.MicroTime `json:"endedAt,omitempty"`
+}
+
+// CheckpointAck is one worker's answer to a checkpoint request.
+type CheckpointAck struct {
+	Index int32 `json:"index"`
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// At is when its node agent heard the answer.
+	At metav1.MicroTime `json:"at"`
+	// Step is the step the worker said it saved, if it said one.
+	// +optional
+	Step *int64 `json:"step,omitempty"`
+	// ExitCode is set where the worker answered by exiting (signal SIGTERM or SIGINT).
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
 }
 
 // GPUClaim is what each worker asks of a DeviceClass.
@@ -442,6 +522,10 @@ type TrainingRunStatus struct {
 	// controller advances it at every status write (pkg/goodput).
 	// +optional
 	Goodput *GoodputLedger `json:"goodput,omitempty"`
+	// Checkpoint is the current attempt's request to save before a planned move
+	// (spec.checkpoint), while the move waits for it; the attempt's record keeps it after.
+	// +optional
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
 	// Queue is the run's place in Kueue, for a run that names a queue (the
 	// kueue.x-k8s.io/queue-name label): its Workload, the admission, the evictions.
 	// +optional
@@ -645,6 +729,10 @@ type AttemptRecord struct {
 	// the run's Workload with its reason and message (e.g. the preemptor).
 	// +optional
 	Suspension string `json:"suspension,omitempty"`
+	// Checkpoint is the request to save that this attempt's workers got before a planned
+	// move ended it, with their answers and who did not answer.
+	// +optional
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
 }
 
 // QueueStatus is what faultline knows of the run's Kueue Workload.

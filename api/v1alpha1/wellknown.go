@@ -117,6 +117,10 @@ const (
 	// attempt the pod was created in and cannot change in a running pod; a program reads
 	// the file when this variable is set (docs/in-place-restart.md).
 	EnvAttemptFile = "FAULTLINE_ATTEMPT_FILE"
+	// EnvCheckpointDir is set in a worker that its barrier supervises: the directory where
+	// it answers a checkpoint request (spec.checkpoint) by writing CheckpointDoneFile, which
+	// holds the step it saved (docs/checkpoint.md).
+	EnvCheckpointDir = "FAULTLINE_CHECKPOINT_DIR"
 )
 
 // The shape of a pod that restarts in place (docs/in-place-restart.md): the contract between
@@ -132,6 +136,10 @@ const (
 	RunVolume   = "faultline-run"
 	RunDir      = "/var/run/faultline"
 	AttemptFile = RunDir + "/attempt"
+	// CheckpointDir is EnvCheckpointDir's value, in the run volume; CheckpointDoneFile the
+	// file a worker writes there once it saved (the barrier removes it before each request).
+	CheckpointDir      = RunDir + "/checkpoint"
+	CheckpointDoneFile = "done"
 	// NodeConditionInPlaceReady is True on a Node whose node agent can stop its workers and
 	// open their barriers (it holds a working connection to the node's container runtime).
 	NodeConditionInPlaceReady = GroupName + "/InPlaceReady"

@@ -38,6 +38,9 @@ const (
 	// exitOpenedBefore: no barrier listens, and the attempt file holds the attempt asked
 	// for (or a later one): it opened for it before.
 	exitOpenedBefore = 5
+	// exitNotSaved: a checkpoint's worker did not say it saved (the timeout passed, or it
+	// was stopped).
+	exitNotSaved = 6
 	// exitSIGTERM: the pod is terminating (128+SIGTERM); it is not restarted then.
 	exitSIGTERM = 143
 	// supervise's, when the worker's command cannot be run, are the shell's
@@ -51,13 +54,17 @@ type cli struct {
 	open      func(context.Context, string, int) error
 	supervise func(context.Context, barrier.Config, []string) (int, error)
 	stop      func(context.Context, string, int, time.Duration) error
-	getenv    func(string) string
+	// checkpoint and done: the request to save, and the worker's word that it saved.
+	checkpoint func(context.Context, string, int, string, time.Duration) (barrier.CheckpointAnswer, error)
+	done       func(context.Context, string, int, int64) error
+	getenv     func(string) string
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, supervise: barrier.Supervise, stop: barrier.Stop, getenv: os.Getenv}
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, supervise: barrier.Supervise, stop: barrier.Stop,
+		checkpoint: barrier.Checkpoint, done: barrier.CheckpointDone, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
@@ -80,16 +87,20 @@ func (c cli) run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.AttemptFile, "attempt-file", barrier.AttemptFile, "the file the workers read their attempt from")
 	fs.StringVar(&cfg.Socket, "socket", barrier.DefaultSocket, "where the waiting barrier listens for open")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", barrier.DefaultTerminationLog, "the container's termination message file")
-	attempt := fs.Int("attempt", 0, "open, stop: the attempt the gang is to run")
-	timeout := fs.Duration("timeout", 10*time.Second, "open, stop: how long to wait for the barrier's answer (stop: beyond the grace period)")
+	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", barrier.CheckpointDir, "supervise: where the worker writes "+barrier.CheckpointDoneFile+" once it saved")
+	attempt := fs.Int("attempt", 0, "open, stop, checkpoint: the attempt the gang is to run (checkpoint: runs)")
+	timeout := fs.Duration("timeout", 10*time.Second, "open, stop: how long to wait for the barrier's answer (stop: beyond the grace period); checkpoint: for the worker to say it saved")
 	grace := fs.Duration("grace", 30*time.Second, "stop: how long the worker has after SIGTERM before SIGKILL")
+	sig := fs.String("signal", "SIGUSR1", "checkpoint: the signal that asks the worker to save (SIGUSR1, SIGUSR2, SIGTERM, SIGINT)")
+	step := fs.Int64("step", -1, "checkpoint-done: the step the worker saved (-1: none said)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n"+
-			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]")
+			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]\n"+
+			"       faultline-barrier checkpoint --attempt N [--signal S] [--timeout D] [flags]\n       faultline-barrier checkpoint-done [--step N] [flags]  (in the worker: it saved)")
 		fs.PrintDefaults()
 	}
 	cmd := "wait"
-	if len(args) > 0 && slices.Contains([]string{"wait", "open", barrier.CommandSupervise, "stop"}, args[0]) {
+	if len(args) > 0 && slices.Contains([]string{"wait", "open", barrier.CommandSupervise, "stop", "checkpoint", "checkpoint-done"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
 	runsWorker := cmd == barrier.CommandSupervise
@@ -119,6 +130,35 @@ func (c cli) run(ctx context.Context, args []string) int {
 		ctx, cancel := context.WithTimeout(ctx, *grace+*timeout)
 		defer cancel()
 		return c.exitOf("stop", c.stop(ctx, cfg.Socket, *attempt, *grace))
+	case "checkpoint":
+		if *attempt < 1 || *timeout <= 0 {
+			fmt.Fprintln(c.stderr, "checkpoint needs --attempt N (N >= 1) and a --timeout above 0")
+			return exitUsage
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout+10*time.Second)
+		defer cancel()
+		a, err := c.checkpoint(ctx, cfg.Socket, *attempt, *sig, *timeout)
+		if err != nil {
+			return c.exitOf("checkpoint", err)
+		}
+		fmt.Fprintln(c.stderr, describeAnswer(a))
+		if !a.Saved {
+			return exitNotSaved
+		}
+		return exitOK
+	case "checkpoint-done":
+		// The worker's attempt is the attempt file's (FAULTLINE_ATTEMPT is its pod's first).
+		n, err := barrier.ReadAttempt(cfg.AttemptFile)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("%s holds no attempt: is this a worker its barrier supervises?", cfg.AttemptFile)
+		}
+		if err != nil {
+			fmt.Fprintln(c.stderr, "checkpoint-done:", err)
+			return exitError
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return c.exitOf("checkpoint-done", c.done(ctx, cfg.Socket, n, *step))
 	case "open":
 		if *attempt < 1 {
 			fmt.Fprintln(c.stderr, "open needs --attempt N (N >= 1)")
@@ -158,4 +198,17 @@ func (c cli) exitOf(verb string, err error) int {
 	}
 	fmt.Fprintln(c.stderr, verb+":", err)
 	return exitError
+}
+
+// describeAnswer is a checkpoint's answer, for people.
+func describeAnswer(a barrier.CheckpointAnswer) string {
+	switch {
+	case a.Exit != nil:
+		return fmt.Sprintf("the worker ended (status %d)", *a.Exit)
+	case a.Saved && a.Step != nil:
+		return fmt.Sprintf("the worker saved step %d", *a.Step)
+	case a.Saved:
+		return "the worker saved"
+	}
+	return "the worker did not save: " + a.Reason
 }

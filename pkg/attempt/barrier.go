@@ -89,6 +89,8 @@ func barrierInWorker(spec *corev1.PodSpec, image string) {
 	c := &spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.BarrierVolume, MountPath: v1alpha1.BarrierMount, ReadOnly: true})
 	c.Command = append([]string{v1alpha1.BarrierBinary, barrier.CommandSupervise, "--"}, c.Command...)
+	// Where the worker says it saved, when a planned move asks it to (spec.checkpoint).
+	c.Env = append(c.Env, corev1.EnvVar{Name: v1alpha1.EnvCheckpointDir, Value: v1alpha1.CheckpointDir})
 }
 
 // BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:

@@ -54,6 +54,10 @@ const (
 	OpenedMessagePrefix = "attempt="
 	// EnvAttempt is v1alpha1.EnvAttempt: the attempt the barrier's pod was made for.
 	EnvAttempt = "FAULTLINE_ATTEMPT"
+	// CheckpointDir is v1alpha1.CheckpointDir, CheckpointDoneFile v1alpha1.CheckpointDoneFile:
+	// where a supervised worker says it saved (Checkpoint).
+	CheckpointDir      = RunDir + "/checkpoint"
+	CheckpointDoneFile = "done"
 )
 
 const (
@@ -201,6 +205,19 @@ const (
 	verbStop    = "stop"
 	verbStopped = "stopped"
 	verbRunning = "running"
+	// A supervising barrier takes "checkpoint <attempt> <signal name> <timeout in ms>" too,
+	// for the worker that runs attempt: it sends the signal to the worker's process group
+	// and answers once the worker said it saved ("saved <attempt> <step or ->"), ended
+	// ("exited <attempt> <status>"), was stopped ("stopped <attempt>"), or the timeout passed
+	// ("timeout <attempt>"); "stale <attempt> <running>" for a worker of another attempt, or
+	// none. "done <attempt> <step or -1>" is the worker's own word that it saved
+	// (`faultline-barrier checkpoint-done`), answered "ok <attempt>".
+	verbCheckpoint = "checkpoint"
+	verbSaved      = "saved"
+	verbExited     = "exited"
+	verbTimeout    = "timeout"
+	verbDone       = "done"
+	verbOK         = "ok"
 )
 
 // ErrStale is Open's error when the waiting barrier refused the attempt as not newer than
@@ -228,6 +245,9 @@ type Config struct {
 	// agent whose view of the run lags one attempt behind would otherwise start a pod made
 	// for attempt 3 as attempt 2, beside the gang's attempt 3.
 	MadeFor int
+	// CheckpointDir is where a supervised worker writes CheckpointDoneFile once it saved
+	// (CheckpointDir; "" none: only checkpoint-done answers a request).
+	CheckpointDir string
 }
 
 // Wait blocks until an Open hands it an attempt newer than the attempt file's, then writes
@@ -312,7 +332,12 @@ type request struct {
 	line    string
 	verb    string
 	attempt int
-	grace   time.Duration
+	// grace: a stop's; a checkpoint's timeout.
+	grace time.Duration
+	// signal: a checkpoint's signal, by name.
+	signal string
+	// step: a done's (-1: none said).
+	step int64
 }
 
 // readRequest reads one request from conn, within a deadline: a client that connects and
@@ -339,6 +364,14 @@ func readRequest(conn *net.UnixConn) (request, error) {
 		ms, err = strconv.Atoi(fields[len(fields)-1])
 		ok = len(fields) == 3 && err == nil && ms >= 0
 		req.grace = time.Duration(ms) * time.Millisecond
+	case ok && req.verb == verbCheckpoint:
+		var ms int
+		ms, err = strconv.Atoi(fields[len(fields)-1])
+		ok = len(fields) == 4 && err == nil && ms >= 0
+		req.signal, req.grace = fields[2], time.Duration(ms)*time.Millisecond
+	case ok && req.verb == verbDone:
+		req.step, err = strconv.ParseInt(fields[len(fields)-1], 10, 64)
+		ok = len(fields) == 3 && err == nil && req.step >= -1
 	default:
 		ok = false
 	}
@@ -405,6 +438,77 @@ func Open(ctx context.Context, socket string, attempt int) error {
 func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) error {
 	_, _, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()), verbStopped)
 	return err
+}
+
+// CheckpointAnswer is a supervising barrier's answer to a checkpoint request.
+type CheckpointAnswer struct {
+	// Saved: the worker said it saved, or ended (Exit) after the signal.
+	Saved bool
+	// Step is the step it said it saved, if it said one.
+	Step *int64
+	// Exit is the worker's exit status where it ended after the signal.
+	Exit *int
+	// Reason says why it did not save: the timeout passed, or it was stopped.
+	Reason string
+}
+
+// Checkpoint asks the supervising barrier on socket to send its worker of attempt the
+// signal (by name: SIGUSR1, SIGUSR2, SIGTERM or SIGINT) and returns its answer once the
+// worker said it saved, ended, was stopped, or timeout passed; ErrStale when its worker
+// runs another attempt or none, ErrNotWaiting when no supervising barrier listens. ctx
+// must outlast timeout.
+func Checkpoint(ctx context.Context, socket string, attempt int, signal string, timeout time.Duration) (CheckpointAnswer, error) {
+	line, err := exchange(ctx, socket, fmt.Sprintf("%s %d %s %d", verbCheckpoint, attempt, signal, timeout.Milliseconds()))
+	if err != nil {
+		return CheckpointAnswer{}, err
+	}
+	return parseCheckpointAnswer(line, attempt)
+}
+
+// parseCheckpointAnswer reads a barrier's answer line to a checkpoint of attempt.
+func parseCheckpointAnswer(line string, attempt int) (CheckpointAnswer, error) {
+	f := strings.Fields(line)
+	if len(f) >= 2 && f[1] != strconv.Itoa(attempt) {
+		return CheckpointAnswer{}, fmt.Errorf("the barrier answered %q to a checkpoint of attempt %d", line, attempt)
+	}
+	switch {
+	case len(f) == 3 && f[0] == verbSaved:
+		a := CheckpointAnswer{Saved: true}
+		if n, err := strconv.ParseInt(f[2], 10, 64); err == nil && n >= 0 {
+			a.Step = &n
+		}
+		return a, nil
+	case len(f) == 3 && f[0] == verbExited:
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			break
+		}
+		return CheckpointAnswer{Saved: true, Exit: &n}, nil
+	case len(f) == 2 && f[0] == verbTimeout:
+		return CheckpointAnswer{Reason: "it did not say it saved within the timeout"}, nil
+	case len(f) == 2 && f[0] == verbStopped:
+		return CheckpointAnswer{Reason: "it was stopped before it said it saved"}, nil
+	case len(f) >= 2 && f[0] == verbStale:
+		return CheckpointAnswer{}, fmt.Errorf("checkpoint of attempt %d: %w (%s)", attempt, ErrStale, strings.Join(f[2:], " "))
+	}
+	return CheckpointAnswer{}, fmt.Errorf("the barrier answered %q to a checkpoint of attempt %d", line, attempt)
+}
+
+// CheckpointDone tells the supervising barrier on socket that its worker of attempt saved
+// step (-1: it says none), which answers the request it waits on, if any.
+func CheckpointDone(ctx context.Context, socket string, attempt int, step int64) error {
+	_, _, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbDone, attempt, step), verbOK)
+	return err
+}
+
+// ReadDone reads a worker's done file: the step it holds, if it holds one (anything else,
+// an empty file too, says it saved without a step).
+func ReadDone(b []byte) *int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return nil
+	}
+	return &n
 }
 
 // attemptMarkerPrefix starts the line a supervising barrier writes to its container's log

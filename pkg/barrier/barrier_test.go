@@ -20,6 +20,8 @@ func TestSharedNamesMatchTheAPI(t *testing.T) {
 		{RunDir, v1alpha1.RunDir},
 		{AttemptFile, v1alpha1.AttemptFile},
 		{EnvAttempt, v1alpha1.EnvAttempt},
+		{CheckpointDir, v1alpha1.CheckpointDir},
+		{CheckpointDoneFile, v1alpha1.CheckpointDoneFile},
 		{OpenedMessagePrefix, v1alpha1.BarrierOpenedMessagePrefix},
 		// The program, where the barrier's image volume is mounted in a worker container.
 		{v1alpha1.BarrierMount + Binary, v1alpha1.BarrierBinary},

@@ -50,6 +50,12 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		return 1, err
 	}
 	defer ln.Close()
+	if cfg.CheckpointDir != "" {
+		// The worker's, to say it saved (Checkpoint): the worker runs as the barrier's user.
+		if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
+			log.Warn("no checkpoint directory for the worker", "dir", cfg.CheckpointDir, "error", err)
+		}
+	}
 	s := &supervisor{cfg: cfg, log: log, conns: make(chan *net.UnixConn), exits: make(chan reaped, 16), done: make(chan struct{}),
 		signals: make(chan os.Signal, 8)}
 	defer close(s.done)
@@ -181,6 +187,11 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 				conn.Close()
 				continue
 			}
+			if req.verb == verbCheckpoint || req.verb == verbDone {
+				fmt.Fprintf(conn, "%s %d %d (no worker runs)\n", verbStale, req.attempt, start)
+				conn.Close()
+				continue
+			}
 			if req.verb == verbStop {
 				if req.attempt > s.stoppedFor {
 					s.stoppedFor = req.attempt
@@ -212,15 +223,40 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 // stop of a later attempt ends it and what it left (stoppedFor, that attempt; 0 otherwise).
 // The signals the barrier gets go on to its process group; after SIGTERM the barrier waits
 // for the worker's exit (the kubelet kills the container after its grace period).
+//
+// A checkpoint request of attempt sends its signal to the worker's process group and is
+// answered (checkpoint) when the worker says it saved (its done file, or checkpoint-done),
+// ends, is stopped, or the request's timeout passes. A worker that ends after a signal that
+// asks it to end (SIGTERM, SIGINT) has answered: the barrier stays, as after a stop, and the
+// container with it, for the attempt that moves the gang.
 func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
+	var ck checkpoint
+	defer ck.answer("%s %d\n", verbStopped, attempt) // a stop, if one is pending
 	for {
 		select {
 		case r := <-s.exits:
 			if r.pid == pid {
-				// What the worker left goes with it: the container ends now.
+				// What the worker left goes with it.
 				s.killAll(pid)
-				return exitStatus(r.status), 0
+				status := exitStatus(r.status)
+				if ck.pending() {
+					ends := ck.ends
+					ck.answer("%s %d %d\n", verbExited, attempt, status)
+					if ends {
+						s.log.Info("the worker ended after the checkpoint signal: it waits for the next attempt", "attempt", attempt, "status", status)
+						return status, attempt + 1
+					}
+				}
+				// The container ends now.
+				return status, 0
 			}
+		case <-ck.tick:
+			if step, ok := s.doneFile(); ok {
+				ck.answer("%s %d %s\n", verbSaved, attempt, stepField(step))
+			}
+		case <-ck.timeout:
+			s.log.Warn("the worker did not say it saved within the timeout", "attempt", attempt)
+			ck.answer("%s %d\n", verbTimeout, attempt)
 		case sig := <-s.signals:
 			s.log.Info("passing a signal on to the worker", "signal", sig, "pid", pid)
 			syscall.Kill(-pid, sig.(syscall.Signal))
@@ -231,6 +267,27 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 				s.log.Warn("request not taken", "error", err)
 			case req.verb == verbOpen:
 				fmt.Fprintf(conn, "%s %d\n", verbRunning, attempt)
+			case (req.verb == verbCheckpoint || req.verb == verbDone) && req.attempt != attempt:
+				fmt.Fprintf(conn, "%s %d %d\n", verbStale, req.attempt, attempt)
+			case req.verb == verbDone:
+				s.log.Info("the worker says it saved", "attempt", attempt, "step", req.step)
+				ck.answer("%s %d %s\n", verbSaved, attempt, stepField(req.step))
+				fmt.Fprintf(conn, "%s %d\n", verbOK, attempt)
+			case req.verb == verbCheckpoint:
+				sig, ok := checkpointSignals[req.signal]
+				if !ok {
+					fmt.Fprintf(conn, "error unknown signal %q\n", req.signal)
+					break
+				}
+				// The answer waits for the worker: this connection is kept, and answered
+				// in this loop. A later request replaces an earlier one, answered stale.
+				ck.answer("%s %d %d (a later checkpoint request)\n", verbStale, attempt, attempt)
+				s.removeDone()
+				conn.SetDeadline(time.Time{})
+				ck.start(conn, req.grace, sig == syscall.SIGTERM || sig == syscall.SIGINT)
+				s.log.Info("asking the worker to save", "attempt", attempt, "signal", req.signal, "timeout", req.grace)
+				syscall.Kill(-pid, sig)
+				continue
 			case req.attempt <= attempt:
 				fmt.Fprintf(conn, "%s %d %d\n", verbStale, req.attempt, attempt)
 			default:
@@ -244,6 +301,87 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 			conn.Close()
 		}
 	}
+}
+
+// checkpointSignals are the signals a checkpoint request may send, by name
+// (CheckpointPolicy.Signal's enum).
+var checkpointSignals = map[string]syscall.Signal{
+	"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT,
+}
+
+// checkpoint is the request a supervisor's loop is answering, if any: the connection that
+// waits for the answer, the ticks on which it looks for the worker's done file, and the
+// request's timeout.
+type checkpoint struct {
+	conn    *net.UnixConn
+	ticker  *time.Ticker
+	timer   *time.Timer
+	tick    <-chan time.Time
+	timeout <-chan time.Time
+	// ends: the signal asks the worker to end (its exit answers).
+	ends bool
+}
+
+// doneTick is how often a pending checkpoint looks for the worker's done file.
+const doneTick = 50 * time.Millisecond
+
+func (c *checkpoint) start(conn *net.UnixConn, timeout time.Duration, ends bool) {
+	c.conn, c.ends = conn, ends
+	c.ticker, c.timer = time.NewTicker(doneTick), time.NewTimer(timeout)
+	c.tick, c.timeout = c.ticker.C, c.timer.C
+}
+
+func (c *checkpoint) pending() bool { return c.conn != nil }
+
+// answer answers the pending request, if any, and forgets it.
+func (c *checkpoint) answer(format string, args ...any) {
+	if c.conn == nil {
+		return
+	}
+	fmt.Fprintf(c.conn, format, args...)
+	c.conn.Close()
+	c.ticker.Stop()
+	c.timer.Stop()
+	*c = checkpoint{}
+}
+
+// stepField is a step as the protocol writes it: "-" for none.
+func stepField(step int64) string {
+	if step < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(step, 10)
+}
+
+// doneFile reads and removes the worker's done file: the step it holds (-1: none), and
+// whether it was there.
+func (s *supervisor) doneFile() (int64, bool) {
+	if s.cfg.CheckpointDir == "" {
+		return 0, false
+	}
+	path := filepath.Join(s.cfg.CheckpointDir, CheckpointDoneFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	os.Remove(path)
+	step := int64(-1)
+	if n := ReadDone(b); n != nil {
+		step = *n
+	}
+	return step, true
+}
+
+// removeDone removes a done file left from before a request (a worker's own periodic word),
+// and makes sure the directory is there for the worker to write it.
+func (s *supervisor) removeDone() {
+	if s.cfg.CheckpointDir == "" {
+		return
+	}
+	if err := os.MkdirAll(s.cfg.CheckpointDir, 0o755); err != nil {
+		s.log.Warn("no checkpoint directory for the worker", "dir", s.cfg.CheckpointDir, "error", err)
+	}
+	os.Remove(filepath.Join(s.cfg.CheckpointDir, CheckpointDoneFile))
 }
 
 // stop ends the worker pid: SIGTERM to its process group, and after grace (or its exit)

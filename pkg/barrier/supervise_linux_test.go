@@ -27,7 +27,7 @@ func superviseHelper(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	cfg := Config{AttemptFile: filepath.Join(dir, "attempt"), Socket: filepath.Join(dir, "b.sock"),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		CheckpointDir: filepath.Join(dir, "checkpoint"), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	status, err := Supervise(ctx, cfg, []string{"/bin/sh", filepath.Join(dir, "worker.sh")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "supervise:", err)
@@ -238,5 +238,100 @@ func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
 	pidIn(t, dir, "worker.5")
 	if n, _ := ReadAttempt(filepath.Join(dir, "attempt")); n != 5 {
 		t.Errorf("attempt file %d, want 5", n)
+	}
+}
+
+// A checkpoint request signals the worker of the attempt it names and is answered by what
+// the worker does: it writes its done file (with the step), says so through checkpoint-done,
+// ignores the signal (the timeout), ends after a signal that asks it to (its exit answers,
+// and the barrier stays for the next attempt), or is stopped while it saves. A request of
+// another attempt is stale, and the worker never sees its signal.
+func TestSuperviseAsksItsWorkerToSave(t *testing.T) {
+	dir, _ := supervised(t, `
+d="$(dirname "$0")"
+n=$(cat "$d/attempt")
+trap 'echo 42 > "$d/checkpoint/done"' USR1
+trap 'echo saving >> "$d/usr2"' USR2
+trap 'echo $n > "$d/ended.$n"; exit 0' TERM
+echo $$ > "$d/worker.$n"
+while :; do sleep 0.05; done
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	socket := filepath.Join(dir, "b.sock")
+	if err := Open(ctx, socket, 1); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.1")
+
+	// Another attempt's request: stale, no signal.
+	if _, err := Checkpoint(ctx, socket, 2, "SIGUSR1", time.Second); !errors.Is(err, ErrStale) {
+		t.Fatalf("checkpoint of attempt 2 while attempt 1 runs: %v, want ErrStale", err)
+	}
+	if _, err := Checkpoint(ctx, socket, 1, "SIGKILL", time.Second); err == nil {
+		t.Fatal("a checkpoint with SIGKILL was taken")
+	}
+	// The done file, with its step.
+	a, err := Checkpoint(ctx, socket, 1, "SIGUSR1", 10*time.Second)
+	if err != nil || !a.Saved || a.Step == nil || *a.Step != 42 || a.Exit != nil {
+		t.Fatalf("checkpoint by the done file: %+v, %v; want saved step 42", a, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint", CheckpointDoneFile)); !os.IsNotExist(err) {
+		t.Errorf("the done file is still there after the answer (%v): the next request would read it", err)
+	}
+	// checkpoint-done's word answers it (the worker traps SIGUSR2 and writes no file).
+	answered := make(chan CheckpointAnswer, 1)
+	go func() {
+		a, err := Checkpoint(ctx, socket, 1, "SIGUSR2", 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- a
+	}()
+	waitFor(t, "the worker's SIGUSR2", func() bool { _, err := os.Stat(filepath.Join(dir, "usr2")); return err == nil })
+	if err := CheckpointDone(ctx, socket, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answered; !a.Saved || a.Step == nil || *a.Step != 7 {
+		t.Fatalf("checkpoint answered by checkpoint-done: %+v, want saved step 7", a)
+	}
+	// A worker that says nothing: the timeout answers.
+	start := time.Now()
+	a, err = Checkpoint(ctx, socket, 1, "SIGUSR2", 300*time.Millisecond)
+	if err != nil || a.Saved || !strings.Contains(a.Reason, "timeout") {
+		t.Fatalf("checkpoint of a worker that says nothing: %+v, %v; want the timeout", a, err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("the timeout of 300 ms answered after %s", took)
+	}
+	// SIGTERM: the worker ends, which answers; the barrier waits for the next attempt.
+	a, err = Checkpoint(ctx, socket, 1, "SIGTERM", 10*time.Second)
+	if err != nil || !a.Saved || a.Exit == nil || *a.Exit != 0 {
+		t.Fatalf("checkpoint by SIGTERM: %+v, %v; want the worker's exit 0", a, err)
+	}
+	if err := Open(ctx, socket, 1); !errors.Is(err, ErrStale) {
+		t.Fatalf("open of attempt 1 again after its worker ended on the request: %v, want ErrStale", err)
+	}
+	if err := Open(ctx, socket, 2); err != nil {
+		t.Fatalf("open of attempt 2 after the worker ended on the request: %v", err)
+	}
+	pidIn(t, dir, "worker.2")
+	// A stop answers a pending request.
+	go func() {
+		a, err := Checkpoint(ctx, socket, 2, "SIGUSR2", 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- a
+	}()
+	waitFor(t, "the second SIGUSR2", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "usr2"))
+		return strings.Count(string(b), "saving") == 3
+	})
+	if err := Stop(ctx, socket, 3, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answered; a.Saved || !strings.Contains(a.Reason, "stopped") {
+		t.Fatalf("checkpoint pending at a stop: %+v, want not saved, stopped", a)
 	}
 }

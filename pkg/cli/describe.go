@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/checkpoint"
 	"github.com/faultline-dev/faultline/pkg/goodput"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
@@ -106,6 +107,9 @@ func describeStatus(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 	if line := goodputLine(run, now); line != "" {
 		p.kv(1, "Goodput", line)
 	}
+	if c := st.Checkpoint; c != nil && c.EndedAt == nil {
+		p.kv(1, "Checkpoint", checkpointLine(run, c))
+	}
 	p.kv(1, "Started", stampAgo(st.StartTime, now))
 	if st.CompletionTime != nil {
 		p.kv(1, "Completed", stampAgo(st.CompletionTime, now))
@@ -137,6 +141,9 @@ func describeAttempts(p *pw, run *v1alpha1.TrainingRun, now time.Time) {
 		}
 		if rec.Suspension != "" {
 			p.kv(2, "Suspended by", rec.Suspension)
+		}
+		if rec.Checkpoint != nil {
+			p.kv(2, "Checkpoint", checkpointLine(run, rec.Checkpoint))
 		}
 		v := rec.Verdict
 		if v == nil {
@@ -376,6 +383,16 @@ func (p *pw) table(indent int, rows [][]string) {
 	for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 		p.line(indent, strings.TrimRight(l, " "))
 	}
+}
+
+// checkpointLine is a request to save (spec.checkpoint) as describe says it: when it asked
+// and why, what the workers answered, and how it ended (or until when it waits).
+func checkpointLine(run *v1alpha1.TrainingRun, c *v1alpha1.CheckpointStatus) string {
+	s := fmt.Sprintf("asked %s (%s): %s", stamp(c.RequestedAt.Time), c.Notice, checkpoint.Summary(c, run.Spec.Workers))
+	if c.EndedAt == nil {
+		return s + "; the move waits until " + stamp(c.Deadline.Time)
+	}
+	return s + fmt.Sprintf("; the move went on %s after", c.EndedAt.Sub(c.RequestedAt.Time).Round(time.Millisecond))
 }
 
 // goodputLine is the run's goodput ledger as of now (pkg/goodput): the training's share of

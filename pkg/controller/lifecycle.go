@@ -240,6 +240,7 @@ func endAttempt(run *v1alpha1.TrainingRun, now metav1.Time, v *v1alpha1.FailureV
 	rec.EndTime = &now
 	rec.Verdict = v
 	rec.Outcome = outcome
+	closeCheckpoint(run, rec, now)
 }
 
 func jobCondition(job *batchv1.Job, types ...batchv1.JobConditionType) bool {

@@ -48,6 +48,7 @@ package controller
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;create;delete
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;create
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get

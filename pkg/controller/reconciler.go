@@ -291,7 +291,14 @@ func (r *Reconciler) plan(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 		return res, true, r.writeStatus(ctx, run)
 	}
 	if len(mv.Nodes) == 0 {
+		if r.askOnShutdown(run, obs) {
+			return res, true, r.writeStatus(ctx, run)
+		}
 		return res, false, nil
+	}
+	if wait, after, err := r.askFirst(ctx, run, obs, "planned maintenance of "+strings.Join(mv.Nodes, ", ")+" ("+mv.Why()+")", mv.Nodes); wait || err != nil {
+		res.RequeueAfter = earliest(res.RequeueAfter, after)
+		return res, true, err
 	}
 	res, err = r.plannedRestart(ctx, run, obs, mv)
 	return res, true, err

@@ -214,6 +214,9 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 	if res, ok, err := r.ensureOwned(ctx, run, rendezvous.Service(run), "the workers' addresses need that name"); !ok || err != nil {
 		return res, err
 	}
+	if res, ok, err := r.disruptionBudget(ctx, run); !ok || err != nil {
+		return res, err
+	}
 	var group string
 	if r.PodGroups && podgroup.Gang(run) {
 		group = podgroup.Name(run)

@@ -165,7 +165,10 @@ func Facts(node *corev1.Node, cfg Config) string {
 	if node == nil {
 		return ""
 	}
-	f := fmt.Sprintf("cordoned=%t scheduled=%s", Cordoned(node), node.Labels[v1alpha1.LabelGKEScheduledMaintenanceTime])
+	// A shutdown's announcement is a notice too: a run with spec.checkpoint asks its workers
+	// to save on it.
+	f := fmt.Sprintf("cordoned=%t scheduled=%s shutdown=%s", Cordoned(node), node.Labels[v1alpha1.LabelGKEScheduledMaintenanceTime],
+		node.Annotations[v1alpha1.AnnotationShutdownDetectedAt])
 	for _, t := range node.Spec.Taints {
 		if slices.Contains(v1alpha1.DisruptionTaints, t.Key) {
 			f += " " + t.Key

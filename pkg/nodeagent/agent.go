@@ -57,7 +57,18 @@ type AgentConfig struct {
 	Retry  time.Duration
 	Clock  clock.PassiveClock
 	Logger *slog.Logger
+	// Checkpoints, when set, holds a shutdown back until the node's workers whose runs ask
+	// them to save on notice (spec.checkpoint) have answered (inplace.Checkpointer), for up
+	// to CheckpointWait (the inhibitor's release timeout) less markReserve.
+	Checkpoints interface {
+		WaitNode(ctx context.Context, until time.Time) []string
+	}
+	CheckpointWait time.Duration
 }
+
+// markReserve is what a shutdown's wait for the workers' checkpoints leaves of the
+// inhibitor's release timeout for the marks of the node's pods.
+const markReserve = 2 * time.Second
 
 // DefaultRebootCheckAfter: the monitor polls every GPU's health at once when it starts.
 const DefaultRebootCheckAfter = 5 * time.Second
@@ -389,8 +400,10 @@ func (a *Agent) handledNow(key faultKey, now time.Time) {
 	}
 }
 
-// ShutdownStarted annotates the node and marks every run pod on it, concurrently: logind's
-// delay is short and the kubelet is already stopping the pods.
+// ShutdownStarted annotates the node and marks every run pod on it: logind's delay is short
+// and the kubelet is already stopping the pods. Where the node's workers belong to runs that
+// save on notice (spec.checkpoint), the annotation is the controller's notice, and the marks,
+// which end those workers' attempts, wait for their answers (Checkpoints), bounded.
 func (a *Agent) ShutdownStarted(ctx context.Context, detectedAt time.Time) error {
 	a.shutdownMu.Lock()
 	a.shuttingDown, a.withdraw = true, false
@@ -399,6 +412,18 @@ func (a *Agent) ShutdownStarted(ctx context.Context, detectedAt time.Time) error
 	var wg sync.WaitGroup
 	var nodeErr error
 	wg.Go(func() { nodeErr = a.cfg.Writer.AnnotateShutdown(ctx, detectedAt) })
+	if a.cfg.Checkpoints != nil {
+		// The announcement on the node is the controller's notice: it asks the gangs of the
+		// node's workers to save, and the workers' evidence, which ends their attempts,
+		// waits for their answers.
+		if wait := a.cfg.CheckpointWait - markReserve; wait > 0 {
+			if left := a.cfg.Checkpoints.WaitNode(ctx, detectedAt.Add(wait)); len(left) > 0 {
+				a.log.Warn("the shutdown goes on before these workers said they saved", "pods", left, "waited", wait)
+			} else {
+				a.log.Info("the node's workers answered their checkpoint requests", "after", a.cfg.Clock.Since(detectedAt).Round(time.Millisecond))
+			}
+		}
+	}
 	pods, err := a.cfg.Writer.RunPods(ctx)
 	var podErr error
 	if err == nil {

@@ -68,6 +68,30 @@ const reasonBarrierRecord = "BarrierRecord"
 // the container ends). Nothing is written where the record names another container (a later
 // open replaced it), or says so already.
 func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
+	return w.amendRecord(ctx, pod, reasonBarrierStopped, func(rec *v1alpha1.BarrierRecord) bool {
+		if rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
+			return false
+		}
+		rec.StoppedFor = int32(n)
+		return true
+	})
+}
+
+// RecordCheckpoint adds to the barrier record on pod that the worker of containerID,
+// recorded as opened for attempt n, answered a checkpoint request so (ck); nothing is
+// written where the record names another container or attempt, or holds that answer.
+func (w *Writer) RecordCheckpoint(ctx context.Context, pod *corev1.Pod, containerID string, n int, ck v1alpha1.BarrierCheckpoint) error {
+	return w.amendRecord(ctx, pod, reasonBarrierCheckpoint, func(rec *v1alpha1.BarrierRecord) bool {
+		return inplace.AmendCheckpoint(rec, containerID, n, ck)
+	})
+}
+
+// amendRecord changes the barrier record on pod as change says (it reports whether it
+// changed it): one pods/status patch against the resourceVersion the record was read at,
+// retried as the writer's other writes are (withRetry), each retry on the pod read again
+// from the API server and change asked again (a conflict: the kubelet writes the pod's
+// status as its containers change). Nothing is written where change changes nothing.
+func (w *Writer) amendRecord(ctx context.Context, pod *corev1.Pod, reason string, change func(*v1alpha1.BarrierRecord) bool) error {
 	if err := w.ownRunPod(pod); err != nil {
 		return err
 	}
@@ -77,14 +101,13 @@ func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID
 		if pod == nil {
 			var err error
 			if pod, err = w.cfg.Client.GetPod(ctx, ns, name); err != nil {
-				return fmt.Errorf("read pod %s/%s again to record a stop: %w", ns, name, err)
+				return fmt.Errorf("read pod %s/%s again to amend its barrier record: %w", ns, name, err)
 			}
 		}
 		rec := attempt.BarrierRecord(pod)
-		if rec == nil || rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
+		if rec == nil || !change(rec) {
 			return nil
 		}
-		rec.StoppedFor = int32(n)
 		if err := w.patchRecord(ctx, pod, *rec); err != nil {
 			pod = nil
 			return err
@@ -96,10 +119,13 @@ func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID
 	case err != nil:
 		w.cfg.Metrics.markFailed(targetPodAnnotation)
 	case written:
-		w.cfg.Metrics.markWritten(targetPodAnnotation, reasonBarrierStopped)
+		w.cfg.Metrics.markWritten(targetPodAnnotation, reason)
 	}
 	return err
 }
+
+// reasonBarrierCheckpoint is the reason label of the marks metric for a checkpoint's answer.
+const reasonBarrierCheckpoint = "BarrierCheckpoint"
 
 // reasonBarrierStopped is the reason label of the marks metric for a record of a stop.
 const reasonBarrierStopped = "BarrierStopped"

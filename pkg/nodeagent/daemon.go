@@ -202,6 +202,9 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 	// The node's pods as read with the barrier records this agent keeps on its heartbeat:
 	// which attempt each supervised worker runs, and since when (its incarnation).
 	recorded := corelisters.PodLister(pods)
+	// The node's workers asked to save on notice (spec.checkpoint): nil without in-place
+	// restarts, whose barriers are how they are asked.
+	var checkpoints *inplace.Checkpointer
 	if restarter != nil {
 		defer restarter.Close()
 		// A barrier in the worker container is opened once recorded: on each pod, or on
@@ -220,7 +223,7 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		runs, ok := cfg.Client.(Runs)
 		err := recordsErr
 		if ok && err == nil {
-			err = runInPlace(ctx, runs, restarter, podInformer, recorded, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log)
+			checkpoints, err = runInPlace(ctx, runs, restarter, podInformer, recorded, writer, noExits, podStops(writer), cfg.Node, cfg.Tracing, log)
 		}
 		if !ok {
 			restarter, reason, message = nil, v1alpha1.InPlaceReasonNoRuntime, "the agent's client cannot read TrainingRuns"
@@ -288,7 +291,12 @@ func RunDaemon(ctx context.Context, cfg DaemonConfig) error {
 		}
 		owners = SimulatedOwners{Pods: pods, UUIDs: uuids}
 	}
-	agent, err := NewAgent(AgentConfig{Node: cfg.Node, Owners: owners, Writer: writer, Metrics: metrics, Tracing: cfg.Tracing, Clock: clock.RealClock{}, Logger: log})
+	ac := AgentConfig{Node: cfg.Node, Owners: owners, Writer: writer, Metrics: metrics, Tracing: cfg.Tracing, Clock: clock.RealClock{}, Logger: log,
+		CheckpointWait: cfg.ReleaseTimeout}
+	if checkpoints != nil && restarter != nil {
+		ac.Checkpoints = checkpoints
+	}
+	agent, err := NewAgent(ac)
 	if err != nil {
 		return err
 	}

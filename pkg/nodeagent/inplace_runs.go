@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/nodeagent/heartbeat"
@@ -54,9 +55,9 @@ const inPlaceWorkersRecordsOnHeartbeat = 32
 // of each pod the runtime stopped (inplace.PodStopped). It returns once
 // the runs of the node's pods have been read (so that no decision is read from an empty
 // cache), with the loop and the exit watcher running.
-func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, podLister corelisters.PodLister, reporter inplace.ExitReporter, noExits func(error), stopped func(context.Context, inplace.SandboxStop), node string, tp *tracing.Provider, log *slog.Logger) error {
+func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, podInformer cache.SharedIndexInformer, podLister corelisters.PodLister, reporter inplace.ExitReporter, noExits func(error), stopped func(context.Context, inplace.SandboxStop), node string, tp *tracing.Provider, log *slog.Logger) (*inplace.Checkpointer, error) {
 	if restarter.Exits() == nil {
-		return errors.New("the container runtime connection has no event stream for the workers' exits")
+		return nil, errors.New("the container runtime connection has no event stream for the workers' exits")
 	}
 	// Bounded: an agent that cannot list the runs (the CRD not installed yet, RBAC without
 	// them) must not wait here forever, before its inhibitor lock; it runs without
@@ -64,10 +65,19 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	pctx, cancel := context.WithTimeout(ctx, runsSyncTimeout)
 	defer cancel()
 	if err := runwatch.Probe(pctx, runs); err != nil {
-		return fmt.Errorf("the TrainingRuns could not be listed (is faultline's CRD installed, and may the agent list them?): %w", err)
+		return nil, fmt.Errorf("the TrainingRuns could not be listed (is faultline's CRD installed, and may the agent list them?): %w", err)
 	}
 	var loop *inplace.Loop
-	watched := runwatch.New(runs, podInformer.GetStore(), slimRun, func(ns, name string) { loop.RunChanged(ns, name) }, log.With("component", "runs"))
+	// A run's checkpoint request is asked of the node's workers as soon as the run says so.
+	ck := &inplace.Checkpointer{Restarter: restarter, Pods: podLister, Clock: clock.RealClock{}, Log: log.With("component", "checkpoint")}
+	ck.Records, _ = restarter.Records.(inplace.CheckpointRecorder)
+	watched := runwatch.New(runs, podInformer.GetStore(), slimRun, func(ns, name string) {
+		loop.RunChanged(ns, name)
+		if ck.Records != nil {
+			ck.RunChanged(ctx, ns, name)
+		}
+	}, log.With("component", "runs"))
+	ck.Runs = watched
 	decisions := inplace.StoreDecisions{Runs: watched}
 	loop = inplace.NewLoop(restarter, podLister, decisions, log.With("component", "inplace"))
 	loop.Confirm = inplace.ConfirmWith(runs.GetTrainingRun)
@@ -81,7 +91,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	exits.BarrierStarted = loop.PodChanged
 	loop.RuntimeBarrier = restarter.BarrierRunning
 	if _, err := podInformer.AddEventHandler(watched.Handler()); err != nil {
-		return fmt.Errorf("watch the runs of the node's pods: %w", err)
+		return nil, fmt.Errorf("watch the runs of the node's pods: %w", err)
 	}
 	podChanged := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
@@ -92,10 +102,10 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 		AddFunc:    podChanged,
 		UpdateFunc: func(_, obj any) { podChanged(obj) },
 	}); err != nil {
-		return fmt.Errorf("watch the node's pods for in-place restarts: %w", err)
+		return nil, fmt.Errorf("watch the node's pods for in-place restarts: %w", err)
 	}
 	if err := watched.Start(ctx, runsSyncTimeout); err != nil {
-		return err
+		return nil, err
 	}
 	workers := inPlaceWorkers
 	if _, ok := restarter.Records.(*heartbeat.Records); ok {
@@ -103,7 +113,7 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	}
 	go loop.Run(ctx, workers)
 	go exits.Run(ctx)
-	return nil
+	return ck, nil
 }
 
 // traceInPlace records the loop's steps on a pod (its old workers stopped, its barrier
@@ -167,5 +177,7 @@ func slimRun(obj any) (any, error) {
 	if h := r.Status.Attempts; len(h) > 0 {
 		out.Status.Attempts = []v1alpha1.AttemptRecord{h[len(h)-1]}
 	}
+	// A checkpoint on notice: how to ask (the signal), and the request (inplace.Checkpointer).
+	out.Spec.Checkpoint, out.Status.Checkpoint = r.Spec.Checkpoint, r.Status.Checkpoint
 	return out, nil
 }

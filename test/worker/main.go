@@ -39,6 +39,13 @@
 // costs the kubelet what a barrier that is already open costs (a container, and the relist
 // that sees it exit), for BenchmarkRealNodeRestartAllContainers.
 //
+// Training on the clock, for the checkpoint scenarios: with --log-every D it takes a step
+// every D once the gang registered; with --checkpoint-dir DIR (a directory every node sees)
+// it resumes from the step its index saved there last (DIR/index-<i>), saves every
+// --save-every steps, and with --save-on-usr1 saves on SIGUSR1 (after --save-delay, as a
+// sharded save takes a while) and says so as faultline's barrier asks: the file done, with
+// the step, in $FAULTLINE_CHECKPOINT_DIR.
+//
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
 // `launcher logs`. The attempt comes from the file FAULTLINE_ATTEMPT_FILE names when it is
 // set (a pod that restarts in place: its barrier writes the attempt there before each start,
@@ -107,6 +114,10 @@ type config struct {
 	sigtermDelayIndex              int
 	hang, failOnUSR1, exitAtOnce   bool
 	logEvery                       time.Duration
+	checkpointDir                  string
+	saveEvery                      int
+	saveOnUSR1                     bool
+	saveDelay                      time.Duration
 }
 
 func main() {
@@ -139,6 +150,10 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.registerTimeout, "register-timeout", 5*time.Minute, "how long to try to reach the coordinator")
 	fs.BoolVar(&c.hang, "hang", false, "every index blocks for ever --fail-after the gang registered in attempt --fail-attempt, as in a collective that never completes: no more output, SIGTERM ignored")
 	fs.DurationVar(&c.logEvery, "log-every", 0, "every index logs a step this often once the gang registered (0: never), as a training loop reporting its progress")
+	fs.StringVar(&c.checkpointDir, "checkpoint-dir", "", "where each index saves its step and resumes from (a directory every node sees)")
+	fs.IntVar(&c.saveEvery, "save-every", 0, "save every this many steps (0: never), into --checkpoint-dir")
+	fs.BoolVar(&c.saveOnUSR1, "save-on-usr1", false, "save on SIGUSR1 and say so in $FAULTLINE_CHECKPOINT_DIR/done (faultline's checkpoint on notice)")
+	fs.DurationVar(&c.saveDelay, "save-delay", 0, "how long a save on SIGUSR1 takes")
 	fs.BoolVar(&c.exitAtOnce, "exit-at-once", false, "exit 0 at once (an init container that costs what an open barrier does); no environment needed")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -150,6 +165,12 @@ func parse(args []string) (config, error) {
 	case "exit", "oom", "message":
 	default:
 		return c, fmt.Errorf("--fail %q: want exit, oom or message", c.fail)
+	}
+	if (c.saveEvery > 0 || c.saveOnUSR1) && c.checkpointDir == "" {
+		return c, errors.New("--save-every and --save-on-usr1 need --checkpoint-dir")
+	}
+	if c.saveOnUSR1 && c.failOnUSR1 {
+		return c, errors.New("--save-on-usr1 and --fail-on-usr1 both take SIGUSR1: choose one")
 	}
 	if c.replay != "" {
 		if _, err := realoutput.Load(c.replay); err != nil {
@@ -243,7 +264,13 @@ func run(c config) int {
 		usr1 = make(chan os.Signal, 1)
 		signal.Notify(usr1, syscall.SIGUSR1)
 	}
+	var saveOn chan os.Signal
+	if c.saveOnUSR1 {
+		saveOn = make(chan os.Signal, 1)
+		signal.Notify(saveOn, syscall.SIGUSR1)
+	}
 	var failOn <-chan os.Signal
+	step := c.resumed()
 	incarnation := newIncarnation()
 	host, _ := os.Hostname()
 	logf("worker start: run=%s attempt=%s index=%d world=%d incarnation=%d host=%s coordinator=%s gpus=%q",
@@ -286,7 +313,6 @@ func run(c config) int {
 	var steps <-chan time.Time
 	msgs := make(chan message)
 	errs := make(chan error, 1)
-	step := 0
 	go func() {
 		for {
 			var m message
@@ -337,8 +363,66 @@ func run(c config) int {
 		case <-steps:
 			step++
 			logf("worker %d: step %d (attempt %s)", c.index, step, c.attempt)
+			if c.saveEvery > 0 && step%c.saveEvery == 0 {
+				c.save(step, "periodic")
+			}
+		case <-saveOn:
+			logf("worker %d: asked to save at step %d (attempt %s)", c.index, step, c.attempt)
+			time.Sleep(c.saveDelay)
+			c.save(step, "on notice")
+			if err := sayDone(step); err != nil {
+				logf("worker %d: cannot say it saved: %v", c.index, err)
+			}
 		}
 	}
+}
+
+// stepFile is where this index saves its step.
+func (c config) stepFile() string {
+	return fmt.Sprintf("%s/index-%d", c.checkpointDir, c.index)
+}
+
+// resumed is the step this index saved last (0 without a checkpoint), which it resumes from.
+func (c config) resumed() int {
+	if c.checkpointDir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(c.stepFile())
+	n, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || perr != nil {
+		logf("worker %d: resumes from step 0 (no checkpoint: %v)", c.index, err)
+		return 0
+	}
+	logf("worker %d: resumes from step %d (attempt %s)", c.index, n, c.attempt)
+	return n
+}
+
+// save writes step as this index's checkpoint, whole (a rename).
+func (c config) save(step int, why string) {
+	if err := writeWhole(c.stepFile(), strconv.Itoa(step)); err != nil {
+		logf("worker %d: save of step %d failed: %v", c.index, step, err)
+		return
+	}
+	logf("worker %d: saved step %d (%s, attempt %s)", c.index, step, why, c.attempt)
+}
+
+// sayDone tells faultline's barrier the save of step is done: the file done in
+// $FAULTLINE_CHECKPOINT_DIR, holding the step.
+func sayDone(step int) error {
+	dir := os.Getenv("FAULTLINE_CHECKPOINT_DIR")
+	if dir == "" {
+		return errors.New("FAULTLINE_CHECKPOINT_DIR is not set: no barrier supervises this worker")
+	}
+	return writeWhole(dir+"/done", strconv.Itoa(step))
+}
+
+// writeWhole writes content to path through a rename: a reader sees all of it or none.
+func writeWhole(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // inFailAttempt says whether this is the attempt of the faults (--fail-attempt).

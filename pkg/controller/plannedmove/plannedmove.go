@@ -135,6 +135,9 @@ func (m Move) Verdict(run *v1alpha1.TrainingRun, d policy.Decision, now metav1.T
 	}
 }
 
+// Why names the maintenances behind the move, for people.
+func (m Move) Why() string { return why(m.Signals) }
+
 // planOf is nm's plan for the run's current attempt, or nil if it has none yet.
 func planOf(nm *v1alpha1.NodeMaintenance, run *v1alpha1.TrainingRun) *v1alpha1.MaintenanceRun {
 	for i := range nm.Status.Runs {

@@ -76,11 +76,11 @@ type recordAsk struct {
 	prev *v1alpha1.BarrierRecord
 	rec  v1alpha1.BarrierRecord
 	open bool
-	// stoppedFor, for a stop: the record is the one the write finds, its stop for that
-	// attempt added while it still names containerID for an earlier attempt (RecordStopped).
-	stoppedFor  int32
-	containerID string
-	done        chan error
+	// amend, for a stop or a checkpoint's answer: the record is the one the write finds,
+	// changed as amend says (it reports whether it changed it: RecordStopped,
+	// RecordCheckpoint).
+	amend func(*v1alpha1.BarrierRecord) bool
+	done  chan error
 }
 
 // NewRecords keeps the records of node's pods (pods: the agent's informer) on hb's Lease.
@@ -143,7 +143,21 @@ func (r *Records) RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alph
 // (inplace.BarrierRecorder), where the record still names that container for an earlier
 // attempt when written; else nothing.
 func (r *Records) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
-	return r.ask(ctx, &recordAsk{pod: pod, stoppedFor: int32(n), containerID: containerID})
+	return r.ask(ctx, &recordAsk{pod: pod, amend: func(rec *v1alpha1.BarrierRecord) bool {
+		if rec.ContainerID != containerID || rec.Attempt >= int32(n) || rec.StoppedFor >= int32(n) {
+			return false // another container's, or said so already
+		}
+		rec.StoppedFor = int32(n)
+		return true
+	}})
+}
+
+// RecordCheckpoint adds to pod's record the answer ck of the worker of containerID,
+// recorded as opened for attempt n, to a checkpoint request (AmendCheckpoint's rule).
+func (r *Records) RecordCheckpoint(ctx context.Context, pod *corev1.Pod, containerID string, n int, ck v1alpha1.BarrierCheckpoint) error {
+	return r.ask(ctx, &recordAsk{pod: pod, amend: func(rec *v1alpha1.BarrierRecord) bool {
+		return inplace.AmendCheckpoint(rec, containerID, n, ck)
+	}})
 }
 
 // ask queues a and waits for the write that carries it.
@@ -244,12 +258,13 @@ func apply(recs map[types.UID]v1alpha1.BarrierRecord, a *recordAsk, live map[typ
 		cur = own
 	}
 	if !a.open {
-		if cur == nil || cur.ContainerID != a.containerID || cur.Attempt >= a.stoppedFor || cur.StoppedFor >= a.stoppedFor {
-			return nil // another container's, or said so already
+		if cur == nil {
+			return nil
 		}
 		next := *cur
-		next.StoppedFor = a.stoppedFor
-		recs[uid] = next
+		if a.amend(&next) {
+			recs[uid] = next
+		}
 		return nil
 	}
 	if !live[uid] {

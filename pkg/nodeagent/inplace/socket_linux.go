@@ -248,3 +248,20 @@ func inCgroupOf(proc int, id string) error {
 	}
 	return nil
 }
+
+// checkpointBySocket asks the supervising barrier of container id (barrier.Checkpoint) to
+// send its worker of attempt signal and returns the barrier's answer once the worker said
+// it saved, ended, was stopped, or timeout passed; an error wrapping errNoSocket when the
+// socket cannot be reached so.
+func (r *Restarter) checkpointBySocket(ctx context.Context, id string, attempt int, signal string, timeout time.Duration) (barrier.CheckpointAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout+r.ExecTimeout)
+	defer cancel()
+	var a barrier.CheckpointAnswer
+	err := r.inRunDirOf(ctx, id, func(_, dir int) error {
+		return viaSocketIn(dir, func(socket string) (err error) {
+			a, err = barrier.Checkpoint(ctx, socket, attempt, signal, timeout)
+			return err
+		})
+	})
+	return a, err
+}

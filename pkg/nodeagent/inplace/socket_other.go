@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/faultline-dev/faultline/pkg/barrier"
 )
 
 // openBySocket reaches a container's root through Linux's /proc only: elsewhere the agent
@@ -17,4 +19,9 @@ func (r *Restarter) openBySocket(context.Context, string, int) error {
 // stopBySocket, as openBySocket, is Linux's only.
 func (r *Restarter) stopBySocket(context.Context, string, int, time.Duration) error {
 	return fmt.Errorf("%w: not on Linux", errNoSocket)
+}
+
+// checkpointBySocket, as openBySocket, is Linux's only.
+func (r *Restarter) checkpointBySocket(context.Context, string, int, string, time.Duration) (barrier.CheckpointAnswer, error) {
+	return barrier.CheckpointAnswer{}, fmt.Errorf("%w: not on Linux", errNoSocket)
 }

@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/checkpoint"
+)
+
+// askFirst holds a planned move of run off nodes until its workers saved (spec.checkpoint,
+// pkg/checkpoint): the first notice asks every worker of the attempt, and the move waits
+// while any worker asked has not answered, up to the request's deadline. wait says the move
+// waits (the status is written where it changed; after is when to look again); false lets
+// it go on, the request closed in the status for the move's write to carry into the
+// attempt's record. A run without spec.checkpoint never waits.
+func (r *Reconciler) askFirst(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed, notice string, nodes []string) (wait bool, after time.Duration, err error) {
+	signal, _, ok := checkpoint.Policy(run)
+	if !ok {
+		return false, 0, nil
+	}
+	now := r.Clock.Now()
+	req := checkpoint.Current(run)
+	if req == nil {
+		req = r.request(run, signal, notice, nodes, now)
+		return true, req.Deadline.Sub(now), r.writeStatus(ctx, run)
+	}
+	if req.EndedAt != nil {
+		return false, 0, nil
+	}
+	p := checkpoint.Gather(req, obs.workers())
+	if !p.Done(req, now) {
+		if p.Update(req) {
+			err = r.writeStatus(ctx, run)
+		}
+		return true, req.Deadline.Sub(now), err
+	}
+	p.End(req, now)
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionRestart, "attempt %d: %s%s", req.Attempt,
+		checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
+	return false, 0, nil
+}
+
+// request asks run's current attempt to save, at now, for notice (the caller writes it).
+func (r *Reconciler) request(run *v1alpha1.TrainingRun, signal, notice string, nodes []string, now time.Time) *v1alpha1.CheckpointStatus {
+	req := checkpoint.Request(run, notice, nodes, now, time.Time{})
+	run.Status.Checkpoint = req
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointRequested, v1alpha1.ActionWait,
+		"attempt %d: %s: every worker is asked to save (%s) before it moves, until %s", req.Attempt, notice, signal, req.Deadline.UTC().Format(time.RFC3339))
+	return req
+}
+
+// missingWhy says why the workers that did not save did not, for the event.
+func missingWhy(p checkpoint.Progress) string {
+	var parts []string
+	for _, i := range p.Missing {
+		if w := p.Why[i]; w != "" {
+			parts = append(parts, fmt.Sprintf("index %d: %s", i, w))
+		}
+	}
+	if len(p.Waiting) > 0 {
+		parts = append(parts, fmt.Sprintf("indexes %v did not answer by the deadline", p.Waiting))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+// askOnShutdown asks run's workers to save when a node of theirs announced a shutdown while
+// they ran (spec.checkpoint): the node's agent holds the shutdown back, and its workers'
+// evidence, until they answered or its own deadline, and the attempt then ends as any
+// node's shutdown ends it. It reports whether the status changed (the caller writes it).
+func (r *Reconciler) askOnShutdown(run *v1alpha1.TrainingRun, obs *observed) bool {
+	signal, _, ok := checkpoint.Policy(run)
+	if !ok {
+		return false
+	}
+	if req := checkpoint.Current(run); req != nil {
+		if req.EndedAt != nil {
+			return false
+		}
+		p := checkpoint.Gather(req, obs.workers())
+		if p.Done(req, r.Clock.Now()) {
+			p.End(req, r.Clock.Now())
+			r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionWait, "attempt %d: %s%s", req.Attempt,
+				checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
+			return true
+		}
+		return p.Update(req)
+	}
+	var nodes []string
+	var at time.Time
+	for _, w := range obs.workers() {
+		f, ok := obs.nodes[w.Spec.NodeName]
+		if !ok || f.ShutdownDetectedAt == nil || w.DeletionTimestamp != nil || w.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		// Announced while this attempt's worker ran: an older announcement is a shutdown that
+		// was cancelled, or another attempt's.
+		if since, ok := incarnation(w); !ok || f.ShutdownDetectedAt.Before(since) {
+			continue
+		}
+		if !slices.Contains(nodes, w.Spec.NodeName) {
+			nodes = append(nodes, w.Spec.NodeName)
+		}
+		if at.IsZero() || f.ShutdownDetectedAt.Before(at) {
+			at = *f.ShutdownDetectedAt
+		}
+	}
+	if len(nodes) == 0 {
+		return false
+	}
+	slices.Sort(nodes)
+	r.request(run, signal, fmt.Sprintf("node %s announced a shutdown at %s", strings.Join(nodes, ", "), at.UTC().Format(time.RFC3339Nano)), nodes, r.Clock.Now())
+	return true
+}
+
+// incarnation is when w's worker began its current attempt (the earliest of its running
+// workers'); ok is false when none runs.
+func incarnation(w *corev1.Pod) (time.Time, bool) {
+	var since time.Time
+	for _, rw := range attempt.RunningWorkers(w) {
+		if since.IsZero() || rw.Since.Before(since) {
+			since = rw.Since
+		}
+	}
+	return since, !since.IsZero()
+}
+
+// closeCheckpoint moves run's request of the attempt that ends at now into the attempt's
+// record, closed: the workers that had not said they saved are missing.
+func closeCheckpoint(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord, now metav1.Time) {
+	req := run.Status.Checkpoint
+	if req == nil {
+		return
+	}
+	run.Status.Checkpoint = nil
+	if req.Attempt != rec.Attempt {
+		return
+	}
+	if req.EndedAt == nil {
+		acked := map[int32]bool{}
+		for _, a := range req.Acks {
+			acked[a.Index] = true
+		}
+		req.Missing = nil
+		for i := int32(0); i < run.Spec.Workers; i++ {
+			if !acked[i] {
+				req.Missing = append(req.Missing, i)
+			}
+		}
+		at := metav1.NewMicroTime(now.Time)
+		req.EndedAt = &at
+	}
+	rec.Checkpoint = req
+}
+
+// disruptionBudget gives a run with spec.checkpoint its PodDisruptionBudget
+// (checkpoint.Budget), before each attempt's workers; a run without it has none (one its
+// spec.checkpoint left behind is deleted). ok is false when the run waits (the name is
+// another's).
+func (r *Reconciler) disruptionBudget(ctx context.Context, run *v1alpha1.TrainingRun) (ctrl.Result, bool, error) {
+	pdb := checkpoint.Budget(run)
+	if _, _, ok := checkpoint.Policy(run); ok {
+		return r.ensureOwned(ctx, run, pdb, "a drain must wait for the workers to save")
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pdb), pdb); err != nil {
+		return ctrl.Result{}, true, client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(pdb, run) {
+		return ctrl.Result{}, true, nil
+	}
+	return ctrl.Result{}, true, client.IgnoreNotFound(r.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}))
+}
