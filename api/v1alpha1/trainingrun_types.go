@@ -245,8 +245,9 @@ type CheckpointStatus struct {
 	Attempt int32 `json:"attempt"`
 	// RequestedAt is when the controller asked: each worker's answer names it.
 	RequestedAt metav1.MicroTime `json:"requestedAt"`
-	// Deadline is when the move goes on whatever the workers said.
-	Deadline metav1.Time `json:"deadline"`
+	// Deadline is when the move goes on whatever the workers said (microseconds: a
+	// deadline of seconds must not be cut short by a truncated second).
+	Deadline metav1.MicroTime `json:"deadline"`
 	// Notice is the planned move that asked, for people (the nodes and why).
 	// +optional
 	Notice string `json:"notice,omitempty"`

@@ -121,6 +121,17 @@ const (
 	// it answers a checkpoint request (spec.checkpoint) by writing CheckpointDoneFile, which
 	// holds the step it saved (docs/checkpoint.md).
 	EnvCheckpointDir = "FAULTLINE_CHECKPOINT_DIR"
+	// EnvCheckpointSignal and EnvCheckpointTimeout are, in the worker container of a run with
+	// spec.checkpoint that its barrier supervises, the policy's signal and timeout (a Go
+	// duration): the container's SIGTERM (a node's shutdown) asks the worker to save first.
+	EnvCheckpointSignal  = "FAULTLINE_CHECKPOINT_SIGNAL"
+	EnvCheckpointTimeout = "FAULTLINE_CHECKPOINT_TIMEOUT"
+)
+
+// spec.checkpoint's defaults (the CRD's).
+const (
+	DefaultCheckpointSignal         = "SIGUSR1"
+	DefaultCheckpointTimeoutSeconds = 300
 )
 
 // The shape of a pod that restarts in place (docs/in-place-restart.md): the contract between

@@ -82,6 +82,13 @@ func (c cli) run(ctx context.Context, args []string) int {
 		}
 		cfg.MadeFor = n
 	}
+	// How the run saves on notice (spec.checkpoint): the container's SIGTERM asks first.
+	if v := getenv(barrier.EnvCheckpointSignal); v != "" {
+		cfg.CheckpointSignal = v
+		if d, err := time.ParseDuration(getenv(barrier.EnvCheckpointTimeout)); err == nil && d > 0 {
+			cfg.CheckpointTimeout = d
+		}
+	}
 	fs := flag.NewFlagSet("faultline-barrier", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	fs.StringVar(&cfg.AttemptFile, "attempt-file", barrier.AttemptFile, "the file the workers read their attempt from")

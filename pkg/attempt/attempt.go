@@ -213,6 +213,7 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	excludeNodes(&tmpl.Spec, opts.ExcludedNodes)
 	if opts.BarrierImage != "" {
 		inPlaceShape(&tmpl.Spec, opts.BarrierImage, opts.Attempt, opts.BarrierInWorker)
+		saveOnNotice(&tmpl.Spec, run.Spec.Checkpoint)
 	}
 
 	job := &batchv1.Job{

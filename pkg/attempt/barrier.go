@@ -93,6 +93,25 @@ func barrierInWorker(spec *corev1.PodSpec, image string) {
 	c.Env = append(c.Env, corev1.EnvVar{Name: v1alpha1.EnvCheckpointDir, Value: v1alpha1.CheckpointDir})
 }
 
+// saveOnNotice tells the barrier that supervises spec's worker how the run saves on notice
+// (spec.checkpoint): the container's SIGTERM, a node's shutdown, asks the worker to save
+// first (barrier.Supervise). Nothing where the barrier does not supervise the worker.
+func saveOnNotice(spec *corev1.PodSpec, p *v1alpha1.CheckpointPolicy) {
+	if _, place := BarrierContainer(spec); place != BarrierInWorker || p == nil {
+		return
+	}
+	sig, timeout := p.Signal, time.Duration(p.TimeoutSeconds)*time.Second
+	if sig == "" {
+		sig = v1alpha1.DefaultCheckpointSignal
+	}
+	if timeout <= 0 {
+		timeout = v1alpha1.DefaultCheckpointTimeoutSeconds * time.Second
+	}
+	c := &spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: v1alpha1.EnvCheckpointSignal, Value: sig},
+		corev1.EnvVar{Name: v1alpha1.EnvCheckpointTimeout, Value: timeout.String()})
+}
+
 // BarrierCanBeWorker reports whether the barrier can be the entrypoint of spec's worker:
 // one container, whose command is set. Taking an image's own entrypoint would need a
 // registry read with the pod's pull secrets, and a pod of several containers a barrier and

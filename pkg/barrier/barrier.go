@@ -58,6 +58,10 @@ const (
 	// where a supervised worker says it saved (Checkpoint).
 	CheckpointDir      = RunDir + "/checkpoint"
 	CheckpointDoneFile = "done"
+	// EnvCheckpointSignal and EnvCheckpointTimeout are v1alpha1's: spec.checkpoint, in the
+	// worker container of a run that saves on notice.
+	EnvCheckpointSignal  = "FAULTLINE_CHECKPOINT_SIGNAL"
+	EnvCheckpointTimeout = "FAULTLINE_CHECKPOINT_TIMEOUT"
 )
 
 const (
@@ -248,6 +252,11 @@ type Config struct {
 	// CheckpointDir is where a supervised worker writes CheckpointDoneFile once it saved
 	// (CheckpointDir; "" none: only checkpoint-done answers a request).
 	CheckpointDir string
+	// CheckpointSignal, where the run saves on notice (EnvCheckpointSignal), is the signal
+	// that asks the worker to save: the container's SIGTERM asks it first (Supervise), for
+	// up to CheckpointTimeout (EnvCheckpointTimeout).
+	CheckpointSignal  string
+	CheckpointTimeout time.Duration
 }
 
 // Wait blocks until an Open hands it an attempt newer than the attempt file's, then writes

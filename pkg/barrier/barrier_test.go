@@ -22,6 +22,8 @@ func TestSharedNamesMatchTheAPI(t *testing.T) {
 		{EnvAttempt, v1alpha1.EnvAttempt},
 		{CheckpointDir, v1alpha1.CheckpointDir},
 		{CheckpointDoneFile, v1alpha1.CheckpointDoneFile},
+		{EnvCheckpointSignal, v1alpha1.EnvCheckpointSignal},
+		{EnvCheckpointTimeout, v1alpha1.EnvCheckpointTimeout},
 		{OpenedMessagePrefix, v1alpha1.BarrierOpenedMessagePrefix},
 		// The program, where the barrier's image volume is mounted in a worker container.
 		{v1alpha1.BarrierMount + Binary, v1alpha1.BarrierBinary},

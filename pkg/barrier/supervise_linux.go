@@ -226,12 +226,26 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 //
 // A checkpoint request of attempt sends its signal to the worker's process group and is
 // answered (checkpoint) when the worker says it saved (its done file, or checkpoint-done),
-// ends, is stopped, or the request's timeout passes. A worker that ends after a signal that
-// asks it to end (SIGTERM, SIGINT) has answered: the barrier stays, as after a stop, and the
-// container with it, for the attempt that moves the gang.
+// ends, is stopped, or the request's timeout passes; a request that comes while a save is
+// under way waits for its answer. A worker that ends after a signal that asks it to end
+// (SIGTERM, SIGINT) has answered: the barrier stays, as after a stop, and the container with
+// it, for the attempt that moves the gang.
+//
+// Where the run saves on notice (Config.CheckpointSignal), the container's own SIGTERM (a
+// node's shutdown: its kubelet stops every pod at the announcement, before any request can
+// reach the workers) asks the worker to save first: its signal, and SIGTERM once it said it
+// saved or the timeout passed. The answer waits for the node agent's request, which takes
+// it.
 func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 	var ck checkpoint
-	defer ck.answer("%s %d\n", verbStopped, attempt) // a stop, if one is pending
+	defer ck.answer(fmt.Sprintf("%s %d", verbStopped, attempt)) // a stop, if one is pending
+	// answer answers the save under way, and passes on the container's SIGTERM it held.
+	answer := func(line string) {
+		if ck.answer(line) {
+			s.log.Info("passing the container's SIGTERM on to the worker, after its save", "pid", pid)
+			syscall.Kill(-pid, syscall.SIGTERM)
+		}
+	}
 	for {
 		select {
 		case r := <-s.exits:
@@ -240,24 +254,29 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 				s.killAll(pid)
 				status := exitStatus(r.status)
 				if ck.pending() {
-					ends := ck.ends
-					ck.answer("%s %d %d\n", verbExited, attempt, status)
-					if ends {
+					waits := ck.ends && !ck.terminating
+					answer(fmt.Sprintf("%s %d %d", verbExited, attempt, status))
+					if waits {
 						s.log.Info("the worker ended after the checkpoint signal: it waits for the next attempt", "attempt", attempt, "status", status)
 						return status, attempt + 1
 					}
 				}
-				// The container ends now.
+				// The container ends now; a save its SIGTERM asked for waits a moment for
+				// the node agent's request, which records it.
+				s.handOver(&ck, attempt)
 				return status, 0
 			}
 		case <-ck.tick:
 			if step, ok := s.doneFile(); ok {
-				ck.answer("%s %d %s\n", verbSaved, attempt, stepField(step))
+				answer(fmt.Sprintf("%s %d %s", verbSaved, attempt, stepField(step)))
 			}
 		case <-ck.timeout:
 			s.log.Warn("the worker did not say it saved within the timeout", "attempt", attempt)
-			ck.answer("%s %d\n", verbTimeout, attempt)
+			answer(fmt.Sprintf("%s %d", verbTimeout, attempt))
 		case sig := <-s.signals:
+			if sig == syscall.SIGTERM && s.saveFirst(&ck, pid, attempt) {
+				continue
+			}
 			s.log.Info("passing a signal on to the worker", "signal", sig, "pid", pid)
 			syscall.Kill(-pid, sig.(syscall.Signal))
 		case conn := <-s.conns:
@@ -271,7 +290,7 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 				fmt.Fprintf(conn, "%s %d %d\n", verbStale, req.attempt, attempt)
 			case req.verb == verbDone:
 				s.log.Info("the worker says it saved", "attempt", attempt, "step", req.step)
-				ck.answer("%s %d %s\n", verbSaved, attempt, stepField(req.step))
+				answer(fmt.Sprintf("%s %d %s", verbSaved, attempt, stepField(req.step)))
 				fmt.Fprintf(conn, "%s %d\n", verbOK, attempt)
 			case req.verb == verbCheckpoint:
 				sig, ok := checkpointSignals[req.signal]
@@ -280,11 +299,14 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 					break
 				}
 				// The answer waits for the worker: this connection is kept, and answered
-				// in this loop. A later request replaces an earlier one, answered stale.
-				ck.answer("%s %d %d (a later checkpoint request)\n", verbStale, attempt, attempt)
-				s.removeDone()
+				// in this loop, with any other request that comes meanwhile.
 				conn.SetDeadline(time.Time{})
-				ck.start(conn, req.grace, sig == syscall.SIGTERM || sig == syscall.SIGINT)
+				if ck.take(conn) {
+					continue
+				}
+				s.removeDone()
+				ck.start(req.grace, sig == syscall.SIGTERM || sig == syscall.SIGINT)
+				ck.take(conn)
 				s.log.Info("asking the worker to save", "attempt", attempt, "signal", req.signal, "timeout", req.grace)
 				syscall.Kill(-pid, sig)
 				continue
@@ -303,46 +325,142 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 	}
 }
 
+// handOver answers, for up to keptFor, the node agent's checkpoint request of attempt with
+// the answer kept from a save the container's SIGTERM asked for, before the container ends:
+// a quick save can end before the request reaches the barrier.
+func (s *supervisor) handOver(ck *checkpoint, attempt int) {
+	if ck.kept == "" {
+		return
+	}
+	timer := time.NewTimer(keptFor)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			s.log.Warn("no checkpoint request took the worker's answer before the container ended", "attempt", attempt, "answer", ck.kept)
+			return
+		case <-s.exits:
+		case <-s.signals:
+		case conn := <-s.conns:
+			req, err := readRequest(conn)
+			if err == nil && req.verb == verbCheckpoint && req.attempt == attempt && ck.take(conn) {
+				return
+			}
+			if err == nil {
+				fmt.Fprintf(conn, "%s %d %d (its worker has ended)\n", verbStale, req.attempt, attempt)
+			}
+			conn.Close()
+		}
+	}
+}
+
+// keptFor bounds handOver: the request follows the node's shutdown announcement by the
+// controller's and the agent's reaction, under a second.
+const keptFor = 5 * time.Second
+
+// saveFirst turns the container's SIGTERM into a save, then the SIGTERM (see run), where the
+// run saves on notice and no SIGTERM was held before; it reports whether it held this one.
+// A run whose signal is SIGTERM (or SIGINT) gets it at once: its worker saves on it, and its
+// exit is the answer.
+func (s *supervisor) saveFirst(ck *checkpoint, pid, attempt int) bool {
+	sig, ok := checkpointSignals[s.cfg.CheckpointSignal]
+	if !ok || ck.terminating {
+		return false
+	}
+	ck.terminating = true
+	ends := sig == syscall.SIGTERM || sig == syscall.SIGINT
+	if !ck.pending() {
+		s.removeDone()
+		ck.start(s.cfg.CheckpointTimeout, ends)
+		if !ends {
+			s.log.Info("the container is stopping: the worker saves first", "attempt", attempt, "signal", s.cfg.CheckpointSignal, "timeout", s.cfg.CheckpointTimeout)
+			syscall.Kill(-pid, sig)
+		}
+	}
+	if ends {
+		return false // passed on as it is: the worker saves on it
+	}
+	ck.holdTerm = true
+	return true
+}
+
 // checkpointSignals are the signals a checkpoint request may send, by name
 // (CheckpointPolicy.Signal's enum).
 var checkpointSignals = map[string]syscall.Signal{
 	"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT,
 }
 
-// checkpoint is the request a supervisor's loop is answering, if any: the connection that
-// waits for the answer, the ticks on which it looks for the worker's done file, and the
-// request's timeout.
+// checkpoint is the save a supervisor's loop is waiting on, if any: the requests waiting
+// for its answer, the ticks on which it looks for the worker's done file, and its timeout.
 type checkpoint struct {
-	conn    *net.UnixConn
+	active  bool
+	conns   []*net.UnixConn
 	ticker  *time.Ticker
 	timer   *time.Timer
 	tick    <-chan time.Time
 	timeout <-chan time.Time
 	// ends: the signal asks the worker to end (its exit answers).
 	ends bool
+	// holdTerm: the container's SIGTERM waits for the answer; terminating: the container
+	// got SIGTERM (it ends with the worker).
+	holdTerm, terminating bool
+	// kept is the answer of a save no request waited for (the container's SIGTERM asked):
+	// the next request of the attempt takes it.
+	kept string
 }
 
 // doneTick is how often a pending checkpoint looks for the worker's done file.
 const doneTick = 50 * time.Millisecond
 
-func (c *checkpoint) start(conn *net.UnixConn, timeout time.Duration, ends bool) {
-	c.conn, c.ends = conn, ends
+func (c *checkpoint) start(timeout time.Duration, ends bool) {
+	c.active, c.ends, c.kept = true, ends, ""
+	if timeout <= 0 {
+		timeout = defaultCheckpointTimeout
+	}
 	c.ticker, c.timer = time.NewTicker(doneTick), time.NewTimer(timeout)
 	c.tick, c.timeout = c.ticker.C, c.timer.C
 }
 
-func (c *checkpoint) pending() bool { return c.conn != nil }
+// defaultCheckpointTimeout bounds a save with no timeout given (spec.checkpoint's default).
+const defaultCheckpointTimeout = 300 * time.Second
 
-// answer answers the pending request, if any, and forgets it.
-func (c *checkpoint) answer(format string, args ...any) {
-	if c.conn == nil {
-		return
+func (c *checkpoint) pending() bool { return c.active }
+
+// take gives conn the answer of the save under way (it waits), or the one kept; it reports
+// false when there is neither (a new save is to start).
+func (c *checkpoint) take(conn *net.UnixConn) bool {
+	switch {
+	case c.active:
+		c.conns = append(c.conns, conn)
+		return true
+	case c.kept != "":
+		fmt.Fprintln(conn, c.kept)
+		conn.Close()
+		c.kept = ""
+		return true
 	}
-	fmt.Fprintf(c.conn, format, args...)
-	c.conn.Close()
+	return false
+}
+
+// answer answers the save under way, if any, to every request that waits (or keeps the
+// answer for the next one), and ends it; it reports whether a SIGTERM the container got
+// is to be passed on now.
+func (c *checkpoint) answer(line string) (passTerm bool) {
+	if !c.active {
+		return false
+	}
+	for _, conn := range c.conns {
+		fmt.Fprintln(conn, line)
+		conn.Close()
+	}
+	if len(c.conns) == 0 {
+		c.kept = line
+	}
 	c.ticker.Stop()
 	c.timer.Stop()
-	*c = checkpoint{}
+	passTerm = c.holdTerm
+	c.active, c.conns, c.tick, c.timeout, c.holdTerm = false, nil, nil, nil, false
+	return passTerm
 }
 
 // stepField is a step as the protocol writes it: "-" for none.

@@ -27,7 +27,8 @@ func superviseHelper(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	cfg := Config{AttemptFile: filepath.Join(dir, "attempt"), Socket: filepath.Join(dir, "b.sock"),
-		CheckpointDir: filepath.Join(dir, "checkpoint"), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		CheckpointDir: filepath.Join(dir, "checkpoint"), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		CheckpointSignal: os.Getenv(EnvCheckpointSignal), CheckpointTimeout: 10 * time.Second}
 	status, err := Supervise(ctx, cfg, []string{"/bin/sh", filepath.Join(dir, "worker.sh")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "supervise:", err)
@@ -37,14 +38,14 @@ func superviseHelper(dir string) int {
 
 // supervised starts a supervising barrier over script, a worker written to a directory of
 // its own that it returns; the barrier's process is waited for by the test's end.
-func supervised(t *testing.T, script string) (dir string, proc *exec.Cmd) {
+func supervised(t *testing.T, script string, env ...string) (dir string, proc *exec.Cmd) {
 	t.Helper()
 	dir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "worker.sh"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperSuperviseEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), helperSuperviseEnv+"="+dir), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -333,5 +334,40 @@ while :; do sleep 0.05; done
 	}
 	if a := <-answered; a.Saved || !strings.Contains(a.Reason, "stopped") {
 		t.Fatalf("checkpoint pending at a stop: %+v, want not saved, stopped", a)
+	}
+}
+
+// Where the run saves on notice, the container's SIGTERM (a node's shutdown) asks the worker
+// to save first: its signal, the SIGTERM only once it said it saved; the node agent's request,
+// coming after, gets that answer; then the container ends with the worker.
+func TestSuperviseSavesBeforeTheContainersSIGTERM(t *testing.T) {
+	dir, proc := supervised(t, `
+d="$(dirname "$0")"
+trap 'sleep 0.3; echo saved >> "$d/order"; echo 9 > "$d/checkpoint/done"' USR1
+trap 'echo term >> "$d/order"; exit 143' TERM
+echo $$ > "$d/worker.1"
+while :; do sleep 0.05; done
+`, EnvCheckpointSignal+"=SIGUSR1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	socket := filepath.Join(dir, "b.sock")
+	if err := Open(ctx, socket, 1); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.1")
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Checkpoint(ctx, socket, 1, "SIGUSR1", 10*time.Second)
+	if err != nil || !a.Saved || a.Step == nil || *a.Step != 9 {
+		t.Fatalf("the agent's request after the container's SIGTERM: %+v, %v; want saved step 9", a, err)
+	}
+	err = proc.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("the barrier ended %v, want its worker's 143", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "order")); string(b) != "saved\nterm\n" {
+		t.Errorf("the worker saw %q, want its save before the SIGTERM", b)
 	}
 }

@@ -28,10 +28,10 @@ import (
 // DefaultTimeout is spec.checkpoint.timeoutSeconds's default (the CRD's): long enough for a
 // sharded save of a large model to fast storage, short enough that a drain is not held for
 // long by a program that does not answer.
-const DefaultTimeout = 300 * time.Second
+const DefaultTimeout = v1alpha1.DefaultCheckpointTimeoutSeconds * time.Second
 
 // DefaultSignal is spec.checkpoint.signal's default.
-const DefaultSignal = "SIGUSR1"
+const DefaultSignal = v1alpha1.DefaultCheckpointSignal
 
 // Policy is run's checkpoint policy with its defaults, and whether it has one.
 func Policy(run *v1alpha1.TrainingRun) (signal string, timeout time.Duration, ok bool) {
@@ -61,7 +61,7 @@ func Request(run *v1alpha1.TrainingRun, notice string, nodes []string, now, allo
 	nodes = slices.Clone(nodes)
 	slices.Sort(nodes)
 	return &v1alpha1.CheckpointStatus{
-		Attempt: run.Status.Attempt, RequestedAt: metav1.NewMicroTime(now), Deadline: metav1.NewTime(deadline),
+		Attempt: run.Status.Attempt, RequestedAt: metav1.NewMicroTime(now), Deadline: metav1.NewMicroTime(deadline),
 		Notice: notice, Nodes: slices.Compact(nodes),
 	}
 }
@@ -113,6 +113,21 @@ func Gather(req *v1alpha1.CheckpointStatus, workers []*corev1.Pod) Progress {
 		}
 		idx := int32(i)
 		seen[idx] = true
+		// Its answer first: a worker that saved and then ended (a node's shutdown stops it
+		// after its save) has answered.
+		if a := AnswerOf(req, w); a != nil {
+			if a.Saved {
+				ack := v1alpha1.CheckpointAck{Index: idx, Pod: w.Name, Step: a.Step, ExitCode: a.ExitCode}
+				if at, err := time.Parse(time.RFC3339Nano, a.At); err == nil {
+					ack.At = metav1.NewMicroTime(at)
+				}
+				p.Acks = append(p.Acks, ack)
+			} else {
+				p.Missing = append(p.Missing, idx)
+				p.Why[idx] = a.Reason
+			}
+			continue
+		}
 		b := attempt.BarrierOf(w)
 		switch {
 		case b.Place != attempt.BarrierInWorker:
@@ -124,20 +139,7 @@ func Gather(req *v1alpha1.CheckpointStatus, workers []*corev1.Pod) Progress {
 			p.Why[idx] = fmt.Sprintf("it does not run attempt %d (it waits at its barrier, or ended): it has nothing to save", req.Attempt)
 			continue
 		}
-		a := AnswerOf(req, w)
-		switch {
-		case a == nil:
-			p.Waiting = append(p.Waiting, idx)
-		case a.Saved:
-			ack := v1alpha1.CheckpointAck{Index: idx, Pod: w.Name, Step: a.Step, ExitCode: a.ExitCode}
-			if at, err := time.Parse(time.RFC3339Nano, a.At); err == nil {
-				ack.At = metav1.NewMicroTime(at)
-			}
-			p.Acks = append(p.Acks, ack)
-		default:
-			p.Missing = append(p.Missing, idx)
-			p.Why[idx] = a.Reason
-		}
+		p.Waiting = append(p.Waiting, idx)
 	}
 	slices.SortFunc(p.Acks, func(a, b v1alpha1.CheckpointAck) int { return int(a.Index - b.Index) })
 	slices.Sort(p.Waiting)

@@ -69,6 +69,11 @@ func ExplainRun(w io.Writer, run *v1alpha1.TrainingRun, attempt int32) error {
 	if how := restartedHow(run, n); how != "" {
 		p.line(0, "Restart: "+how)
 	}
+	if i := slices.IndexFunc(st.Attempts, func(r v1alpha1.AttemptRecord) bool { return r.Attempt == n }); i >= 0 && st.Attempts[i].Checkpoint != nil {
+		for j, l := range wrap("Checkpoint: "+checkpointExplain(run, st.Attempts[i].Checkpoint), 100) {
+			p.line(min(j, 1)*2, l)
+		}
+	}
 	p.line(0, "")
 	for _, l := range wrap(v.Explanation, 100) {
 		p.line(0, l)
@@ -321,4 +326,28 @@ func phaseCounts(pods []*corev1.Pod) string {
 		noun = "pod"
 	}
 	return fmt.Sprintf("%d %s: %s", len(pods), noun, strings.Join(parts, ", "))
+}
+
+// checkpointExplain is a request to save as explain says it: describe's line, each worker's
+// answer with its step, and what was lost where a worker did not answer.
+func checkpointExplain(run *v1alpha1.TrainingRun, c *v1alpha1.CheckpointStatus) string {
+	s := checkpointLine(run, c)
+	var saved []string
+	for _, a := range c.Acks {
+		switch {
+		case a.Step != nil:
+			saved = append(saved, fmt.Sprintf("%d at step %d", a.Index, *a.Step))
+		case a.ExitCode != nil:
+			saved = append(saved, fmt.Sprintf("%d (exited %d)", a.Index, *a.ExitCode))
+		default:
+			saved = append(saved, fmt.Sprint(a.Index))
+		}
+	}
+	if len(saved) > 0 {
+		s += ". Saved: index " + strings.Join(saved, ", ")
+	}
+	if len(c.Missing) > 0 {
+		s += fmt.Sprintf(". Indexes %v did not say they saved: what they did since their last checkpoint is lost, and the gang resumes from the oldest step any index holds", c.Missing)
+	}
+	return s + "."
 }

@@ -41,6 +41,9 @@ type bar struct {
 	// InPlace says how the attempt restarted in place (inPlaceSummary); "" when its pods
 	// were made for it.
 	InPlace string
+	// Checkpoint says what the attempt's workers saved when a planned move asked them
+	// (checkpointLine); "" when none was asked.
+	Checkpoint string
 }
 
 type tlEvent struct {
@@ -84,6 +87,13 @@ func buildTimeline(run *v1alpha1.TrainingRun, events []corev1.Event, now time.Ti
 		b := bar{Attempt: rec.Attempt, Start: rec.StartTime.Time, End: t.End, Outcome: rec.Outcome, Excluded: rec.ExcludedNodes}
 		if rec.RestartMode == v1alpha1.RestartModeInPlace {
 			b.InPlace = inPlaceSummary(run, rec)
+		}
+		ck := rec.Checkpoint
+		if ck == nil && rec.Attempt == st.Attempt {
+			ck = st.Checkpoint // asked, the move waiting
+		}
+		if ck != nil {
+			b.Checkpoint = checkpointLine(run, ck)
 		}
 		if rec.RunningTime != nil {
 			b.Running = rec.RunningTime.Time
@@ -342,6 +352,9 @@ func Timeline(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event, now
 		p.line(1, s)
 		if b.InPlace != "" {
 			p.line(2, "restarted "+b.InPlace)
+		}
+		if b.Checkpoint != "" {
+			p.line(2, "checkpoint "+b.Checkpoint)
 		}
 	}
 	if len(t.Events) == 0 {

@@ -92,6 +92,9 @@ func TimelineHTML(w io.Writer, run *v1alpha1.TrainingRun, events []corev1.Event,
 			Note:  b.Note, Outcome: b.Outcome,
 			Excluded: strings.Join(b.Excluded, ", "),
 		}
+		if b.Checkpoint != "" {
+			sb.Note += "; checkpoint " + b.Checkpoint
+		}
 		if sb.Outcome == "" {
 			sb.Outcome = "Running"
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/checkpoint"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // askFirst holds a planned move of run off nodes until its workers saved (spec.checkpoint,
@@ -181,4 +182,34 @@ func (r *Reconciler) disruptionBudget(ctx context.Context, run *v1alpha1.Trainin
 		return ctrl.Result{}, true, nil
 	}
 	return ctrl.Result{}, true, client.IgnoreNotFound(r.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}))
+}
+
+// holdForSaves holds the judgement of an attempt whose workers were asked to save, while the
+// others still save (up to the request's deadline): the workers of a node that shuts down
+// save and end first, and the attempt's end would stop the others' save. It holds only where
+// every worker that ended answered (saved, or said why not): one that ended without a word
+// ended by a fault, and the collective save it belonged to cannot complete.
+func (r *Reconciler) holdForSaves(ctx context.Context, run *v1alpha1.TrainingRun, obs *observed) (after time.Duration, hold bool, err error) {
+	req := checkpoint.Current(run)
+	if req == nil || req.EndedAt != nil {
+		return 0, false, nil
+	}
+	now := r.Clock.Now()
+	workers := obs.workers()
+	p := checkpoint.Gather(req, workers)
+	if p.Done(req, now) {
+		p.End(req, now)
+		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionWait, "attempt %d: %s%s", req.Attempt,
+			checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
+		return 0, false, nil
+	}
+	for _, w := range workers {
+		if exitclass.Failed(w, obs.nodes, now) && checkpoint.AnswerOf(req, w) == nil {
+			return 0, false, nil
+		}
+	}
+	if p.Update(req) {
+		err = r.writeStatus(ctx, run)
+	}
+	return req.Deadline.Sub(now), true, err
 }

@@ -215,6 +215,9 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		judge = jobFailed(obs.job)
 	}
 	if judge {
+		if after, hold, err := r.holdForSaves(ctx, run, obs); hold || err != nil {
+			return ctrl.Result{RequeueAfter: after}, err
+		}
 		return r.judge(ctx, run, obs)
 	}
 	res, err := r.trackRunning(ctx, run, obs)

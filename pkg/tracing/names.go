@@ -52,6 +52,9 @@ const (
 	// SpanInPlaceOpen (node agent): its opening of one pod's barrier for the new attempt (the
 	// API server's confirmation, then an exec of faultline-barrier open).
 	SpanInPlaceOpen = "inplace.open"
+	// SpanCheckpoint: a planned move's request to the workers to save (spec.checkpoint),
+	// from the request to the move, in the episode that ended the attempt.
+	SpanCheckpoint = "checkpoint"
 )
 
 // Attribute keys: OpenTelemetry semantic conventions where one exists, faultline.* otherwise.
@@ -100,6 +103,11 @@ const (
 	// KeyBarrierSignalReason says why the go signal went by exec: the barrier's socket was
 	// out of reach, and why.
 	KeyBarrierSignalReason = attribute.Key("faultline.barrier.signal_reason")
+	// KeyCheckpointSaved, KeyCheckpointMissing and KeyCheckpointStep (checkpoint): how many
+	// workers said they saved, the indexes that did not, and the lowest step they saved.
+	KeyCheckpointSaved   = attribute.Key("faultline.checkpoint.saved")
+	KeyCheckpointMissing = attribute.Key("faultline.checkpoint.missing")
+	KeyCheckpointStep    = attribute.Key("faultline.checkpoint.step")
 )
 
 // Values of KeyLink.

@@ -44,7 +44,7 @@
 // it resumes from the step its index saved there last (DIR/index-<i>), saves every
 // --save-every steps, and with --save-on-usr1 saves on SIGUSR1 (after --save-delay, as a
 // sharded save takes a while) and says so as faultline's barrier asks: the file done, with
-// the step, in $FAULTLINE_CHECKPOINT_DIR.
+// the step, in $FAULTLINE_CHECKPOINT_DIR (but index --save-never-index, which never answers).
 //
 // It logs what it sees (attempt, index, peers registered) for the tests to read with
 // `launcher logs`. The attempt comes from the file FAULTLINE_ATTEMPT_FILE names when it is
@@ -118,6 +118,8 @@ type config struct {
 	saveEvery                      int
 	saveOnUSR1                     bool
 	saveDelay                      time.Duration
+	saveNeverIndex                 int
+	journal                        bool
 }
 
 func main() {
@@ -154,6 +156,8 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.saveEvery, "save-every", 0, "save every this many steps (0: never), into --checkpoint-dir")
 	fs.BoolVar(&c.saveOnUSR1, "save-on-usr1", false, "save on SIGUSR1 and say so in $FAULTLINE_CHECKPOINT_DIR/done (faultline's checkpoint on notice)")
 	fs.DurationVar(&c.saveDelay, "save-delay", 0, "how long a save on SIGUSR1 takes")
+	fs.BoolVar(&c.journal, "journal", false, "append each step, save and resume to --checkpoint-dir/journal-<index>, across attempts and systems (the benchmarks read what a move lost there)")
+	fs.IntVar(&c.saveNeverIndex, "save-never-index", -1, "the index that ignores SIGUSR1 under --save-on-usr1: it never says it saved (-1: none)")
 	fs.BoolVar(&c.exitAtOnce, "exit-at-once", false, "exit 0 at once (an init container that costs what an open barrier does); no environment needed")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -166,8 +170,8 @@ func parse(args []string) (config, error) {
 	default:
 		return c, fmt.Errorf("--fail %q: want exit, oom or message", c.fail)
 	}
-	if (c.saveEvery > 0 || c.saveOnUSR1) && c.checkpointDir == "" {
-		return c, errors.New("--save-every and --save-on-usr1 need --checkpoint-dir")
+	if (c.saveEvery > 0 || c.saveOnUSR1 || c.journal) && c.checkpointDir == "" {
+		return c, errors.New("--save-every, --save-on-usr1 and --journal need --checkpoint-dir")
 	}
 	if c.saveOnUSR1 && c.failOnUSR1 {
 		return c, errors.New("--save-on-usr1 and --fail-on-usr1 both take SIGUSR1: choose one")
@@ -363,10 +367,15 @@ func run(c config) int {
 		case <-steps:
 			step++
 			logf("worker %d: step %d (attempt %s)", c.index, step, c.attempt)
+			c.note("step %d", step)
 			if c.saveEvery > 0 && step%c.saveEvery == 0 {
 				c.save(step, "periodic")
 			}
 		case <-saveOn:
+			if c.index == c.saveNeverIndex {
+				logf("worker %d: asked to save at step %d, ignored (--save-never-index)", c.index, step)
+				continue
+			}
 			logf("worker %d: asked to save at step %d (attempt %s)", c.index, step, c.attempt)
 			time.Sleep(c.saveDelay)
 			c.save(step, "on notice")
@@ -391,10 +400,27 @@ func (c config) resumed() int {
 	n, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || perr != nil {
 		logf("worker %d: resumes from step 0 (no checkpoint: %v)", c.index, err)
+		c.note("resume 0")
 		return 0
 	}
 	logf("worker %d: resumes from step %d (attempt %s)", c.index, n, c.attempt)
+	c.note("resume %d", n)
 	return n
+}
+
+// note appends a line to this index's journal (--journal), which outlives its pods: each
+// step, each save and each resume, in order.
+func (c config) note(format string, args ...any) {
+	if !c.journal {
+		return
+	}
+	f, err := os.OpenFile(fmt.Sprintf("%s/journal-%d", c.checkpointDir, c.index), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		logf("worker %d: journal: %v", c.index, err)
+		return
+	}
+	fmt.Fprintf(f, format+"\n", args...)
+	f.Close()
 }
 
 // save writes step as this index's checkpoint, whole (a rename).
@@ -404,6 +430,7 @@ func (c config) save(step int, why string) {
 		return
 	}
 	logf("worker %d: saved step %d (%s, attempt %s)", c.index, step, why, c.attempt)
+	c.note("save %d", step)
 }
 
 // sayDone tells faultline's barrier the save of step is done: the file done in

@@ -361,6 +361,9 @@ func (r *Recorder) Written(ctx context.Context, was, is *v1alpha1.TrainingRun) {
 		if parent, s, ok := attemptSpan(is, rec.Attempt, was.Status.Trace, end, ended); ok {
 			r.tracing.Emit(ctx, parent, s)
 		}
+		if s, ok := checkpointSpan(is, rec); ok && ended.IsValid() {
+			r.tracing.Emit(ctx, ended, s)
+		}
 		key := types.NamespacedName{Namespace: is.Namespace, Name: is.Name}
 		if v, ok := r.runs.Load(key); ok && v.(*sighting).attempt == rec.Attempt {
 			r.runs.CompareAndDelete(key, v) // not what is already seen of the next attempt

@@ -567,3 +567,29 @@ func TestTraceSaysTheWorkerStillRan(t *testing.T) {
 		}
 	}
 }
+
+// A planned move's request to save is a span of the episode that ended the attempt: from
+// the request to the move, with what the workers saved and who did not.
+func TestCheckpointSpan(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	ended := metav1.NewMicroTime(t0.Add(2 * time.Second))
+	step := int64(4100)
+	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml"}, Spec: v1alpha1.TrainingRunSpec{Workers: 4}}
+	rec := &v1alpha1.AttemptRecord{Attempt: 3}
+	if _, ok := checkpointSpan(run, rec); ok {
+		t.Error("a span for an attempt whose workers were never asked")
+	}
+	rec.Checkpoint = &v1alpha1.CheckpointStatus{Attempt: 3, RequestedAt: metav1.NewMicroTime(t0), EndedAt: &ended, Missing: []int32{2},
+		Acks: []v1alpha1.CheckpointAck{{Index: 0, Step: &step}, {Index: 1}, {Index: 3}}}
+	s, ok := checkpointSpan(run, rec)
+	if !ok || s.Name != tracing.SpanCheckpoint || !s.Start.Equal(t0) || s.End.Sub(s.Start) != 2*time.Second || s.Error == "" {
+		t.Fatalf("span %+v, want checkpoint over the 2 s the move waited, in error for index 2", s)
+	}
+	got := map[attribute.Key]string{}
+	for _, a := range s.Attributes {
+		got[a.Key] = a.Value.String()
+	}
+	if got[tracing.KeyCheckpointSaved] != "3" || got[tracing.KeyCheckpointMissing] != "[2]" || got[tracing.KeyCheckpointStep] != "4100" || got[tracing.KeyAttempt] != "3" {
+		t.Errorf("attributes %v", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/checkpoint"
 	"github.com/faultline-dev/faultline/pkg/policy"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
@@ -263,4 +264,29 @@ func episodeRoot(tr *v1alpha1.TraceStatus) trace.SpanContext {
 	}
 	sc, _ := tracing.ParseTraceparent(tr.Traceparent)
 	return sc
+}
+
+// checkpointSpan is the request to save that rec's attempt got before the move that ended it
+// (spec.checkpoint), from the request to the move, for the episode that ended the attempt.
+func checkpointSpan(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord) (tracing.Span, bool) {
+	c := rec.Checkpoint
+	if c == nil || c.EndedAt == nil {
+		return tracing.Span{}, false
+	}
+	missing := make([]int64, len(c.Missing))
+	for i, m := range c.Missing {
+		missing[i] = int64(m)
+	}
+	s := tracing.Span{Name: tracing.SpanCheckpoint, Start: c.RequestedAt.Time, End: c.EndedAt.Time, Attributes: []attribute.KeyValue{
+		tracing.KeyRun.String(run.Name), tracing.KeyNamespace.String(run.Namespace), tracing.KeyAttempt.Int64(int64(rec.Attempt)),
+		tracing.KeyWorkers.Int64(int64(run.Spec.Workers)), tracing.KeyCheckpointSaved.Int64(int64(len(c.Acks))),
+		tracing.KeyCheckpointMissing.Int64Slice(missing),
+	}}
+	if step, ok := checkpoint.LowestStep(c); ok {
+		s.Attributes = append(s.Attributes, tracing.KeyCheckpointStep.Int64(step))
+	}
+	if len(c.Missing) > 0 {
+		s.Error = fmt.Sprintf("indexes %v did not say they saved", c.Missing)
+	}
+	return s, true
 }
