@@ -39,16 +39,26 @@ func (r *Reconciler) askFirst(ctx context.Context, run *v1alpha1.TrainingRun, ob
 		return false, 0, nil
 	}
 	p := checkpoint.Gather(req, obs.workers())
+	if r.closeIfDone(run, req, p, now, v1alpha1.ActionRestart) {
+		return false, 0, nil
+	}
+	if p.Update(req) {
+		err = r.writeStatus(ctx, run)
+	}
+	return true, req.Deadline.Sub(now), err
+}
+
+// closeIfDone closes req (the caller writes it) and says so in an event naming action, what
+// comes next, once the move it holds may go on (checkpoint.Progress.Done); it reports
+// whether it did.
+func (r *Reconciler) closeIfDone(run *v1alpha1.TrainingRun, req *v1alpha1.CheckpointStatus, p checkpoint.Progress, now time.Time, action string) bool {
 	if !p.Done(req, now) {
-		if p.Update(req) {
-			err = r.writeStatus(ctx, run)
-		}
-		return true, req.Deadline.Sub(now), err
+		return false
 	}
 	p.End(req, now)
-	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionRestart, "attempt %d: %s%s", req.Attempt,
+	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, action, "attempt %d: %s%s", req.Attempt,
 		checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
-	return false, 0, nil
+	return true
 }
 
 // request asks run's current attempt to save, at now, for notice (the caller writes it).
@@ -91,13 +101,7 @@ func (r *Reconciler) askOnShutdown(run *v1alpha1.TrainingRun, obs *observed) boo
 			return false
 		}
 		p := checkpoint.Gather(req, obs.workers())
-		if p.Done(req, r.Clock.Now()) {
-			p.End(req, r.Clock.Now())
-			r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionWait, "attempt %d: %s%s", req.Attempt,
-				checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
-			return true
-		}
-		return p.Update(req)
+		return r.closeIfDone(run, req, p, r.Clock.Now(), v1alpha1.ActionWait) || p.Update(req)
 	}
 	var nodes []string
 	var at time.Time
@@ -197,10 +201,7 @@ func (r *Reconciler) holdForSaves(ctx context.Context, run *v1alpha1.TrainingRun
 	now := r.Clock.Now()
 	workers := obs.workers()
 	p := checkpoint.Gather(req, workers)
-	if p.Done(req, now) {
-		p.End(req, now)
-		r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointDone, v1alpha1.ActionWait, "attempt %d: %s%s", req.Attempt,
-			checkpoint.Summary(req, run.Spec.Workers), missingWhy(p))
+	if r.closeIfDone(run, req, p, now, v1alpha1.ActionRestart) {
 		return 0, false, nil
 	}
 	for _, w := range workers {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -56,8 +57,15 @@ type Checkpointer struct {
 	Log   *slog.Logger
 
 	mu sync.Mutex
-	// asked are the requests in flight or answered, by pod UID and request (checkpoint.Key).
-	asked map[string]*v1alpha1.BarrierCheckpoint
+	// asked are the requests in flight or answered, by pod UID and request (checkpoint.Key),
+	// kept until their deadline has passed.
+	asked map[string]asked
+}
+
+// asked is a worker's request: its answer (nil while in flight), and its deadline.
+type asked struct {
+	answer   *v1alpha1.BarrierCheckpoint
+	deadline time.Time
 }
 
 // RunChanged asks the node's workers of the run namespace/name when it holds a request that
@@ -72,6 +80,7 @@ func (c *Checkpointer) RunChanged(ctx context.Context, namespace, name string) {
 	if req == nil || !ok || req.EndedAt != nil || !c.Clock.Now().Before(req.Deadline.Time) {
 		return
 	}
+	c.forgetPast()
 	for _, pod := range c.podsOf(run) {
 		rec, ok := c.askable(pod, req)
 		if !ok {
@@ -80,15 +89,28 @@ func (c *Checkpointer) RunChanged(ctx context.Context, namespace, name string) {
 		key := string(pod.UID) + "/" + checkpoint.Key(req)
 		c.mu.Lock()
 		if c.asked == nil {
-			c.asked = map[string]*v1alpha1.BarrierCheckpoint{}
+			c.asked = map[string]asked{}
 		}
 		_, seen := c.asked[key]
 		if !seen {
-			c.asked[key] = nil
+			c.asked[key] = asked{deadline: req.Deadline.Time}
 		}
 		c.mu.Unlock()
 		if !seen {
 			go c.ask(ctx, key, pod, rec.ContainerID, req, signal)
+		}
+	}
+}
+
+// forgetPast forgets the requests whose deadline (and recordGrace) has passed: their answers
+// are on the records, or too late.
+func (c *Checkpointer) forgetPast() {
+	now := c.Clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, a := range c.asked {
+		if now.After(a.deadline.Add(recordGrace)) {
+			delete(c.asked, k)
 		}
 	}
 }
@@ -135,7 +157,7 @@ func (c *Checkpointer) ask(ctx context.Context, key string, pod *corev1.Pod, id 
 	ck := v1alpha1.BarrierCheckpoint{RequestedAt: checkpoint.Key(req), At: c.Clock.Now().UTC().Format(time.RFC3339Nano),
 		Saved: a.Saved, Step: a.Step, Reason: a.Reason}
 	if a.Exit != nil {
-		ck.ExitCode = ptrInt32(int32(*a.Exit))
+		ck.ExitCode = ptr.To(int32(*a.Exit))
 	}
 	switch {
 	case errors.Is(err, errNoSocket):
@@ -147,7 +169,7 @@ func (c *Checkpointer) ask(ctx context.Context, key string, pod *corev1.Pod, id 
 	}
 	log.Info("the worker answered", "saved", ck.Saved, "step", ck.Step, "reason", ck.Reason)
 	c.mu.Lock()
-	c.asked[key] = &ck
+	c.asked[key] = asked{answer: &ck, deadline: req.Deadline.Time}
 	c.mu.Unlock()
 	// The answer must reach the controller: retried until the request's deadline.
 	rctx, cancel := context.WithDeadline(ctx, req.Deadline.Time.Add(recordGrace))
@@ -174,8 +196,6 @@ func (c *Checkpointer) ask(ctx context.Context, key string, pod *corev1.Pod, id 
 // controller closes the request at the deadline, and an answer that came in time belongs
 // in its record.
 const recordGrace = 10 * time.Second
-
-func ptrInt32(n int32) *int32 { return &n }
 
 // WaitNode waits until every worker on the node whose run asks its workers to save on notice
 // (spec.checkpoint) has answered its run's request, or the request's deadline passed, or
@@ -225,7 +245,7 @@ func (c *Checkpointer) unanswered() []string {
 			c.mu.Lock()
 			a := c.asked[string(pod.UID)+"/"+checkpoint.Key(req)]
 			c.mu.Unlock()
-			if a == nil {
+			if a.answer == nil {
 				left = append(left, pod.Namespace+"/"+pod.Name)
 			}
 		}

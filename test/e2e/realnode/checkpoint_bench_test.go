@@ -92,12 +92,7 @@ func plannedMove(b *testing.B, system, name string, workers, atStep int) float64
 	ctx, c, ns := scenario(b, 6*time.Minute)
 	// A name of its own: a drain's pod selector spans every namespace.
 	name = "move-" + name + "-" + strings.TrimPrefix(ns, "t-")
-	dir := filepath.Join(os.TempDir(), "faultline-ckpt-"+ns)
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		b.Fatal(err)
-	}
-	os.Chmod(dir, 0o777)
-	defer os.RemoveAll(dir)
+	dir := checkpointDir(b, ns)
 	args := []string{"--heartbeats-only", "--heartbeat-timeout", "10s", "--log-every", stepEvery.String(), "--checkpoint-dir", "/ckpt",
 		"--save-every", strconv.Itoa(*moveSaveEvery), "--journal"}
 	selector := v1alpha1.LabelRun + "=" + name

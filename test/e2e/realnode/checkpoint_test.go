@@ -47,7 +47,7 @@ func withSharedDir(hostDir string) runOption {
 }
 
 // checkpointDir is a directory for the test's checkpoints on this machine, removed after it.
-func checkpointDir(t *testing.T, ns string) string {
+func checkpointDir(t testing.TB, ns string) string {
 	t.Helper()
 	dir := filepath.Join(os.TempDir(), "faultline-ckpt-"+ns)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
