@@ -66,6 +66,15 @@ func Request(run *v1alpha1.TrainingRun, notice string, nodes []string, now, allo
 	}
 }
 
+// GracePeriod is pod's termination grace period: how long a node's shutdown lets its worker
+// save before the kubelet kills it (Kubernetes' default, 30 s, where the pod says none).
+func GracePeriod(pod *corev1.Pod) time.Duration {
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
 // Current is run's request of its current attempt, nil if none.
 func Current(run *v1alpha1.TrainingRun) *v1alpha1.CheckpointStatus {
 	if c := run.Status.Checkpoint; c != nil && c.Attempt == run.Status.Attempt {

@@ -139,3 +139,14 @@ func TestBudget(t *testing.T) {
 		t.Errorf("budget %+v: want llm in ml, minAvailable 8 over the run's UID", b)
 	}
 }
+
+func TestGracePeriod(t *testing.T) {
+	p := &corev1.Pod{}
+	if got := GracePeriod(p); got != 30*time.Second {
+		t.Errorf("default: %s, want Kubernetes' 30 s", got)
+	}
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](600)
+	if got := GracePeriod(p); got != 10*time.Minute {
+		t.Errorf("set: %s, want 10m", got)
+	}
+}

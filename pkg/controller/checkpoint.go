@@ -32,7 +32,7 @@ func (r *Reconciler) askFirst(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	now := r.Clock.Now()
 	req := checkpoint.Current(run)
 	if req == nil {
-		req = r.request(run, signal, notice, nodes, now)
+		req = r.request(run, signal, notice, nodes, now, time.Time{})
 		return true, req.Deadline.Sub(now), r.writeStatus(ctx, run)
 	}
 	if req.EndedAt != nil {
@@ -61,9 +61,10 @@ func (r *Reconciler) closeIfDone(run *v1alpha1.TrainingRun, req *v1alpha1.Checkp
 	return true
 }
 
-// request asks run's current attempt to save, at now, for notice (the caller writes it).
-func (r *Reconciler) request(run *v1alpha1.TrainingRun, signal, notice string, nodes []string, now time.Time) *v1alpha1.CheckpointStatus {
-	req := checkpoint.Request(run, notice, nodes, now, time.Time{})
+// request asks run's current attempt to save, at now, for notice, until the policy's timeout
+// or what the notice allows (zero: no bound of its own), the sooner (the caller writes it).
+func (r *Reconciler) request(run *v1alpha1.TrainingRun, signal, notice string, nodes []string, now, allows time.Time) *v1alpha1.CheckpointStatus {
+	req := checkpoint.Request(run, notice, nodes, now, allows)
 	run.Status.Checkpoint = req
 	r.event(run, corev1.EventTypeNormal, v1alpha1.ReasonCheckpointRequested, v1alpha1.ActionWait,
 		"attempt %d: %s: every worker is asked to save (%s) before it moves, until %s", req.Attempt, notice, signal, req.Deadline.UTC().Format(time.RFC3339))
@@ -104,7 +105,7 @@ func (r *Reconciler) askOnShutdown(run *v1alpha1.TrainingRun, obs *observed) boo
 		return r.closeIfDone(run, req, p, r.Clock.Now(), v1alpha1.ActionWait) || p.Update(req)
 	}
 	var nodes []string
-	var at time.Time
+	var at, allows time.Time
 	for _, w := range obs.workers() {
 		f, ok := obs.nodes[w.Spec.NodeName]
 		if !ok || f.ShutdownDetectedAt == nil || w.DeletionTimestamp != nil || w.Status.Phase != corev1.PodRunning {
@@ -121,12 +122,17 @@ func (r *Reconciler) askOnShutdown(run *v1alpha1.TrainingRun, obs *observed) boo
 		if at.IsZero() || f.ShutdownDetectedAt.Before(at) {
 			at = *f.ShutdownDetectedAt
 		}
+		// What the notice allows: the kubelet stops the node's pods at the announcement, and
+		// kills each once its grace period has passed.
+		if ends := f.ShutdownDetectedAt.Add(checkpoint.GracePeriod(w)); allows.IsZero() || ends.Before(allows) {
+			allows = ends
+		}
 	}
 	if len(nodes) == 0 {
 		return false
 	}
 	slices.Sort(nodes)
-	r.request(run, signal, fmt.Sprintf("node %s announced a shutdown at %s", strings.Join(nodes, ", "), at.UTC().Format(time.RFC3339Nano)), nodes, r.Clock.Now())
+	r.request(run, signal, fmt.Sprintf("node %s announced a shutdown at %s", strings.Join(nodes, ", "), at.UTC().Format(time.RFC3339Nano)), nodes, r.Clock.Now(), allows)
 	return true
 }
 

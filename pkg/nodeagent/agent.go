@@ -62,6 +62,9 @@ type AgentConfig struct {
 	// to CheckpointWait (the inhibitor's release timeout) less markReserve.
 	Checkpoints interface {
 		WaitNode(ctx context.Context, until time.Time) []string
+		// SavesOnNotice reports whether the pod's run asks its workers to save on notice:
+		// only those pods' marks wait.
+		SavesOnNotice(pod types.NamespacedName) bool
 	}
 	CheckpointWait time.Duration
 }
@@ -412,28 +415,49 @@ func (a *Agent) ShutdownStarted(ctx context.Context, detectedAt time.Time) error
 	var wg sync.WaitGroup
 	var nodeErr error
 	wg.Go(func() { nodeErr = a.cfg.Writer.AnnotateShutdown(ctx, detectedAt) })
-	if a.cfg.Checkpoints != nil {
-		// The announcement on the node is the controller's notice: it asks the gangs of the
-		// node's workers to save, and the workers' evidence, which ends their attempts,
-		// waits for their answers.
-		if wait := a.cfg.CheckpointWait - markReserve; wait > 0 {
-			if left := a.cfg.Checkpoints.WaitNode(ctx, detectedAt.Add(wait)); len(left) > 0 {
-				a.log.Warn("the shutdown goes on before these workers said they saved", "pods", left, "waited", wait)
-			} else {
-				a.log.Info("the node's workers answered their checkpoint requests", "after", a.cfg.Clock.Since(detectedAt).Round(time.Millisecond))
-			}
-		}
-	}
 	pods, err := a.cfg.Writer.RunPods(ctx)
 	var podErr error
 	if err == nil {
+		// The workers of runs that save on notice are marked once they answered: the
+		// announcement on the node is the controller's notice, which asks their gangs to
+		// save, and their evidence ends their attempts. Every other pod is marked at once.
+		now, saving := pods, []types.NamespacedName(nil)
+		if a.cfg.Checkpoints != nil {
+			now, saving = nil, nil
+			for _, p := range pods {
+				if a.cfg.Checkpoints.SavesOnNotice(p) {
+					saving = append(saving, p)
+				} else {
+					now = append(now, p)
+				}
+			}
+		}
 		ev := ShutdownEvidence(a.cfg.Node, detectedAt)
 		eps := newEpisodes(a.cfg.Tracing)
-		podErr = a.markPods(withEpisodes(ctx, eps), pods, ev)
+		ectx := withEpisodes(ctx, eps)
+		podErr = a.markPods(ectx, now, ev)
+		if len(saving) > 0 {
+			a.waitForSaves(ctx, detectedAt)
+			podErr = errors.Join(podErr, a.markPods(ectx, saving, ev))
+		}
 		eps.record(ctx, ev, detectedAt)
 	}
 	wg.Wait()
 	return errors.Join(nodeErr, err, podErr)
+}
+
+// waitForSaves waits, up to the inhibitor's release timeout less markReserve from
+// detectedAt, until the node's workers whose runs save on notice answered their requests.
+func (a *Agent) waitForSaves(ctx context.Context, detectedAt time.Time) {
+	wait := a.cfg.CheckpointWait - markReserve
+	if wait <= 0 {
+		return
+	}
+	if left := a.cfg.Checkpoints.WaitNode(ctx, detectedAt.Add(wait)); len(left) > 0 {
+		a.log.Warn("the shutdown goes on before these workers said they saved", "pods", left, "waited", wait)
+		return
+	}
+	a.log.Info("the node's workers answered their checkpoint requests", "after", a.cfg.Clock.Since(detectedAt).Round(time.Millisecond))
 }
 
 // ShutdownCancelled takes the announcement back: off the node, and off the run pods that

@@ -317,3 +317,53 @@ func TestMetricsOfTheWriter(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// savesOnNotice is a Checkpoints whose WaitNode returns when released, having seen the marks
+// written so far.
+type savesOnNotice struct {
+	saving  map[types.NamespacedName]bool
+	w       *FakeEvidenceWriter
+	release chan struct{}
+	before  []PodMark
+}
+
+func (s *savesOnNotice) SavesOnNotice(p types.NamespacedName) bool { return s.saving[p] }
+
+func (s *savesOnNotice) WaitNode(context.Context, time.Time) []string {
+	<-s.release
+	s.before, _, _ = s.w.Snapshot()
+	return nil
+}
+
+// A node's shutdown marks the pods of runs that do not save on notice at once, and those of
+// runs that do once their workers answered (WaitNode): the evidence ends an attempt, and a
+// run without spec.checkpoint must not wait for another's save.
+func TestShutdownWaitsOnlyForTheWorkersThatSave(t *testing.T) {
+	w := &FakeEvidenceWriter{Pods: []types.NamespacedName{ref("r-0"), ref("s-0"), ref("s-1")}}
+	ck := &savesOnNotice{saving: map[types.NamespacedName]bool{ref("s-0"): true, ref("s-1"): true}, w: w, release: make(chan struct{})}
+	a, err := NewAgent(AgentConfig{Node: node, Owners: &FakeGPUOwners{}, Writer: w, Metrics: NewMetrics(prometheus.NewRegistry()), QueueSize: 2,
+		Clock: clocktesting.NewFakeClock(t0), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Checkpoints: ck, CheckpointWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.ShutdownStarted(context.Background(), t0) }()
+	for {
+		marks, _, _ := w.Snapshot()
+		if len(marks) > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond) // the mark of r-0 comes while WaitNode holds
+	}
+	close(ck.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(ck.before) != 1 || ck.before[0].Pod != ref("r-0") {
+		t.Errorf("marked before the saves were answered: %+v, want r-0 alone", ck.before)
+	}
+	if marks, _, _ := w.Snapshot(); len(marks) != 3 {
+		t.Errorf("marks %+v, want all three pods", marks)
+	}
+}

@@ -168,7 +168,7 @@ func slimRun(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &v1alpha1.TrainingRun{
-		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, UID: r.UID, ResourceVersion: r.ResourceVersion},
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, UID: r.UID, ResourceVersion: r.ResourceVersion, DeletionTimestamp: r.DeletionTimestamp},
 		Status:     v1alpha1.TrainingRunStatus{Phase: r.Status.Phase, Attempt: r.Status.Attempt},
 	}
 	if tr := r.Status.Trace; tr != nil && tr.Traceparent != "" {

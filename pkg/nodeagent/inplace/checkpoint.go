@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -214,8 +215,37 @@ func (c *Checkpointer) WaitNode(ctx context.Context, until time.Time) []string {
 	}
 }
 
-// unanswered are the node's workers whose run has spec.checkpoint and that have not answered
-// its request (or none was made yet), before its deadline.
+// SavesOnNotice reports whether the node's pod ref belongs to a running attempt of a run
+// with spec.checkpoint whose worker its barrier supervises: the controller asks it to save
+// on a notice, and a node's shutdown waits for its answer.
+func (c *Checkpointer) SavesOnNotice(ref types.NamespacedName) bool {
+	pod, err := c.Pods.Pods(ref.Namespace).Get(ref.Name)
+	if err != nil {
+		return false
+	}
+	_, ok := c.saving(pod)
+	return ok
+}
+
+// saving is pod's run when pod is a worker that saves on notice (SavesOnNotice).
+func (c *Checkpointer) saving(pod *corev1.Pod) (*v1alpha1.TrainingRun, bool) {
+	run := c.run(pod.Namespace, pod.Labels[v1alpha1.LabelRun])
+	if run == nil || string(run.UID) != pod.Labels[v1alpha1.LabelRunUID] || pod.DeletionTimestamp != nil || run.DeletionTimestamp != nil ||
+		run.Status.Phase != v1alpha1.PhaseRunning {
+		return nil, false
+	}
+	if _, _, ok := checkpoint.Policy(run); !ok {
+		return nil, false
+	}
+	b := attempt.BarrierOf(pod)
+	if b.Place != attempt.BarrierInWorker || !(b.OpenedFor(run.Status.Attempt) || b.RecordedRunning(run.Status.Attempt)) {
+		return nil, false // nothing of this attempt runs there to save
+	}
+	return run, true
+}
+
+// unanswered are the node's workers that save on notice and have not answered their run's
+// request (or none was made yet), before its deadline.
 func (c *Checkpointer) unanswered() []string {
 	pods, err := c.Pods.List(labels.Everything())
 	if err != nil {
@@ -224,16 +254,9 @@ func (c *Checkpointer) unanswered() []string {
 	var left []string
 	now := c.Clock.Now()
 	for _, pod := range pods {
-		run := c.run(pod.Namespace, pod.Labels[v1alpha1.LabelRun])
-		if run == nil || string(run.UID) != pod.Labels[v1alpha1.LabelRunUID] || pod.DeletionTimestamp != nil {
+		run, ok := c.saving(pod)
+		if !ok {
 			continue
-		}
-		if _, _, ok := checkpoint.Policy(run); !ok {
-			continue
-		}
-		b := attempt.BarrierOf(pod)
-		if b.Place != attempt.BarrierInWorker || !(b.OpenedFor(run.Status.Attempt) || b.RecordedRunning(run.Status.Attempt)) {
-			continue // nothing of this attempt runs there to save
 		}
 		req := checkpoint.Current(run)
 		switch {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -26,7 +27,7 @@ func TestWaitNodeWaitsForTheNodesAnswers(t *testing.T) {
 	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-1"},
 		Spec: v1alpha1.TrainingRunSpec{Workers: 1, Checkpoint: &v1alpha1.CheckpointPolicy{TimeoutSeconds: 60},
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "train", Command: []string{"train"}}}}}}}
-	run.Status.Attempt = 1
+	run.Status.Attempt, run.Status.Phase = 1, v1alpha1.PhaseRunning
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-0", Namespace: "ml", UID: "p0",
 		Labels:      map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelRunUID: "uid-1", v1alpha1.LabelAttempt: "1"},
 		Annotations: map[string]string{"batch.kubernetes.io/job-completion-index": "0"}},
@@ -67,7 +68,16 @@ func TestWaitNodeWaitsForTheNodesAnswers(t *testing.T) {
 		t.Errorf("past the request's deadline: left %v, want none", left)
 	}
 	clk.SetTime(t0)
-	run.Spec.Checkpoint, run.Status.Checkpoint = nil, nil
+	run.Status.Checkpoint = nil
+	if !c.SavesOnNotice(types.NamespacedName{Namespace: "ml", Name: "llm-0"}) {
+		t.Error("a worker of a running run with spec.checkpoint does not save on notice")
+	}
+	run.Status.Phase = v1alpha1.PhaseRestarting
+	if left := c.WaitNode(ctx, t0); len(left) != 0 || c.SavesOnNotice(types.NamespacedName{Namespace: "ml", Name: "llm-0"}) {
+		t.Errorf("a run not Running (the controller asks no such run): left %v", left)
+	}
+	run.Status.Phase = v1alpha1.PhaseRunning
+	run.Spec.Checkpoint = nil
 	if left := c.WaitNode(ctx, t0); len(left) != 0 {
 		t.Errorf("a run without spec.checkpoint: left %v, want none", left)
 	}

@@ -274,6 +274,11 @@ func TestRealShutdownCheckpointsBeforeTheGangMoves(t *testing.T) {
 	if ck == nil || ck.EndedAt == nil || len(ck.Acks) != 4 || len(ck.Missing) > 0 {
 		t.Fatalf("attempt 1's record: checkpoint %+v; want every index's answer", ck)
 	}
+	// What the notice allows bounds the deadline: the workers' grace period (30 s, the
+	// default) from the announcement, sooner than the policy's 60 s.
+	if d := ck.Deadline.Sub(ck.RequestedAt.Time); d > 30*time.Second {
+		t.Errorf("the request's deadline is %s after it, want at most the workers' 30 s grace period from the announcement", d)
+	}
 	t.Logf("announcement → request %s (%s), → every worker saved %s",
 		ck.RequestedAt.Sub(announced).Round(time.Millisecond), ck.Notice, ck.EndedAt.Sub(announced).Round(time.Millisecond))
 	var lastDown time.Time

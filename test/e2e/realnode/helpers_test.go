@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -573,19 +574,24 @@ func holdPod(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.
 		t.Fatalf("hold pod %s: %v", pod.Name, err)
 	}
 	t.Cleanup(func() {
-		p, err := c.Client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return
-		}
-		var keep []string
-		for _, f := range p.Finalizers {
-			if f != keepStatus {
-				keep = append(keep, f)
+		// Read again on a conflict: the kubelet and the controller write the pod meanwhile.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := c.Client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil // gone
 			}
-		}
-		p.Finalizers = keep
-		if _, err := c.Client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-			t.Errorf("release pod %s: %v", p.Name, err)
+			var keep []string
+			for _, f := range p.Finalizers {
+				if f != keepStatus {
+					keep = append(keep, f)
+				}
+			}
+			p.Finalizers = keep
+			_, err = c.Client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Errorf("release pod %s: %v", pod.Name, err)
 		}
 	})
 }

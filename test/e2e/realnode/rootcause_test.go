@@ -39,6 +39,12 @@ func TestRealRootCauseWhenEveryWorkerAborts(t *testing.T) {
 
 			run := createRun(ctx, t, c, ns, realRun("aborts", 4, []string{"--replay", recording}, withRestartMode(mode)))
 			workers := createdWorkers(ctx, t, c, ns, run.Name, 1, 4)
+			// Held until read: a worker whose exit its kubelet has not reported when the run
+			// fails is stopped with the run (removePods), and its pod can be gone before the
+			// exit is read below (CI of session 29).
+			for i := range 4 {
+				holdPod(ctx, t, c, workers[i])
+			}
 			got := waitRun(ctx, t, c, ns, run.Name, "Failed", failedOrRestarted)
 
 			f := got.Status.LastFailure
