@@ -20,6 +20,7 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
+	"github.com/faultline-dev/faultline/pkg/controller/savegate"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/policy"
 )
@@ -240,7 +241,7 @@ func endAttempt(run *v1alpha1.TrainingRun, now metav1.Time, v *v1alpha1.FailureV
 	rec.EndTime = &now
 	rec.Verdict = v
 	rec.Outcome = outcome
-	closeCheckpoint(run, rec, now)
+	savegate.Close(run, rec, now)
 }
 
 func jobCondition(job *batchv1.Job, types ...batchv1.JobConditionType) bool {

@@ -31,6 +31,7 @@ import (
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
+	"github.com/faultline-dev/faultline/pkg/controller/savegate"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/goodput"
@@ -215,8 +216,10 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		judge = jobFailed(obs.job)
 	}
 	if judge {
-		if after, hold, err := r.holdForSaves(ctx, run, obs); hold || err != nil {
-			return ctrl.Result{RequeueAfter: after}, err
+		if st := savegate.Hold(run, obs.workers(), obs.nodes, now); st.Wait || len(st.Events) > 0 {
+			if err := r.saveStep(ctx, run, st, false); st.Wait || err != nil {
+				return ctrl.Result{RequeueAfter: st.After}, err
+			}
 		}
 		return r.judge(ctx, run, obs)
 	}
@@ -287,35 +290,25 @@ func (r *Reconciler) plan(ctx context.Context, run *v1alpha1.TrainingRun, obs *o
 		res.RequeueAfter = mv.Next.Sub(r.Clock.Now())
 	}
 	blocked := mv.Blocked != "" && len(mv.Nodes) == 0
-	if changed := setMaintenanceBlocked(run, blocked, mv.Blocked); changed {
+	if changed := plannedmove.SetBlocked(run, blocked, mv.Blocked); changed {
 		if blocked {
 			r.event(run, corev1.EventTypeWarning, v1alpha1.ReasonMaintenanceBlocked, v1alpha1.ActionWait, "%s", mv.Blocked)
 		}
 		return res, true, r.writeStatus(ctx, run)
 	}
 	if len(mv.Nodes) == 0 {
-		if r.askOnShutdown(run, obs) {
-			return res, true, r.writeStatus(ctx, run)
+		if st := savegate.OnShutdown(run, obs.workers(), obs.nodes, r.Clock.Now()); st.Changed {
+			return res, true, r.saveStep(ctx, run, st, true)
 		}
 		return res, false, nil
 	}
-	if wait, after, err := r.askFirst(ctx, run, obs, "planned maintenance of "+strings.Join(mv.Nodes, ", ")+" ("+mv.Why()+")", mv.Nodes); wait || err != nil {
-		res.RequeueAfter = earliest(res.RequeueAfter, after)
+	st := savegate.Ask(run, obs.workers(), "planned maintenance of "+strings.Join(mv.Nodes, ", ")+" ("+mv.Why()+")", mv.Nodes, r.Clock.Now())
+	if err := r.saveStep(ctx, run, st, false); st.Wait || err != nil {
+		res.RequeueAfter = earliest(res.RequeueAfter, st.After)
 		return res, true, err
 	}
 	res, err = r.plannedRestart(ctx, run, obs, mv)
 	return res, true, err
-}
-
-// setMaintenanceBlocked sets or clears the MaintenanceBlocked condition; it reports a change.
-func setMaintenanceBlocked(run *v1alpha1.TrainingRun, blocked bool, why string) bool {
-	if blocked {
-		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoPlacement, Message: why})
-	}
-	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionMaintenanceBlocked); c != nil && c.Status == metav1.ConditionTrue {
-		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProgressing, Message: "no planned maintenance holds the run"})
-	}
-	return false
 }
 
 // plannedRestart decides on a planned move through the failure policy (a rule that names
@@ -341,7 +334,7 @@ func (r *Reconciler) plannedRestart(ctx context.Context, run *v1alpha1.TrainingR
 			}
 		}
 	}
-	setMaintenanceBlocked(run, false, "")
+	plannedmove.SetBlocked(run, false, "")
 	return apply(r, ctx, run, obs, mv.Verdict(run, d, now), d, nil)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
@@ -137,6 +138,17 @@ func (m Move) Verdict(run *v1alpha1.TrainingRun, d policy.Decision, now metav1.T
 
 // Why names the maintenances behind the move, for people.
 func (m Move) Why() string { return why(m.Signals) }
+
+// SetBlocked sets or clears the MaintenanceBlocked condition; it reports a change.
+func SetBlocked(run *v1alpha1.TrainingRun, blocked bool, why string) bool {
+	if blocked {
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNoPlacement, Message: why})
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionMaintenanceBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionMaintenanceBlocked, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProgressing, Message: "no planned maintenance holds the run"})
+	}
+	return false
+}
 
 // planOf is nm's plan for the run's current attempt, or nil if it has none yet.
 func planOf(nm *v1alpha1.NodeMaintenance, run *v1alpha1.TrainingRun) *v1alpha1.MaintenanceRun {
