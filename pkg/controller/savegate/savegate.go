@@ -215,12 +215,18 @@ func Close(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord, now metav1.Ti
 
 // Budget gives a run with spec.checkpoint its PodDisruptionBudget (checkpoint.Budget) through
 // ensure, the reconciler's create of an object the run owns, before each attempt's workers;
-// a run without it has none (one its spec.checkpoint left behind is deleted: read from the
-// API server, whose reads r makes). ok is false when the run waits (ensure's).
+// a run without it has none (one its spec.checkpoint left behind, by an edit of the spec, is
+// deleted: read from the API server, whose reads r makes). ok is false when the run waits
+// (ensure's).
 func Budget(ctx context.Context, r client.Reader, w client.Writer, run *v1alpha1.TrainingRun, ensure func(client.Object) (ctrl.Result, bool, error)) (ctrl.Result, bool, error) {
 	pdb := checkpoint.Budget(run)
 	if _, _, ok := checkpoint.Policy(run); ok {
 		return ensure(pdb)
+	}
+	if run.Generation <= 1 {
+		// The spec as created, without spec.checkpoint: no budget was ever made, and the
+		// attempt's creation, a restart's path, reads nothing more.
+		return ctrl.Result{}, true, nil
 	}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(pdb), pdb); err != nil {
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)

@@ -1,13 +1,19 @@
 package savegate
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -104,5 +110,54 @@ func TestHoldWaitsOnlyBehindAnsweredFailures(t *testing.T) {
 	answer(pods[1], &v1alpha1.BarrierCheckpoint{RequestedAt: checkpoint.Key(run.Status.Checkpoint), At: t0.Add(time.Second).Format(time.RFC3339Nano), Saved: true})
 	if st := Hold(run, pods, nil, t0.Add(2*time.Second)); !st.Wait {
 		t.Errorf("not held while index 0 saves and index 1 saved before it ended: %+v", st)
+	}
+}
+
+// budgetClient counts the reads and deletes of Budget.
+type budgetClient struct {
+	client.Reader
+	client.Writer
+	gets, deletes int
+	have          *policyv1.PodDisruptionBudget
+}
+
+func (b *budgetClient) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	b.gets++
+	if b.have == nil {
+		return apierrors.NewNotFound(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}, "llm")
+	}
+	b.have.DeepCopyInto(obj.(*policyv1.PodDisruptionBudget))
+	return nil
+}
+
+func (b *budgetClient) Delete(context.Context, client.Object, ...client.DeleteOption) error {
+	b.deletes++
+	return nil
+}
+
+// A run with spec.checkpoint gets its budget; one whose spec never changed reads nothing (the
+// attempt's creation is a restart's path); one edited since reads, and deletes the budget it
+// owns, and only that.
+func TestBudget(t *testing.T) {
+	run, _ := gang()
+	run.Generation = 1
+	c := &budgetClient{}
+	var ensured client.Object
+	ensure := func(o client.Object) (ctrl.Result, bool, error) { ensured = o; return ctrl.Result{}, true, nil }
+	if _, ok, err := Budget(context.Background(), c, c, run, ensure); !ok || err != nil || ensured == nil || ensured.GetName() != "llm" {
+		t.Fatalf("with spec.checkpoint: %v %v, ensured %v", ok, err, ensured)
+	}
+	run.Spec.Checkpoint, ensured = nil, nil
+	if _, ok, err := Budget(context.Background(), c, c, run, ensure); !ok || err != nil || c.gets != 0 || ensured != nil {
+		t.Fatalf("as created, without it: %v %v, %d reads, ensured %v; want nothing", ok, err, c.gets, ensured)
+	}
+	run.Generation = 2
+	c.have = checkpoint.Budget(run)
+	if _, _, err := Budget(context.Background(), c, c, run, ensure); err != nil || c.gets != 1 || c.deletes != 0 {
+		t.Fatalf("someone else's budget of the name: %v, %d reads, %d deletes; want it left", err, c.gets, c.deletes)
+	}
+	c.have.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(run, v1alpha1.GroupVersion.WithKind(v1alpha1.KindTrainingRun))}
+	if _, _, err := Budget(context.Background(), c, c, run, ensure); err != nil || c.deletes != 1 {
+		t.Fatalf("its own budget, spec.checkpoint removed: %v, %d deletes; want it deleted", err, c.deletes)
 	}
 }
