@@ -41,13 +41,13 @@ func TestNodeAgentPoliciesCoverEveryField(t *testing.T) {
 }
 
 // TestNodeAgentPodConditionsAreItsOwn: the pod conditions the node agent may write are its
-// own two, named by their constants: InfrastructureFault (its evidence) and NoProgress (a
-// worker silent past its run's progress deadline); every other condition of a pod stays as
-// it was.
+// own three, named by their constants: InfrastructureFault (its evidence), NoProgress (a
+// worker silent past its run's progress deadline) and Progressing (a worker's first output
+// in its incarnation); every other condition of a pod stays as it was.
 func TestNodeAgentPodConditionsAreItsOwn(t *testing.T) {
 	const file = "admission/nodeagent.yaml"
 	policy := readPolicy(t, file)
-	want := `expression: "['` + v1alpha1.PodConditionInfrastructureFault + `', '` + v1alpha1.PodConditionNoProgress + `']"`
+	want := `expression: "['` + v1alpha1.PodConditionInfrastructureFault + `', '` + v1alpha1.PodConditionNoProgress + `', '` + v1alpha1.PodConditionProgressing + `']"`
 	if !strings.Contains(policy, want) {
 		t.Errorf("%s: the agent's own pod conditions are not %q", file, want)
 	}

@@ -603,7 +603,8 @@ type GoodputLedger struct {
 	Queued metav1.Duration `json:"queued,omitempty"`
 	// Starting is from the run's creation, and each restart's new attempt, until every worker
 	// Running: the attempt's creation, scheduling, image pulls, the containers' start (and,
-	// restarting in place, the barrier).
+	// restarting in place, the barrier); where progress is watched, until the gang's first
+	// progress (AttemptRecord.ProgressingTime): the program's own start too.
 	// +optional
 	Starting metav1.Duration `json:"starting,omitempty"`
 	// Detection is from each failure (the node agent's evidence, or the worker's end) to
@@ -698,6 +699,13 @@ type AttemptRecord struct {
 	// RunningTime is when every worker of the attempt was first Running.
 	// +optional
 	RunningTime *metav1.Time `json:"runningTime,omitempty"`
+	// ProgressingTime is, where progress is watched (failurePolicy.progressDeadlineSeconds),
+	// the gang's first progress: when the last of its workers first wrote output in this
+	// attempt (the node agent's Progressing condition, to the second). A worker on a node
+	// without a node agent counts from its start. The goodput ledger counts the time before
+	// it as starting.
+	// +optional
+	ProgressingTime *metav1.Time `json:"progressingTime,omitempty"`
 	// +optional
 	EndTime *metav1.Time `json:"endTime,omitempty"`
 	// Verdict is why the attempt ended (none for a success or a suspend).

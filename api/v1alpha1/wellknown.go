@@ -308,6 +308,16 @@ const (
 	// not mounted), so its progress is unknown: NoProgress is then Unknown, with this
 	// reason and a message naming the node and the path, never True.
 	ProgressUnknownLog = "LogUnreadable"
+	// PodConditionProgressing is True on a worker whose current incarnation has shown
+	// progress: lastTransitionTime is its first output after the incarnation began (to the
+	// second), the reason ProgressSignalOutput. The agent writes it once per incarnation,
+	// on the pods of runs with a progress deadline only; the controller takes the gang's
+	// first progress (AttemptRecord.ProgressingTime, where the goodput ledger's starting
+	// ends) from it. Only the node agent of the pod's node writes it.
+	PodConditionProgressing = GroupName + "/Progressing"
+	// ProgressSignalOutput: the worker's first line in its container's log after its
+	// incarnation began (a supervising barrier's own lines not counted).
+	ProgressSignalOutput = "FirstOutput"
 )
 
 // TaintGPUUnhealthy is the NoSchedule taint the node agent may put on a node with a fatal

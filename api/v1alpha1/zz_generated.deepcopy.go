@@ -21,6 +21,10 @@ func (in *AttemptRecord) DeepCopyInto(out *AttemptRecord) {
 		in, out := &in.RunningTime, &out.RunningTime
 		*out = (*in).DeepCopy()
 	}
+	if in.ProgressingTime != nil {
+		in, out := &in.ProgressingTime, &out.ProgressingTime
+		*out = (*in).DeepCopy()
+	}
 	if in.EndTime != nil {
 		in, out := &in.EndTime, &out.EndTime
 		*out = (*in).DeepCopy()

@@ -119,6 +119,12 @@ func ReportedExit(pod *corev1.Pod) (ex v1alpha1.WorkerExit, ok bool) {
 	return ex, true
 }
 
+// ProgressWatched: the node agents watch the progress of the run's workers (a progress
+// deadline, on a gang: restartScope Index has no deadline).
+func ProgressWatched(run *v1alpha1.TrainingRun) bool {
+	return run.Spec.FailurePolicy.ProgressDeadlineSeconds != nil && run.Spec.RestartScope != v1alpha1.RestartScopeIndex
+}
+
 // Index reads a pod's completion index from the annotation the Job controller writes,
 // falling back to the label of the same name; ok is false when both are missing or garbled.
 func Index(pod metav1.Object) (i int, ok bool) {
@@ -180,10 +186,11 @@ func Job(run *v1alpha1.TrainingRun, opts Options) *batchv1.Job {
 	if opts.RoleRanges != "" {
 		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationRoles: opts.RoleRanges})
 	}
-	if d := run.Spec.FailurePolicy.ProgressDeadlineSeconds; d != nil && run.Spec.RestartScope != v1alpha1.RestartScopeIndex {
+	if ProgressWatched(run) {
 		// For the node agent, which watches its node's workers' progress (it reads pods, not
 		// runs): the attempt keeps the deadline it started with.
-		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationProgressDeadline: strconv.Itoa(int(*d))})
+		d := *run.Spec.FailurePolicy.ProgressDeadlineSeconds
+		tmpl.Annotations = merge(tmpl.Annotations, map[string]string{v1alpha1.AnnotationProgressDeadline: strconv.Itoa(int(d))})
 	}
 	if opts.ServiceAccountName != "" && tmpl.Spec.ServiceAccountName == "" {
 		tmpl.Spec.ServiceAccountName = opts.ServiceAccountName

@@ -461,6 +461,11 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		if rec.RunningTime == nil {
 			rec.RunningTime = &now
 		}
+		if rec.ProgressingTime == nil && attempt.ProgressWatched(run) {
+			if at, ok := exitclass.GangProgressing(workers, obs.nodes); ok {
+				rec.ProgressingTime = &metav1.Time{Time: at}
+			}
+		}
 		st.Phase = v1alpha1.PhaseRunning
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 		if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionInPlaceWaiting) {
@@ -685,7 +690,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *v1alpha1.TrainingRun)
 		// goodput ledger advance from it.
 		now := r.Clock.Now()
 		r.Episodes.Stamp(p.status, run, now)
-		run.Status.Goodput = goodput.Advance(p.status.Goodput, run.CreationTimestamp.Time, p.status, &run.Status, now)
+		run.Status.Goodput = goodput.Advance(p.status.Goodput, run.CreationTimestamp.Time, attempt.ProgressWatched(run), p.status, &run.Status, now)
 	}
 	from := run.ResourceVersion
 	written := run.Status.DeepCopy()

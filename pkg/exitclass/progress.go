@@ -157,3 +157,51 @@ func (s silence) line() string {
 	}
 	return who + ": container " + s.container + " running, no progress since " + clock(s.since) + " (" + s.cond.Reason + quote(s.cond.Message) + ")"
 }
+
+// GangProgressing is, for an attempt whose progress is watched, the gang's first progress:
+// the latest of its workers' first outputs in their current incarnations (the node agent's
+// Progressing condition, attested as silenceOf's is, about the running incarnation). A
+// worker on a node where no node agent has run, or of an attempt that started without the
+// deadline, counts from its incarnation's start: nothing watches its output, and the goodput
+// ledger must not count it as starting for ever.
+// False while a worker does not run or has not shown progress.
+func GangProgressing(pods []*corev1.Pod, nodes map[string]NodeFacts) (time.Time, bool) {
+	var last time.Time
+	n := 0
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		_, start, running := runningSince(p)
+		if !running || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return time.Time{}, false
+		}
+		at, ok := firstProgress(p, start)
+		_, watched := p.Annotations[v1alpha1.AnnotationProgressDeadline] // an attempt started before the deadline was set
+		if f, known := nodeOf(p, nodes); !watched || known && f.Agent == nil {
+			at, ok = start, true
+		}
+		if !ok {
+			return time.Time{}, false
+		}
+		if at.After(last) {
+			last = at
+		}
+		n++
+	}
+	return last, n > 0
+}
+
+// firstProgress is the pod's Progressing condition's time where it is about the incarnation
+// that began at start (to the second: not before start's second).
+func firstProgress(pod *corev1.Pod, start time.Time) (time.Time, bool) {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type != v1alpha1.PodConditionProgressing || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		at := c.LastTransitionTime.Time
+		return at, !at.IsZero() && !at.Before(start.Truncate(time.Second))
+	}
+	return time.Time{}, false
+}

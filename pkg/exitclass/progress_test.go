@@ -97,3 +97,40 @@ func TestVerdictOnALargeSilentGangIsBounded(t *testing.T) {
 		t.Errorf("evidence %d lines (%q), %d peers, Final %v", len(v.Evidence), v.Evidence[len(v.Evidence)-1], len(v.Peers), v.Final)
 	}
 }
+
+// watched makes the pod's run one whose progress is watched; progressing gives it the node
+// agent's Progressing condition, first output at first.
+func (b *podBuilder) watched() *podBuilder {
+	return b.annotation(v1alpha1.AnnotationProgressDeadline, "60")
+}
+
+func (b *podBuilder) progressing(first time.Time) *podBuilder {
+	return b.condition(v1alpha1.PodConditionProgressing, corev1.ConditionTrue, v1alpha1.ProgressSignalOutput, "", first)
+}
+
+// The gang's first progress is its last worker's first output in the running incarnation; a
+// worker without one holds it back, unless nothing watches it (no agent on its node, an
+// attempt started without the deadline).
+func TestGangProgressing(t *testing.T) {
+	agent := map[string]NodeFacts{"gpu-0": {Agent: &Heartbeat{}}, "gpu-1": {Agent: &Heartbeat{}}, "gpu-9": {}}
+	for name, tc := range map[string]struct {
+		pods []*corev1.Pod
+		want time.Time
+	}{
+		"every worker wrote":       {pods: []*corev1.Pod{hungWorker(0).watched().progressing(at(7)).obj(), hungWorker(1).watched().progressing(at(12)).obj()}, want: at(12)},
+		"one has not":              {pods: []*corev1.Pod{hungWorker(0).watched().progressing(at(7)).obj(), hungWorker(1).watched().obj()}},
+		"an earlier incarnation's": {pods: []*corev1.Pod{hungWorker(0).watched().runningSince(at(30)).progressing(at(7)).obj()}},
+		"no agent on its node": {pods: []*corev1.Pod{hungWorker(0).watched().progressing(at(7)).obj(),
+			makePod("r-9").index(9).node("gpu-9").runningSince(at(20)).watched().obj()}, want: at(20)},
+		"not watched":             {pods: []*corev1.Pod{hungWorker(0).watched().progressing(at(7)).obj(), hungWorker(1).runningSince(at(3)).obj()}, want: at(7)},
+		"a worker at its barrier": {pods: []*corev1.Pod{hungWorker(0).watched().atBarrier().progressing(at(7)).obj()}},
+		"no worker":               {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := GangProgressing(tc.pods, agent)
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Errorf("GangProgressing = %s, %v; want %s", got, ok, tc.want)
+			}
+		})
+	}
+}

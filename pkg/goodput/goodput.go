@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 )
 
 // Part is where a stretch of the run's time went.
@@ -26,12 +27,16 @@ const (
 )
 
 // doing is what the status says the run is doing: the part its time goes to until the next
-// write; false once it has ended.
-func doing(st *v1alpha1.TrainingRunStatus) (Part, bool) {
+// write; false once it has ended. Where progress is watched (watched), a Running attempt
+// trains from its gang's first progress on.
+func doing(st *v1alpha1.TrainingRunStatus, watched bool) (Part, bool) {
 	switch st.Phase {
 	case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
 		return 0, false
 	case v1alpha1.PhaseRunning:
+		if watched && !progressed(st) {
+			return Starting, true
+		}
 		return Training, true
 	case v1alpha1.PhaseRestarting:
 		return Teardown, true
@@ -48,22 +53,29 @@ func doing(st *v1alpha1.TrainingRunStatus) (Part, bool) {
 
 // Advance returns the ledger of the status next as the write of it at now leaves it: the
 // time since the ledger's Through goes to what before (the status it replaces) said the run
-// was doing; where next decided on a failure, the part after the failure began goes to
-// detection (or, a gang without progress, to hung). A run created at created starts a
-// ledger; one that had ended keeps its own.
-func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, before, next *v1alpha1.TrainingRunStatus, now time.Time) *v1alpha1.GoodputLedger {
+// was doing; where next found the gang's first progress (watched: the run's progress is
+// watched), the part before it goes to starting; where next decided on a failure, the part
+// after the failure began goes to detection (or, a gang without progress, to hung). A run
+// created at created starts a ledger; one that had ended keeps its own.
+func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, watched bool, before, next *v1alpha1.TrainingRunStatus, now time.Time) *v1alpha1.GoodputLedger {
 	l := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(created)}
 	if ledger != nil {
 		l = ledger.DeepCopy()
 	}
 	from := l.Through.Time
-	part, on := doing(before)
+	part, on := doing(before, watched)
 	if !on || !now.After(from) {
 		return l
 	}
-	if began, cause, ok := decidedFailure(before, next); ok && part == Training {
+	running := before.Phase == v1alpha1.PhaseRunning
+	if at, ok := firstProgress(before, next); ok && part == Starting && running {
+		at = clamp(at, from, now)
+		add(l, Starting, at.Sub(from))
+		from, part = at, Training
+	}
+	if began, cause, ok := decidedFailure(before, next); ok && (part == Training || part == Starting && running) {
 		began = clamp(began, from, now)
-		add(l, Training, began.Sub(from))
+		add(l, part, began.Sub(from))
 		from = began
 		part = Detection
 		if cause == v1alpha1.CauseNoProgress {
@@ -78,7 +90,25 @@ func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, before, next *v1
 // AsOf is the ledger as of now: the status's own, with the time since it was written added
 // to what the status says the run is doing.
 func AsOf(run *v1alpha1.TrainingRun, now time.Time) *v1alpha1.GoodputLedger {
-	return Advance(run.Status.Goodput, run.CreationTimestamp.Time, &run.Status, &run.Status, now)
+	return Advance(run.Status.Goodput, run.CreationTimestamp.Time, attempt.ProgressWatched(run), &run.Status, &run.Status, now)
+}
+
+// progressed: the status's attempt has shown its gang's first progress.
+func progressed(st *v1alpha1.TrainingRunStatus) bool {
+	rec := attempt.RecordOf(st, st.Attempt)
+	return rec != nil && rec.ProgressingTime != nil
+}
+
+// firstProgress is the gang's first progress of before's attempt where next found it.
+func firstProgress(before, next *v1alpha1.TrainingRunStatus) (time.Time, bool) {
+	if progressed(before) {
+		return time.Time{}, false
+	}
+	rec := attempt.RecordOf(next, before.Attempt)
+	if rec == nil || rec.ProgressingTime == nil {
+		return time.Time{}, false
+	}
+	return rec.ProgressingTime.Time, true
 }
 
 // decidedFailure is the failure next decided on and before had not: when it began (the node

@@ -62,7 +62,7 @@ func TestLedgerAddsUpAlongARunsLife(t *testing.T) {
 	before := &v1alpha1.TrainingRunStatus{}
 	var l *v1alpha1.GoodputLedger
 	for _, w := range writes {
-		l = Advance(l, t0, before, w.next, at(w.at))
+		l = Advance(l, t0, false, before, w.next, at(w.at))
 		if sum := l.Training.Duration + Lost(l); sum != Wall(l, t0) {
 			t.Fatalf("at %vs: the parts add up to %v, the wall time is %v: %+v", w.at, sum, Wall(l, t0), l)
 		}
@@ -101,7 +101,7 @@ func TestLedgerAsOfNow(t *testing.T) {
 	// A decision on a failure the ledger's last write was already past: it goes no further
 	// back than that write.
 	before := status(v1alpha1.PhaseRunning, 1)
-	l := Advance(&v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(30))}, t0, before,
+	l := Advance(&v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(30))}, t0, false, before,
 		decided(status(v1alpha1.PhaseRestarting, 2), v1alpha1.CauseGPUFault, 20, 31, nil), at(31))
 	if l.Detection != sec(1) || l.Training != sec(0) {
 		t.Errorf("a failure from before the last write: %+v, want 1 s of detection and no training", l)
@@ -121,11 +121,62 @@ func TestLedgerCountsTheQueue(t *testing.T) {
 		at   float64
 		next *v1alpha1.TrainingRunStatus
 	}{{0, queued}, {5, admitted}, {7, status(v1alpha1.PhaseRunning, 1)}, {17, status(v1alpha1.PhaseSuspended, 1)}, {20, admitted}} {
-		l = Advance(l, t0, before, w.next, at(w.at))
+		l = Advance(l, t0, false, before, w.next, at(w.at))
 		before = w.next
 	}
 	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(20)), Queued: sec(5 + 3), Starting: sec(2), Training: sec(10)}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("the ledger (-want +got):\n%s", diff)
+	}
+}
+
+// progressing is status s with attempt 1's gang first progressing at first.
+func progressing(s *v1alpha1.TrainingRunStatus, first float64) *v1alpha1.TrainingRunStatus {
+	s = s.DeepCopy()
+	s.Attempts = append(s.Attempts, v1alpha1.AttemptRecord{Attempt: 1, ProgressingTime: &metav1.Time{Time: at(first)}})
+	return s
+}
+
+// TestLedgerStartsUntilTheGangsFirstProgress: where progress is watched, a Running attempt
+// is still starting until its gang's first progress (the write that finds it splits at it,
+// no further back than the last write), a restart's next attempt starts again until its own
+// (attempt 2 never progresses), and a failure before any progress is starting until it
+// began and detection after; where progress is not watched, the same writes train from
+// Running.
+func TestLedgerStartsUntilTheGangsFirstProgress(t *testing.T) {
+	writes := []struct {
+		at   float64
+		next *v1alpha1.TrainingRunStatus
+	}{
+		{2, status(v1alpha1.PhasePending, 1)},
+		{10, status(v1alpha1.PhaseRunning, 1)},
+		{15, status(v1alpha1.PhaseRunning, 1)},
+		{31, progressing(status(v1alpha1.PhaseRunning, 1), 30)},
+		{60, progressing(status(v1alpha1.PhaseRunning, 1), 30)},
+		{100, decided(progressing(status(v1alpha1.PhaseRestarting, 2), 30), v1alpha1.CauseNodeShutdown, 90, 100, nil)},
+		{110, decided(progressing(status(v1alpha1.PhaseRunning, 2), 30), v1alpha1.CauseNodeShutdown, 90, 100, nil)},
+		{150, decided(progressing(status(v1alpha1.PhaseFailed, 2), 30), v1alpha1.CauseAppExit, 140, 150, nil)},
+	}
+	for _, tc := range []struct {
+		watched bool
+		want    *v1alpha1.GoodputLedger
+	}{
+		{true, &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(150)),
+			Starting: sec(2 + 8 + 20 + 30), Training: sec(60), Detection: sec(10 + 10), Teardown: sec(10)}},
+		{false, &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(150)),
+			Starting: sec(2 + 8), Training: sec(80 + 30), Detection: sec(10 + 10), Teardown: sec(10)}},
+	} {
+		before := &v1alpha1.TrainingRunStatus{}
+		var l *v1alpha1.GoodputLedger
+		for _, w := range writes {
+			l = Advance(l, t0, tc.watched, before, w.next, at(w.at))
+			if sum := l.Training.Duration + Lost(l); sum != Wall(l, t0) {
+				t.Fatalf("watched %v, at %vs: the parts add up to %v, the wall time is %v", tc.watched, w.at, sum, Wall(l, t0))
+			}
+			before = w.next
+		}
+		if diff := cmp.Diff(tc.want, l); diff != "" {
+			t.Errorf("watched %v: the ledger (-want +got):\n%s", tc.watched, diff)
+		}
 	}
 }

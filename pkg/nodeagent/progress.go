@@ -52,6 +52,9 @@ type ProgressWriter interface {
 	MarkProgressUnknown(ctx context.Context, pod *corev1.Pod, message string) error
 	// ClearNoProgress takes it off.
 	ClearNoProgress(ctx context.Context, pod *corev1.Pod) error
+	// MarkProgressing puts the Progressing condition on pod: its incarnation's first output
+	// at at.
+	MarkProgressing(ctx context.Context, pod *corev1.Pod, at time.Time) error
 }
 
 var _ ProgressWriter = &Writer{}
@@ -79,6 +82,8 @@ type ProgressWatch struct {
 	// written is what the watch last wrote on each pod. The cache lags behind its own
 	// writes: without this a write would be repeated until the cache shows it.
 	written map[types.UID]progressMark
+	// first is what the watch knows of each pod's first progress (firstoutput.go).
+	first map[types.UID]firstLook
 }
 
 // progressMark is the NoProgress condition the watch wrote on a pod: True since since,
@@ -105,7 +110,7 @@ func NewProgressWatch(cfg ProgressConfig) (*ProgressWatch, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &ProgressWatch{cfg: cfg, log: cfg.Logger.With("component", "progress", "node", cfg.Node), written: map[types.UID]progressMark{}}, nil
+	return &ProgressWatch{cfg: cfg, log: cfg.Logger.With("component", "progress", "node", cfg.Node), written: map[types.UID]progressMark{}, first: map[types.UID]firstLook{}}, nil
 }
 
 // Run checks the node's workers every period until ctx is done.
@@ -148,6 +153,11 @@ func (w *ProgressWatch) Check(ctx context.Context) error {
 			delete(w.written, uid) // a pod gone: nothing to remember
 		}
 	}
+	for uid := range w.first {
+		if !present[uid] {
+			delete(w.first, uid)
+		}
+	}
 	w.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -181,6 +191,14 @@ func (w *ProgressWatch) checkPod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	now := w.cfg.Clock.Now()
 	st := progressOf(pod, running, out, deadline, now)
+	// The first progress's write failing holds back no stall's.
+	firstErr := w.firstProgress(ctx, pod, running, earliestStart(running), out)
+	return errors.Join(firstErr, w.markStall(ctx, pod, ref, prev, st, deadline))
+}
+
+// markStall writes or takes off pod's NoProgress condition where its worker's progress st
+// differs from what the pod carries (prev).
+func (w *ProgressWatch) markStall(ctx context.Context, pod *corev1.Pod, ref string, prev progressMark, st progress, deadline time.Duration) error {
 	switch {
 	case st.Silent && !prev.since.IsZero() && sameSecond(prev.since, st.Since):
 		return nil // said already
@@ -228,6 +246,17 @@ func (w *ProgressWatch) remember(uid types.UID, m progressMark) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.written[uid] = m
+}
+
+// earliestStart is when the first of the running containers began its incarnation.
+func earliestStart(running map[string]time.Time) time.Time {
+	var out time.Time
+	for _, at := range running {
+		if out.IsZero() || at.Before(out) {
+			out = at
+		}
+	}
+	return out
 }
 
 // sameSecond: the condition keeps its time to the second.

@@ -120,6 +120,7 @@ type config struct {
 	saveDelay                      time.Duration
 	saveNeverIndex                 int
 	journal                        bool
+	quietFor                       time.Duration
 }
 
 func main() {
@@ -158,6 +159,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.saveDelay, "save-delay", 0, "how long a save on SIGUSR1 takes")
 	fs.BoolVar(&c.journal, "journal", false, "append each step, save and resume to --checkpoint-dir/journal-<index>, across attempts and systems (the benchmarks read what a move lost there)")
 	fs.IntVar(&c.saveNeverIndex, "save-never-index", -1, "the index that ignores SIGUSR1 under --save-on-usr1: it never says it saved (-1: none)")
+	fs.DurationVar(&c.quietFor, "quiet-for", 0, "write nothing for this long after starting, as a program that imports and compiles before its first line")
 	fs.BoolVar(&c.exitAtOnce, "exit-at-once", false, "exit 0 at once (an init container that costs what an open barrier does); no environment needed")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -274,6 +276,7 @@ func run(c config) int {
 		signal.Notify(saveOn, syscall.SIGUSR1)
 	}
 	var failOn <-chan os.Signal
+	time.Sleep(c.quietFor)
 	step := c.resumed()
 	incarnation := newIncarnation()
 	host, _ := os.Hostname()
