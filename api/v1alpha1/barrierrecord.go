@@ -38,6 +38,22 @@ type BarrierRecord struct {
 	// Checkpoint is the worker's answer to the run's latest checkpoint request of Attempt
 	// (TrainingRunStatus.Checkpoint), as its barrier heard it.
 	Checkpoint *BarrierCheckpoint `json:"checkpoint,omitempty"`
+	// LastSave is, with StoppedFor, the worker's last save its barrier heard of when it
+	// stopped it (any save, a periodic one too, in this attempt or before): the point the
+	// next attempt resumes from, which the controller takes for the work the restart redoes.
+	LastSave *BarrierSave `json:"lastSave,omitempty"`
+}
+
+// BarrierSave is a worker's save as its barrier heard it: its word (the done file, or
+// faultline-barrier checkpoint-done), or the done file it left.
+//
+// +kubebuilder:object:generate=false
+type BarrierSave struct {
+	// Step is the step it said it saved, if it said one.
+	Step *int64 `json:"step,omitempty"`
+	// At is when (RFC 3339 with nanoseconds): the barrier's hearing of it, or the done
+	// file's modification time.
+	At string `json:"at"`
 }
 
 // BarrierCheckpoint is a worker's answer to a checkpoint request, as its barrier heard it.

@@ -619,6 +619,11 @@ type GoodputLedger struct {
 	// end and the backoff.
 	// +optional
 	Teardown metav1.Duration `json:"teardown,omitempty"`
+	// Redone is the training that restarts did again: for each attempt restarted in place
+	// whose workers say their saves (spec.checkpoint), its training from the gang's last save
+	// to the failure (AttemptRecord.Redone), taken out of training.
+	// +optional
+	Redone metav1.Duration `json:"redone,omitempty"`
 }
 
 // MaxAttemptHistory bounds status.attempts so that a crash-looping run's status stays small.
@@ -742,6 +747,27 @@ type AttemptRecord struct {
 	// move ended it, with their answers and who did not answer.
 	// +optional
 	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+	// Saved is, for an attempt that restarted in place, the gang's last save when it ended,
+	// as the stopped workers' barriers heard it (every save a worker says, periodic ones
+	// too): the oldest of their last saves, which the next attempt resumes from. Unset where
+	// no worker said any.
+	// +optional
+	Saved *SavedStatus `json:"saved,omitempty"`
+	// Redone is the training of this attempt the next one does again: from Saved (or the
+	// gang's first progress, if later) to the failure that ended it. Set with Saved.
+	// +optional
+	Redone *metav1.Duration `json:"redone,omitempty"`
+}
+
+// SavedStatus is a gang's last save, as its workers' barriers heard it.
+type SavedStatus struct {
+	// Step is the step the worker with the oldest last save said it saved, if it said one.
+	// +optional
+	Step *int64 `json:"step,omitempty"`
+	// At is when it saved.
+	At metav1.MicroTime `json:"at"`
+	// Workers is how many stopped workers said a save (the oldest of theirs counts).
+	Workers int32 `json:"workers"`
 }
 
 // QueueStatus is what faultline knows of the run's Kueue Workload.

@@ -63,9 +63,16 @@ type cli struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, supervise: barrier.Supervise, stop: barrier.Stop,
+	c := cli{stderr: os.Stderr, wait: barrier.Wait, open: barrier.Open, supervise: barrier.Supervise, stop: stopWorker,
 		checkpoint: barrier.Checkpoint, done: barrier.CheckpointDone, getenv: os.Getenv}
 	os.Exit(c.run(ctx, os.Args[1:]))
+}
+
+// stopWorker is barrier.Stop without the worker's last save, which the node agent records
+// and this command does not print.
+func stopWorker(ctx context.Context, socket string, attempt int, grace time.Duration) error {
+	_, err := barrier.Stop(ctx, socket, attempt, grace)
+	return err
 }
 
 func (c cli) run(ctx context.Context, args []string) int {

@@ -442,11 +442,58 @@ func Open(ctx context.Context, socket string, attempt int) error {
 
 // Stop asks the supervising barrier on socket (Supervise) to end its worker for attempt,
 // giving it grace before SIGKILL, and returns once it answered that none of the worker's
-// processes is left: nil then, ErrStale when its worker runs attempt or a later one,
-// ErrNotWaiting when no supervising barrier listens. ctx must outlast grace.
-func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) error {
-	_, _, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()), verbStopped)
-	return err
+// processes is left: the worker's last save as the barrier knows it (nil: none), and nil
+// then, ErrStale when its worker runs attempt or a later one, ErrNotWaiting when no
+// supervising barrier listens. ctx must outlast grace.
+func Stop(ctx context.Context, socket string, attempt int, grace time.Duration) (*Save, error) {
+	_, rest, err := ask(ctx, socket, fmt.Sprintf("%s %d %d", verbStop, attempt, grace.Milliseconds()), verbStopped)
+	if err != nil {
+		return nil, err
+	}
+	return parseStopped(rest), nil
+}
+
+// Save is a worker's save as its barrier heard it: the step it said (nil: none said) and
+// when. Every save counts, the periodic ones too: a worker that says each one (its done
+// file, or checkpoint-done) lets the goodput ledger count the work a restart redoes.
+type Save struct {
+	Step *int64
+	At   time.Time
+}
+
+// field is the save as the stop's answer carries it: "<step|-> <RFC 3339 time>".
+func (s *Save) field() string {
+	step := int64(-1)
+	if s.Step != nil {
+		step = *s.Step
+	}
+	return stepField(step) + " " + s.At.UTC().Format(time.RFC3339Nano)
+}
+
+// parseStopped reads the save in the rest of a stop's answer ("<attempt> [<step|-> <time>]");
+// nil when there is none (or an older barrier's answer, which carries none).
+func parseStopped(rest string) *Save {
+	f := strings.Fields(rest)
+	if len(f) != 3 {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, f[2])
+	if err != nil {
+		return nil
+	}
+	s := &Save{At: at}
+	if n, err := strconv.ParseInt(f[1], 10, 64); err == nil && n >= 0 {
+		s.Step = &n
+	}
+	return s
+}
+
+// stepField is a step as the protocol writes it: "-" for none.
+func stepField(step int64) string {
+	if step < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(step, 10)
 }
 
 // CheckpointAnswer is a supervising barrier's answer to a checkpoint request.

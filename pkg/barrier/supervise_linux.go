@@ -121,6 +121,27 @@ type supervisor struct {
 	// stoppedFor is the latest attempt a stop was for (0: none): no open of an earlier one
 	// starts the worker again.
 	stoppedFor int
+	// saved is the worker's last save the barrier heard of (nil: none), in any attempt.
+	saved *Save
+}
+
+// heardSave notes a save the worker said (step -1: none said) at at.
+func (s *supervisor) heardSave(step int64, at time.Time) {
+	s.saved = &Save{At: at}
+	if step >= 0 {
+		s.saved.Step = &step
+	}
+}
+
+// stopped is the answer to a stop for attempt: with the worker's last save, where the
+// barrier knows one. A done file the worker left is a save too (one it wrote without a
+// request: its modification time says when), where it is later than what the barrier heard.
+func (s *supervisor) stopped(attempt int) string {
+	s.noteDoneFile()
+	if s.saved == nil {
+		return fmt.Sprintf("%s %d", verbStopped, attempt)
+	}
+	return fmt.Sprintf("%s %d %s", verbStopped, attempt, s.saved.field())
 }
 
 // accept hands every connection to the loop until the listener closes.
@@ -197,7 +218,7 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 					s.stoppedFor = req.attempt
 				}
 				start = max(start, s.stoppedFor-1)
-				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
+				fmt.Fprintln(conn, s.stopped(req.attempt))
 				conn.Close()
 				continue
 			}
@@ -268,6 +289,7 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 			}
 		case <-ck.tick:
 			if step, ok := s.doneFile(); ok {
+				s.heardSave(step, time.Now())
 				answer(fmt.Sprintf("%s %d %s", verbSaved, attempt, stepField(step)))
 			}
 		case <-ck.timeout:
@@ -290,6 +312,7 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 				fmt.Fprintf(conn, "%s %d %d\n", verbStale, req.attempt, attempt)
 			case req.verb == verbDone:
 				s.log.Info("the worker says it saved", "attempt", attempt, "step", req.step)
+				s.heardSave(req.step, time.Now())
 				answer(fmt.Sprintf("%s %d %s", verbSaved, attempt, stepField(req.step)))
 				fmt.Fprintf(conn, "%s %d\n", verbOK, attempt)
 			case req.verb == verbCheckpoint:
@@ -316,7 +339,7 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 				s.log.Info("stopping the worker for a later attempt", "attempt", attempt, "for", req.attempt, "grace", req.grace)
 				conn.SetDeadline(time.Time{})
 				s.stop(pid, req.grace)
-				fmt.Fprintf(conn, "%s %d\n", verbStopped, req.attempt)
+				fmt.Fprintln(conn, s.stopped(req.attempt))
 				conn.Close()
 				return 0, req.attempt
 			}
@@ -463,39 +486,54 @@ func (c *checkpoint) answer(line string) (passTerm bool) {
 	return passTerm
 }
 
-// stepField is a step as the protocol writes it: "-" for none.
-func stepField(step int64) string {
-	if step < 0 {
-		return "-"
-	}
-	return strconv.FormatInt(step, 10)
-}
-
 // doneFile reads and removes the worker's done file: the step it holds (-1: none), and
 // whether it was there.
 func (s *supervisor) doneFile() (int64, bool) {
+	step, _, ok := s.readDone()
+	if ok {
+		os.Remove(filepath.Join(s.cfg.CheckpointDir, CheckpointDoneFile))
+	}
+	return step, ok
+}
+
+// readDone reads the worker's done file: the step it holds (-1: none), when it was written,
+// and whether it is there.
+func (s *supervisor) readDone() (step int64, at time.Time, ok bool) {
 	if s.cfg.CheckpointDir == "" {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	path := filepath.Join(s.cfg.CheckpointDir, CheckpointDoneFile)
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0, time.Time{}, false
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false
+		return 0, time.Time{}, false
 	}
-	os.Remove(path)
-	step := int64(-1)
+	step = -1
 	if n := ReadDone(b); n != nil {
 		step = *n
 	}
-	return step, true
+	return step, info.ModTime(), true
 }
 
-// removeDone removes a done file left from before a request (a worker's own periodic word),
-// and makes sure the directory is there for the worker to write it.
+// noteDoneFile takes a done file the worker wrote without a request (a periodic save) as
+// its last save, where it is later than the last the barrier heard.
+func (s *supervisor) noteDoneFile() {
+	if step, at, ok := s.readDone(); ok && (s.saved == nil || at.After(s.saved.At)) {
+		s.heardSave(step, at)
+	}
+}
+
+// removeDone removes a done file left from before a request (a worker's own periodic word,
+// noted as its last save first), and makes sure the directory is there for the worker to
+// write it.
 func (s *supervisor) removeDone() {
 	if s.cfg.CheckpointDir == "" {
 		return
 	}
+	s.noteDoneFile()
 	if err := os.MkdirAll(s.cfg.CheckpointDir, 0o755); err != nil {
 		s.log.Warn("no checkpoint directory for the worker", "dir", s.cfg.CheckpointDir, "error", err)
 	}

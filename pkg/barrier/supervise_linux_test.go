@@ -118,7 +118,7 @@ while :; do sleep 1; done
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	socket := filepath.Join(dir, "b.sock")
-	if err := Stop(ctx, socket, 1, time.Second); err != nil {
+	if _, err := Stop(ctx, socket, 1, time.Second); err != nil {
 		t.Fatalf("a stop before any open: %v, want nothing to stop", err)
 	}
 	if err := Open(ctx, socket, 1); err != nil {
@@ -128,11 +128,11 @@ while :; do sleep 1; done
 	if err := Open(ctx, socket, 2); !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("an open while the worker runs: %v, want ErrNotWaiting", err)
 	}
-	if err := Stop(ctx, socket, 1, time.Second); !errors.Is(err, ErrStale) {
+	if _, err := Stop(ctx, socket, 1, time.Second); !errors.Is(err, ErrStale) {
 		t.Errorf("a stop for the attempt the worker runs: %v, want ErrStale", err)
 	}
 	begin := time.Now()
-	if err := Stop(ctx, socket, 2, 300*time.Millisecond); err != nil {
+	if _, err := Stop(ctx, socket, 2, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(begin); took < 300*time.Millisecond {
@@ -216,7 +216,7 @@ func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.1")
-	if err := Stop(ctx, socket, 3, 100*time.Millisecond); err != nil {
+	if _, err := Stop(ctx, socket, 3, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	err := Open(ctx, socket, 2)
@@ -227,7 +227,7 @@ func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
 		t.Fatal("the worker ran attempt 2 after its stop for attempt 3")
 	}
 	// Waiting, a stop for a still later attempt raises the bar again.
-	if err := Stop(ctx, socket, 5, 100*time.Millisecond); err != nil {
+	if _, err := Stop(ctx, socket, 5, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := Open(ctx, socket, 4); !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 5") {
@@ -329,7 +329,7 @@ while :; do sleep 0.05; done
 		b, _ := os.ReadFile(filepath.Join(dir, "usr2"))
 		return strings.Count(string(b), "saving") == 3
 	})
-	if err := Stop(ctx, socket, 3, time.Second); err != nil {
+	if _, err := Stop(ctx, socket, 3, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if a := <-answered; a.Saved || !strings.Contains(a.Reason, "stopped") {
@@ -369,5 +369,72 @@ while :; do sleep 0.05; done
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "order")); string(b) != "saved\nterm\n" {
 		t.Errorf("the worker saw %q, want its save before the SIGTERM", b)
+	}
+}
+
+// A stop's answer carries the worker's last save the barrier knows of: its word without any
+// request (a periodic save, checkpoint-done), or a done file it left later; kept across
+// attempts (a worker that saved nothing since resumes from it), none before any save.
+func TestStopSaysTheWorkersLastSave(t *testing.T) {
+	dir, _ := supervised(t, `
+d="$(dirname "$0")"
+n=$(cat "$d/attempt")
+echo $$ > "$d/worker.$n"
+while :; do sleep 0.05; done
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	socket := filepath.Join(dir, "b.sock")
+	step := func(s *Save) string {
+		if s == nil {
+			return "none"
+		}
+		if s.Step == nil {
+			return "- at " + s.At.Format(time.RFC3339Nano)
+		}
+		return strconv.FormatInt(*s.Step, 10) + " at " + s.At.Format(time.RFC3339Nano)
+	}
+	if err := Open(ctx, socket, 1); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.1")
+	if s, err := Stop(ctx, socket, 2, time.Second); err != nil || s != nil {
+		t.Fatalf("stop of a worker that never saved: %s, %v; want no save", step(s), err)
+	}
+	if err := Open(ctx, socket, 2); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.2")
+	before := time.Now()
+	if err := CheckpointDone(ctx, socket, 2, 300); err != nil {
+		t.Fatalf("a periodic save's word, no request pending: %v", err)
+	}
+	s, err := Stop(ctx, socket, 3, time.Second)
+	if err != nil || s == nil || s.Step == nil || *s.Step != 300 || s.At.Before(before) || s.At.After(time.Now()) {
+		t.Fatalf("stop after checkpoint-done 300: %s, %v; want step 300 at its word", step(s), err)
+	}
+	// Attempt 3 says nothing: the last save is still attempt 2's. Attempt 4 writes its done
+	// file (no request): that is its last save, at the file's time.
+	if err := Open(ctx, socket, 3); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.3")
+	if again, err := Stop(ctx, socket, 4, time.Second); err != nil || again == nil || *again.Step != 300 || !again.At.Equal(s.At) {
+		t.Fatalf("stop of an attempt that saved nothing: %s, %v; want attempt 2's save", step(again), err)
+	}
+	if err := Open(ctx, socket, 4); err != nil {
+		t.Fatal(err)
+	}
+	pidIn(t, dir, "worker.4")
+	done := filepath.Join(dir, "checkpoint", CheckpointDoneFile)
+	if err := os.WriteFile(done, []byte("450\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	if err := os.Chtimes(done, written, written); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Stop(ctx, socket, 5, time.Second); err != nil || s == nil || s.Step == nil || *s.Step != 450 || !s.At.Equal(written) {
+		t.Fatalf("stop after a done file written at %s: %s, %v; want step 450 at the file's time", written.Format(time.RFC3339Nano), step(s), err)
 	}
 }

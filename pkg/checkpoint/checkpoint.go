@@ -207,6 +207,37 @@ func LowestStep(req *v1alpha1.CheckpointStatus) (int64, bool) {
 	return low, ok
 }
 
+// Resume is the gang's last save as the barriers of its workers stopped for attempt n heard
+// it (BarrierRecord.LastSave): the oldest of their last saves, the one every worker that
+// said one has, which attempt n resumes from. A worker that said none is not counted: its
+// barrier may be younger than the run's checkpoints (a pod that moved). False when no
+// stopped worker said a save.
+func Resume(pods []*corev1.Pod, n int32) (*v1alpha1.SavedStatus, bool) {
+	var out *v1alpha1.SavedStatus
+	workers := int32(0)
+	for _, p := range pods {
+		rec := attempt.BarrierRecord(p)
+		if rec == nil || rec.StoppedFor != n || rec.LastSave == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, rec.LastSave.At)
+		if err != nil {
+			continue
+		}
+		workers++
+		if out == nil || at.Before(out.At.Time) {
+			// To the microsecond, as the status keeps it: what is computed from it now is
+			// what a reader of the status computes.
+			out = &v1alpha1.SavedStatus{Step: rec.LastSave.Step, At: metav1.NewMicroTime(at.Truncate(time.Microsecond))}
+		}
+	}
+	if out == nil {
+		return nil, false
+	}
+	out.Workers = workers
+	return out, true
+}
+
 // Budget is the PodDisruptionBudget of a run with spec.checkpoint: named as the run, over
 // its pods (by the run's UID), allowing no eviction of a ready worker: minAvailable is every
 // worker (maxUnavailable would need the scale of the pods' controller, which a Job does not

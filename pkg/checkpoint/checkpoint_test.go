@@ -150,3 +150,42 @@ func TestGracePeriod(t *testing.T) {
 		t.Errorf("set: %s, want 10m", got)
 	}
 }
+
+// stoppedWith is pod with its record stopped for attempt n, its worker's last save save (nil:
+// none).
+func stoppedWith(t *testing.T, p *corev1.Pod, n int32, save *v1alpha1.BarrierSave) *corev1.Pod {
+	t.Helper()
+	rec := attempt.BarrierRecord(p)
+	rec.StoppedFor, rec.LastSave = n, save
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[v1alpha1.AnnotationBarrierRecord] = string(raw)
+	return p
+}
+
+// The gang resumes from the oldest of its stopped workers' last saves (to the microsecond);
+// a worker that said none, or stopped for another attempt, is not counted; none at all: no
+// save.
+func TestResume(t *testing.T) {
+	r := run(4, &v1alpha1.CheckpointPolicy{})
+	save := func(step int64, at time.Time) *v1alpha1.BarrierSave {
+		return &v1alpha1.BarrierSave{Step: &step, At: at.Format(time.RFC3339Nano)}
+	}
+	older := t0.Add(-30*time.Second + 1234*time.Nanosecond)
+	pods := []*corev1.Pod{
+		stoppedWith(t, worker(r, 0, true, nil), 3, save(400, t0)),
+		stoppedWith(t, worker(r, 1, true, nil), 3, save(300, older)), // it had not finished 400
+		stoppedWith(t, worker(r, 2, true, nil), 3, nil),              // a barrier younger than the saves
+		stoppedWith(t, worker(r, 3, true, nil), 4, save(100, t0.Add(-time.Hour))),
+	}
+	got, ok := Resume(pods, 3)
+	want := &v1alpha1.SavedStatus{Step: ptr.To[int64](300), At: metav1.NewMicroTime(older.Truncate(time.Microsecond)), Workers: 2}
+	if diff := cmp.Diff(want, got); !ok || diff != "" {
+		t.Errorf("Resume (-want +got), ok %v:\n%s", ok, diff)
+	}
+	if got, ok := Resume(pods[2:3], 3); ok || got != nil {
+		t.Errorf("Resume of workers that said no save: %+v", got)
+	}
+}

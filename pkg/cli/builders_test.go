@@ -172,7 +172,9 @@ func runningRun() *v1alpha1.TrainingRun {
 func inPlaceRun() *v1alpha1.TrainingRun {
 	return makeRun("llm", 16).phase(v1alpha1.PhaseRunning, 2, 16).restarts(1, 0, 0).excluded("gpu-node-3").
 		attempt(v1alpha1.AttemptRecord{Attempt: 1, StartTime: at(0), RunningTime: at(2), EndTime: at(31),
-			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict()}).
+			Outcome: policy.OutcomeRestarted, Verdict: shutdownVerdict(),
+			Saved:  &v1alpha1.SavedStatus{Step: ptr.To[int64](1200), At: metav1.NewMicroTime(at(20).Time), Workers: 14},
+			Redone: &metav1.Duration{Duration: 10 * time.Second}}).
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(33), ExcludedNodes: []string{"gpu-node-3"},
 			RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, MovedIndexes: []int32{6, 7}, BarrierOpenedAt: at(32)}).
 		condition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAllWorkersRunning, "16/16 workers Running", 33).

@@ -222,6 +222,19 @@ func attemptSummary(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord, now 
 		if rec.RunningTime != nil {
 			s += ", all workers Running after " + sinceStart(rec.StartTime.Time, rec.RunningTime.Time, rec.RunningTime.Nanosecond() == 0)
 		}
+		if rec.ProgressingTime != nil {
+			s += ", first progress after " + sinceStart(rec.StartTime.Time, rec.ProgressingTime.Time, true)
+		}
+	}
+	if sv := rec.Saved; sv != nil {
+		step := "its last save"
+		if sv.Step != nil {
+			step = fmt.Sprintf("step %d", *sv.Step)
+		}
+		s += fmt.Sprintf("; last saved %s at %s", step, stamp(sv.At.Time))
+		if rec.Redone != nil {
+			s += fmt.Sprintf(", %s of it redone", span(rec.Redone.Duration))
+		}
 	}
 	return s
 }

@@ -24,6 +24,7 @@ const (
 	Detection
 	Hung
 	Teardown
+	Redone
 )
 
 // doing is what the status says the run is doing: the part its time goes to until the next
@@ -84,7 +85,45 @@ func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, watched bool, be
 	}
 	add(l, part, now.Sub(from))
 	l.Through = metav1.NewMicroTime(now)
+	redo(l, before, next)
 	return l
+}
+
+// redo moves out of training the work that next found an attempt's restart redoes
+// (AttemptRecord.Redone, set once, at the open of the attempt after it).
+func redo(l *v1alpha1.GoodputLedger, before, next *v1alpha1.TrainingRunStatus) {
+	for i := range next.Attempts {
+		r := &next.Attempts[i]
+		if r.Redone == nil {
+			continue
+		}
+		if old := attempt.RecordOf(before, r.Attempt); old != nil && old.Redone != nil {
+			continue
+		}
+		d := min(r.Redone.Duration, l.Training.Duration)
+		l.Training.Duration -= d
+		add(l, Redone, d)
+	}
+}
+
+// RedoneOf is the training of attempt rec, which the failure of st.LastFailure ended, that
+// the next attempt does again: from the gang's last save (rec.Saved), or the attempt's
+// training's start if later (its gang's first progress where progress is watched, else every
+// worker Running), to when the failure began (FailureBegan); zero where it never trained.
+func RedoneOf(rec *v1alpha1.AttemptRecord, st *v1alpha1.TrainingRunStatus, watched bool) time.Duration {
+	from := rec.RunningTime
+	if watched {
+		from = rec.ProgressingTime
+	}
+	began, ok := FailureBegan(st)
+	if rec.Saved == nil || from == nil || !ok {
+		return 0
+	}
+	start := from.Time
+	if rec.Saved.At.After(start) {
+		start = rec.Saved.At.Time
+	}
+	return max(began.Sub(start), 0)
 }
 
 // AsOf is the ledger as of now: the status's own, with the time since it was written added
@@ -121,12 +160,22 @@ func decidedFailure(before, next *v1alpha1.TrainingRunStatus) (time.Time, v1alph
 	if old := before.LastFailure; old != nil && old.DecidedAt != nil && old.DecidedAt.Equal(v.DecidedAt) {
 		return time.Time{}, "", false
 	}
-	began := v.FailedAt.Time
-	if tr := next.Trace; tr != nil && tr.DetectedAt != nil && v.Cause != v1alpha1.CauseNoProgress {
-		// The trace's times have microseconds; the verdict's, whole seconds.
-		began = tr.DetectedAt.Time
-	}
+	began, _ := FailureBegan(next)
 	return began, v.Cause, true
+}
+
+// FailureBegan is when the failure st decided on (st.LastFailure) began: the node agent's
+// evidence as the episode's trace has it, else the failure's own time.
+func FailureBegan(st *v1alpha1.TrainingRunStatus) (time.Time, bool) {
+	v := st.LastFailure
+	if v == nil || v.FailedAt == nil {
+		return time.Time{}, false
+	}
+	if tr := st.Trace; tr != nil && tr.DetectedAt != nil && v.Cause != v1alpha1.CauseNoProgress {
+		// The trace's times have microseconds; the verdict's, whole seconds.
+		return tr.DetectedAt.Time, true
+	}
+	return v.FailedAt.Time, true
 }
 
 func clamp(t, lo, hi time.Time) time.Time {
@@ -152,6 +201,8 @@ func field(l *v1alpha1.GoodputLedger, p Part) *metav1.Duration {
 		return &l.Hung
 	case Teardown:
 		return &l.Teardown
+	case Redone:
+		return &l.Redone
 	}
 	return &l.Training
 }
@@ -174,7 +225,7 @@ type Named struct {
 var partNames = []struct {
 	part Part
 	name string
-}{{Training, "training"}, {Queued, "queued"}, {Starting, "starting"}, {Detection, "detection"}, {Hung, "hung"}, {Teardown, "teardown"}}
+}{{Training, "training"}, {Queued, "queued"}, {Starting, "starting"}, {Detection, "detection"}, {Hung, "hung"}, {Teardown, "teardown"}, {Redone, "redone"}}
 
 // Parts are the ledger's parts, training first.
 func Parts(l *v1alpha1.GoodputLedger) []Named {

@@ -180,3 +180,58 @@ func TestLedgerStartsUntilTheGangsFirstProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerCountsTheWorkRedone: the work an attempt's restart redoes is from the gang's last
+// save (or its training's start, if later) to the failure's start; the write that records it
+// (the open of the next attempt) moves it from training to redone, once, and the parts still
+// add up. Without a save known, nothing is redone.
+func TestLedgerCountsTheWorkRedone(t *testing.T) {
+	detected := 41.25
+	failed := decided(status(v1alpha1.PhaseRestarting, 2), v1alpha1.CauseGPUFault, 41, 43.5, &detected)
+	rec := v1alpha1.AttemptRecord{Attempt: 1, RunningTime: &metav1.Time{Time: at(10)}, ProgressingTime: &metav1.Time{Time: at(12)}}
+	for name, tc := range map[string]struct {
+		saved   float64 // 0: none known
+		watched bool
+		want    time.Duration
+	}{
+		"from the save to the evidence":          {saved: 30.5, want: sec(41.25 - 30.5).Duration},
+		"a save before it trained":               {saved: 5, want: sec(41.25 - 10).Duration},
+		"watched: from its first progress":       {saved: 5, watched: true, want: sec(41.25 - 12).Duration},
+		"a save after the failure: nothing lost": {saved: 42, want: 0},
+		"no save known":                          {want: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := rec
+			if tc.saved != 0 {
+				r.Saved = &v1alpha1.SavedStatus{At: metav1.NewMicroTime(at(tc.saved)), Workers: 1}
+			}
+			if got := RedoneOf(&r, failed, tc.watched); got != tc.want {
+				t.Errorf("RedoneOf = %s, want %s", got, tc.want)
+			}
+		})
+	}
+
+	// The ledger: attempt 2's open records 10.75 s of attempt 1 redone.
+	opened := failed.DeepCopy()
+	opened.Phase = v1alpha1.PhasePending
+	withRedone := opened.DeepCopy()
+	withRedone.Attempts = []v1alpha1.AttemptRecord{{Attempt: 1, Redone: &metav1.Duration{Duration: sec(10.75).Duration}}, {Attempt: 2}}
+	before := &v1alpha1.TrainingRunStatus{}
+	var l *v1alpha1.GoodputLedger
+	for _, w := range []struct {
+		at   float64
+		next *v1alpha1.TrainingRunStatus
+	}{{10, status(v1alpha1.PhaseRunning, 1)}, {43.5, failed}, {45, withRedone}, {50, withRedone}} {
+		l = Advance(l, t0, false, before, w.next, at(w.at))
+		if sum := l.Training.Duration + Lost(l); sum != Wall(l, t0) {
+			t.Fatalf("at %vs: the parts add up to %v, the wall time is %v", w.at, sum, Wall(l, t0))
+		}
+		before = w.next
+	}
+	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(50)),
+		Starting: sec(10 + 5), // the run's creation, and attempt 2's start since its open
+		Training: sec(31.25 - 10.75), Redone: sec(10.75), Detection: sec(43.5 - 41.25), Teardown: sec(1.5)}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("the ledger (-want +got):\n%s", diff)
+	}
+}

@@ -67,13 +67,9 @@ const reasonBarrierRecord = "BarrierRecord"
 // server and its record checked again (a conflict: the kubelet writes the pod's status as
 // the container ends). Nothing is written where the record names another container (a later
 // open replaced it), or says so already.
-func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
+func (w *Writer) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int, save *v1alpha1.BarrierSave) error {
 	return w.amendRecord(ctx, pod, reasonBarrierStopped, func(rec *v1alpha1.BarrierRecord) bool {
-		if rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
-			return false
-		}
-		rec.StoppedFor = int32(n)
-		return true
+		return inplace.AmendStopped(rec, containerID, n, save)
 	})
 }
 

@@ -38,7 +38,7 @@ func TestRecordStopped(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if err := w.RecordStopped(ctx, pod, "c0", 2); err != nil {
+	if err := w.RecordStopped(ctx, pod, "c0", 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	got := getPod(t, client, "llm-0")
@@ -62,11 +62,11 @@ func TestRecordStopped(t *testing.T) {
 		"stopped for a later one yet": {withRecord(got.DeepCopy(), v1alpha1.BarrierRecord{ContainerID: "c0", Attempt: 1, StoppedFor: 3}), "c0", 2},
 	} {
 		before := len(patches(client))
-		if err := w.RecordStopped(ctx, c.pod, c.id, c.n); err != nil || len(patches(client)) != before {
+		if err := w.RecordStopped(ctx, c.pod, c.id, c.n, nil); err != nil || len(patches(client)) != before {
 			t.Errorf("%s: error %v, %d patches; want nothing written", name, err, len(patches(client))-before)
 		}
 	}
-	if err := w.RecordStopped(ctx, withRecord(makePod("llm-1").run("llm").onNode("elsewhere").obj(), opened), "c0", 2); err == nil {
+	if err := w.RecordStopped(ctx, withRecord(makePod("llm-1").run("llm").onNode("elsewhere").obj(), opened), "c0", 2, nil); err == nil {
 		t.Error("a pod of another node: recorded, want refused")
 	}
 }

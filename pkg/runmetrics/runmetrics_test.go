@@ -69,11 +69,12 @@ func TestRunTimes(t *testing.T) {
 	old := run("old", v1alpha1.PhaseRunning, v1alpha1.RestartBudgets{}, v1alpha1.RestartCounts{})
 	c := Collector{List: func(context.Context) ([]v1alpha1.TrainingRun, error) { return []v1alpha1.TrainingRun{llm, old}, nil },
 		Now: func() time.Time { return created.Add(30 * time.Second) }}
-	exp := `# HELP faultline_run_time_seconds A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung and teardown; its goodput is the training's share of the sum.
+	exp := `# HELP faultline_run_time_seconds A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung, teardown and redone; its goodput is the training's share of the sum.
 # TYPE faultline_run_time_seconds gauge
 faultline_run_time_seconds{namespace="ml",part="detection",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="hung",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="queued",run="llm"} 0
+faultline_run_time_seconds{namespace="ml",part="redone",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="starting",run="llm"} 4
 faultline_run_time_seconds{namespace="ml",part="teardown",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="training",run="llm"} 26

@@ -234,7 +234,7 @@ func (k kwokRuntime) syncOnHeartbeat(ctx context.Context, pod *corev1.Pod, d inp
 	recs := k.records.of(pod.Spec.NodeName)
 	switch d.Action {
 	case inplace.ActionStopWorkers:
-		return d.Action, conflictIsWait(recs.RecordStopped(ctx, pod, d.Containers[0], n))
+		return d.Action, conflictIsWait(recs.RecordStopped(ctx, pod, d.Containers[0], n, nil))
 	case inplace.ActionOpenBarrier:
 		return d.Action, conflictIsWait(recs.RecordBarrier(ctx, pod, recordOf(pod, n)))
 	}

@@ -121,6 +121,7 @@ type config struct {
 	saveNeverIndex                 int
 	journal                        bool
 	quietFor                       time.Duration
+	saySaves                       bool
 }
 
 func main() {
@@ -159,6 +160,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.saveDelay, "save-delay", 0, "how long a save on SIGUSR1 takes")
 	fs.BoolVar(&c.journal, "journal", false, "append each step, save and resume to --checkpoint-dir/journal-<index>, across attempts and systems (the benchmarks read what a move lost there)")
 	fs.IntVar(&c.saveNeverIndex, "save-never-index", -1, "the index that ignores SIGUSR1 under --save-on-usr1: it never says it saved (-1: none)")
+	fs.BoolVar(&c.saySaves, "say-saves", false, "say every periodic save to faultline's barrier too ($FAULTLINE_CHECKPOINT_DIR/done), as docs/checkpoint.md asks, so that it knows the work a restart redoes")
 	fs.DurationVar(&c.quietFor, "quiet-for", 0, "write nothing for this long after starting, as a program that imports and compiles before its first line")
 	fs.BoolVar(&c.exitAtOnce, "exit-at-once", false, "exit 0 at once (an init container that costs what an open barrier does); no environment needed")
 	if err := fs.Parse(args); err != nil {
@@ -373,6 +375,11 @@ func run(c config) int {
 			c.note("step %d", step)
 			if c.saveEvery > 0 && step%c.saveEvery == 0 {
 				c.save(step, "periodic")
+				if c.saySaves {
+					if err := sayDone(step); err != nil {
+						logf("worker %d: cannot say it saved: %v", c.index, err)
+					}
+				}
 			}
 		case <-saveOn:
 			if c.index == c.saveNeverIndex {

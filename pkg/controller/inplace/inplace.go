@@ -32,7 +32,9 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/checkpoint"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/goodput"
 	"github.com/faultline-dev/faultline/pkg/inplacegate"
 )
 
@@ -259,6 +261,7 @@ func (c *Coordinator) Open(ctx context.Context, run *v1alpha1.TrainingRun, v Vie
 	rec.StartTime = &now
 	rec.MovedIndexes = moved
 	st := &run.Status
+	resumed(run, v.Pods)
 	st.Phase = v1alpha1.PhasePending
 	st.NextAttemptAt = nil
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionRestarting, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAttemptCreated,
@@ -267,6 +270,23 @@ func (c *Coordinator) Open(ctx context.Context, run *v1alpha1.TrainingRun, v Vie
 		Message: fmt.Sprintf("attempt %d: every old worker stopped; the node agents open the pods' barriers, each within %s of its start (a pod whose node agent is silent moves at once)", n, inplacegate.OpenMargin)})
 	return Open{Opened: true, Message: fmt.Sprintf("attempt %d: every old worker stopped, barrier open; %d workers restarted in place, %s",
 		n, int(run.Spec.Workers)-len(moved), movedText(moved))}, nil
+}
+
+// resumed records, on the record of the attempt before run's current one, the gang's last save
+// as its stopped workers' barriers heard it, which the current one resumes from, and the
+// training that it does again (the goodput ledger's redone part).
+func resumed(run *v1alpha1.TrainingRun, pods []*corev1.Pod) {
+	st := &run.Status
+	prev := attempt.RecordOf(st, st.Attempt-1)
+	if prev == nil || prev.Saved != nil {
+		return
+	}
+	saved, ok := checkpoint.Resume(pods, st.Attempt)
+	if !ok {
+		return
+	}
+	prev.Saved = saved
+	prev.Redone = &metav1.Duration{Duration: goodput.RedoneOf(prev, st, attempt.ProgressWatched(run))}
 }
 
 // recordsAt are the barrier records of pods as the API server has them, by UID: each pod's

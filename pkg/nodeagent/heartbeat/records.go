@@ -142,13 +142,9 @@ func (r *Records) RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alph
 // RecordStopped adds to pod's record that the agent stopped containerID for attempt n
 // (inplace.BarrierRecorder), where the record still names that container for an earlier
 // attempt when written; else nothing.
-func (r *Records) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error {
+func (r *Records) RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int, save *v1alpha1.BarrierSave) error {
 	return r.ask(ctx, &recordAsk{pod: pod, amend: func(rec *v1alpha1.BarrierRecord) bool {
-		if rec.ContainerID != containerID || rec.Attempt >= int32(n) || rec.StoppedFor >= int32(n) {
-			return false // another container's, or said so already
-		}
-		rec.StoppedFor = int32(n)
-		return true
+		return inplace.AmendStopped(rec, containerID, n, save)
 	}})
 }
 

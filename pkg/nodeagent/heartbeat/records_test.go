@@ -85,7 +85,7 @@ func TestRecordsOnTheHeartbeat(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- r.RecordStopped(ctx, p, fmt.Sprintf("c%d", i), 2)
+			errs <- r.RecordStopped(ctx, p, fmt.Sprintf("c%d", i), 2, nil)
 		}()
 	}
 	for {
@@ -130,10 +130,10 @@ func TestRecordsOnTheHeartbeat(t *testing.T) {
 		}
 	}
 	// Another container's stop, and a stop said already: nothing new.
-	if err := r.RecordStopped(ctx, pods[0], "c-other", 3); err != nil {
+	if err := r.RecordStopped(ctx, pods[0], "c-other", 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RecordStopped(ctx, r.Pod(pods[1]), "c1", 2); err != nil {
+	if err := r.RecordStopped(ctx, r.Pod(pods[1]), "c1", 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := leaseRecords(t, api); got[pods[0].UID].StoppedFor != 2 || got[pods[1].UID].StoppedFor != 2 {
@@ -160,7 +160,7 @@ func TestRecordsOpenOnlyWhatTheAPIServerHas(t *testing.T) {
 	ctx := context.Background()
 	r, api, pods, indexer, client := recordsFixture(t, 3)
 	for i, p := range pods[:2] {
-		if err := r.RecordStopped(ctx, p, fmt.Sprintf("c%d", i), 2); err != nil {
+		if err := r.RecordStopped(ctx, p, fmt.Sprintf("c%d", i), 2, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -193,7 +193,7 @@ func TestRecordsOpenOnlyWhatTheAPIServerHas(t *testing.T) {
 	if err := indexer.Delete(pods[1]); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RecordStopped(ctx, pods[2], "c2", 2); err != nil {
+	if err := r.RecordStopped(ctx, pods[2], "c2", 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs := leaseRecords(t, api)

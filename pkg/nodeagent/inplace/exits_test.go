@@ -438,7 +438,10 @@ func (r *blockingReports) ReportWorkerExit(ctx context.Context, pod *corev1.Pod,
 		case <-time.After(time.Second):
 		}
 	} else if pod.Name != "llm-0" {
+		// Made before llm-0's report is let go: else the two race to be recorded first.
+		err := r.reports.ReportWorkerExit(ctx, pod, ex)
 		r.once.Do(func() { close(r.other) })
+		return err
 	}
 	return r.reports.ReportWorkerExit(ctx, pod, ex)
 }

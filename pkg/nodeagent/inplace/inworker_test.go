@@ -160,7 +160,7 @@ type records struct {
 	stopsAt []int
 }
 
-func (r *records) RecordStopped(ctx context.Context, _ *corev1.Pod, id string, n int) error {
+func (r *records) RecordStopped(ctx context.Context, _ *corev1.Pod, id string, n int, _ *v1alpha1.BarrierSave) error {
 	if r.err != nil {
 		return r.err
 	}

@@ -99,7 +99,29 @@ const (
 // container, or says so already.
 type BarrierRecorder interface {
 	RecordBarrier(ctx context.Context, pod *corev1.Pod, rec v1alpha1.BarrierRecord) error
-	RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int) error
+	RecordStopped(ctx context.Context, pod *corev1.Pod, containerID string, n int, save *v1alpha1.BarrierSave) error
+}
+
+// AmendStopped writes into rec that containerID was stopped for attempt n, with the worker's
+// last save (nil: none known), where rec names that container for an earlier attempt and
+// does not say so already; it reports whether it did.
+func AmendStopped(rec *v1alpha1.BarrierRecord, containerID string, n int, save *v1alpha1.BarrierSave) bool {
+	if rec.ContainerID != containerID || int(rec.Attempt) >= n || int(rec.StoppedFor) >= n {
+		return false // another container's, or said so already
+	}
+	rec.StoppedFor = int32(n)
+	if save != nil {
+		rec.LastSave = save
+	}
+	return true
+}
+
+// recordOf is a save as the barrier record keeps it.
+func recordOf(s *barrier.Save) *v1alpha1.BarrierSave {
+	if s == nil {
+		return nil
+	}
+	return &v1alpha1.BarrierSave{Step: s.Step, At: s.At.UTC().Format(time.RFC3339Nano)}
 }
 
 // Restarter stops old workers and opens barriers through the node's container runtime.
@@ -288,6 +310,7 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 	_, place := attempt.BarrierContainer(&pod.Spec)
 	supervised := place == attempt.BarrierInWorker
 	var stopped []string
+	var save *barrier.Save // the recorded container's worker's last save
 	for _, c := range running {
 		if !want[c.Id] || !workers[c.Labels[kubelettypes.KubernetesContainerNameLabel]] {
 			continue
@@ -298,8 +321,11 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 			// hostPID; or a pod an older controller made whose barrier became the
 			// worker and listens no more), the container is stopped as any other, and
 			// the kubelet restarts it.
-			err := r.stopBySocket(ctx, c.Id, n, time.Duration(grace)*time.Second)
+			saved, err := r.stopBySocket(ctx, c.Id, n, time.Duration(grace)*time.Second)
 			if err == nil {
+				if len(d.Containers) == 1 && c.Id == d.Containers[0] {
+					save = saved
+				}
 				noteVia(ctx, ViaSocket, "")
 				stopped = append(stopped, c.Id)
 				continue
@@ -327,7 +353,7 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 		r.log.Info("stopped old workers", "pod", podRef(pod), "attempt", n, "containers", stopped, "reason", d.Reason)
 	}
 	noteStopped(ctx)
-	if err := r.recordStopped(ctx, pod, d, n); err != nil {
+	if err := r.recordStopped(ctx, pod, d, n, save); err != nil {
 		return stopped, err
 	}
 	return stopped, nil
@@ -338,11 +364,11 @@ func (r *Restarter) StopOldWorkers(ctx context.Context, pod *corev1.Pod, n int) 
 // lists it no longer running. The controller may open the gang's barrier on it, before the
 // kubelet's relist, restart of the pod and status write show it (Barrier.Stopped). With an
 // init container, the kubelet's status tells.
-func (r *Restarter) recordStopped(ctx context.Context, pod *corev1.Pod, d Decision, n int) error {
+func (r *Restarter) recordStopped(ctx context.Context, pod *corev1.Pod, d Decision, n int, save *barrier.Save) error {
 	if _, place := attempt.BarrierContainer(&pod.Spec); place != attempt.BarrierInWorker || len(d.Containers) != 1 || r.Records == nil {
 		return nil
 	}
-	if err := r.Records.RecordStopped(ctx, pod, d.Containers[0], n); err != nil {
+	if err := r.Records.RecordStopped(ctx, pod, d.Containers[0], n, recordOf(save)); err != nil {
 		return fmt.Errorf("record the stop of container %s of pod %s: %w", d.Containers[0], podRef(pod), err)
 	}
 	return nil

@@ -109,14 +109,20 @@ func (r *Restarter) runDirOf(ctx context.Context, id string) (proc, dir int, err
 
 // stopBySocket asks the supervising barrier of container id (barrier.Supervise) to end its
 // worker for attempt, with grace before SIGKILL, through its socket as openBySocket reaches
-// it; it returns barrier.Stop's outcome once the barrier answered that none of the worker's
-// processes is left, or an error wrapping errNoSocket when the socket cannot be reached so.
-func (r *Restarter) stopBySocket(ctx context.Context, id string, attempt int, grace time.Duration) error {
+// it; it returns barrier.Stop's outcome (the worker's last save, and nil) once the barrier
+// answered that none of the worker's processes is left, or an error wrapping errNoSocket when
+// the socket cannot be reached so.
+func (r *Restarter) stopBySocket(ctx context.Context, id string, attempt int, grace time.Duration) (*barrier.Save, error) {
 	ctx, cancel := context.WithTimeout(ctx, grace+r.ExecTimeout)
 	defer cancel()
-	return r.inRunDirOf(ctx, id, func(_, dir int) error {
-		return viaSocketIn(dir, func(socket string) error { return barrier.Stop(ctx, socket, attempt, grace) })
+	var save *barrier.Save
+	err := r.inRunDirOf(ctx, id, func(_, dir int) error {
+		return viaSocketIn(dir, func(socket string) (err error) {
+			save, err = barrier.Stop(ctx, socket, attempt, grace)
+			return err
+		})
 	})
+	return save, err
 }
 
 // listenWait bounds how long a barrier just started is given to listen (milliseconds, as a

@@ -17,8 +17,8 @@ func (r *Restarter) openBySocket(context.Context, string, int) error {
 }
 
 // stopBySocket, as openBySocket, is Linux's only.
-func (r *Restarter) stopBySocket(context.Context, string, int, time.Duration) error {
-	return fmt.Errorf("%w: not on Linux", errNoSocket)
+func (r *Restarter) stopBySocket(context.Context, string, int, time.Duration) (*barrier.Save, error) {
+	return nil, fmt.Errorf("%w: not on Linux", errNoSocket)
 }
 
 // checkpointBySocket, as openBySocket, is Linux's only.
