@@ -601,10 +601,14 @@ type GoodputLedger struct {
 	// Queued is the time waiting for Kueue's admission, or suspended.
 	// +optional
 	Queued metav1.Duration `json:"queued,omitempty"`
-	// Starting is from the run's creation, and each restart's new attempt, until every worker
-	// Running: the attempt's creation, scheduling, image pulls, the containers' start (and,
-	// restarting in place, the barrier); where progress is watched, until the gang's first
-	// progress (AttemptRecord.ProgressingTime): the program's own start too.
+	// Scheduling is from the run's creation, and each restart's new attempt, until every
+	// worker Running: the attempt's creation, scheduling, image pulls, the containers' start
+	// (and, restarting in place, the barrier).
+	// +optional
+	Scheduling metav1.Duration `json:"scheduling,omitempty"`
+	// Starting is, where progress is watched (failurePolicy.progressDeadlineSeconds), from
+	// every worker Running until the gang's first progress (AttemptRecord.ProgressingTime):
+	// the program's own start (imports, compilation, rendezvous, loading its checkpoint).
 	// +optional
 	Starting metav1.Duration `json:"starting,omitempty"`
 	// Detection is from each failure (the node agent's evidence, or the worker's end) to

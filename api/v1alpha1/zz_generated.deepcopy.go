@@ -322,6 +322,7 @@ func (in *GoodputLedger) DeepCopyInto(out *GoodputLedger) {
 	in.Through.DeepCopyInto(&out.Through)
 	out.Training = in.Training
 	out.Queued = in.Queued
+	out.Scheduling = in.Scheduling
 	out.Starting = in.Starting
 	out.Detection = in.Detection
 	out.Hung = in.Hung

@@ -87,14 +87,14 @@ func (b *runBuilder) excluded(nodes ...string) *runBuilder {
 	return b
 }
 
-// goodput sets the run's ledger through s, each part in seconds: training, starting,
+// goodput sets the run's ledger through s, each part in seconds: training, scheduling,
 // detection, teardown.
-func (b *runBuilder) goodput(through, training, starting, detection, teardown float64) *runBuilder {
+func (b *runBuilder) goodput(through, training, scheduling, detection, teardown float64) *runBuilder {
 	d := func(s float64) metav1.Duration {
 		return metav1.Duration{Duration: time.Duration(s * float64(time.Second))}
 	}
 	b.run.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(through).Time), Training: d(training),
-		Starting: d(starting), Detection: d(detection), Teardown: d(teardown)}
+		Scheduling: d(scheduling), Detection: d(detection), Teardown: d(teardown)}
 	return b
 }
 

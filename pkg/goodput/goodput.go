@@ -20,6 +20,7 @@ type Part int
 const (
 	Training Part = iota
 	Queued
+	Scheduling
 	Starting
 	Detection
 	Hung
@@ -45,11 +46,11 @@ func doing(st *v1alpha1.TrainingRunStatus, watched bool) (Part, bool) {
 		return Queued, true
 	}
 	// Pending (or before the first write): waiting for Kueue's admission is queued; the rest,
-	// the first attempt's creation included, is starting.
+	// the first attempt's creation included, is scheduling.
 	if meta.IsStatusConditionFalse(st.Conditions, v1alpha1.ConditionAdmitted) {
 		return Queued, true
 	}
-	return Starting, true
+	return Scheduling, true
 }
 
 // Advance returns the ledger of the status next as the write of it at now leaves it: the
@@ -68,13 +69,12 @@ func Advance(ledger *v1alpha1.GoodputLedger, created time.Time, watched bool, be
 	if !on || !now.After(from) {
 		return l
 	}
-	running := before.Phase == v1alpha1.PhaseRunning
-	if at, ok := firstProgress(before, next); ok && part == Starting && running {
+	if at, ok := firstProgress(before, next); ok && part == Starting {
 		at = clamp(at, from, now)
 		add(l, Starting, at.Sub(from))
 		from, part = at, Training
 	}
-	if began, cause, ok := decidedFailure(before, next); ok && (part == Training || part == Starting && running) {
+	if began, cause, ok := decidedFailure(before, next); ok && (part == Training || part == Starting) {
 		began = clamp(began, from, now)
 		add(l, part, began.Sub(from))
 		from = began
@@ -193,6 +193,8 @@ func field(l *v1alpha1.GoodputLedger, p Part) *metav1.Duration {
 	switch p {
 	case Queued:
 		return &l.Queued
+	case Scheduling:
+		return &l.Scheduling
 	case Starting:
 		return &l.Starting
 	case Detection:
@@ -225,7 +227,7 @@ type Named struct {
 var partNames = []struct {
 	part Part
 	name string
-}{{Training, "training"}, {Queued, "queued"}, {Starting, "starting"}, {Detection, "detection"}, {Hung, "hung"}, {Teardown, "teardown"}, {Redone, "redone"}}
+}{{Training, "training"}, {Queued, "queued"}, {Scheduling, "scheduling"}, {Starting, "starting"}, {Detection, "detection"}, {Hung, "hung"}, {Teardown, "teardown"}, {Redone, "redone"}}
 
 // Parts are the ledger's parts, training first.
 func Parts(l *v1alpha1.GoodputLedger) []Named {

@@ -35,8 +35,8 @@ func decided(s *v1alpha1.TrainingRunStatus, c v1alpha1.Cause, failed, decidedAt 
 }
 
 // TestLedgerAddsUpAlongARunsLife: a run's writes, one after another, as the controller makes
-// them: queued, starting, training, a node failure decided (detection from the agent's
-// evidence), the teardown, the next attempt starting and training, a gang without progress
+// them: queued, scheduling, training, a node failure decided (detection from the agent's
+// evidence), the teardown, the next attempt scheduled and training, a gang without progress
 // (hung from its last progress), and a failure that ends the run. Every part gets what the
 // statuses say, they add up to the wall time at every write, and the ended run's ledger
 // stays as it was.
@@ -69,12 +69,12 @@ func TestLedgerAddsUpAlongARunsLife(t *testing.T) {
 		before = w.next
 	}
 	want := &v1alpha1.GoodputLedger{
-		Through:   metav1.NewMicroTime(at(300)),
-		Starting:  sec(2 + 8 + 8 + 10),           // the run's creation, three attempts' starts
-		Training:  sec(31.25 + 82 + 83),          // 10-41.25, 58-140, 215-298
-		Detection: sec(43.5 - 41.25 + 300 - 298), // from the agent's evidence; from the exit
-		Hung:      sec(200 - 140),                // from the gang's last progress
-		Teardown:  sec(50 - 43.5 + 205 - 200),
+		Through:    metav1.NewMicroTime(at(300)),
+		Scheduling: sec(2 + 8 + 8 + 10),           // the run's creation, three attempts' starts
+		Training:   sec(31.25 + 82 + 83),          // 10-41.25, 58-140, 215-298
+		Detection:  sec(43.5 - 41.25 + 300 - 298), // from the agent's evidence; from the exit
+		Hung:       sec(200 - 140),                // from the gang's last progress
+		Teardown:   sec(50 - 43.5 + 205 - 200),
 	}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("the ledger (-want +got):\n%s", diff)
@@ -90,7 +90,7 @@ func TestLedgerAddsUpAlongARunsLife(t *testing.T) {
 func TestLedgerAsOfNow(t *testing.T) {
 	run := &v1alpha1.TrainingRun{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)}}
 	run.Status = *status(v1alpha1.PhaseRunning, 1)
-	run.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(10)), Starting: sec(10)}
+	run.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(10)), Scheduling: sec(10)}
 	if l := AsOf(run, at(70)); l.Training != sec(60) || l.Through.Time != at(70) || run.Status.Goodput.Training != sec(0) {
 		t.Errorf("as of 70 s: %+v (the status's own: %+v), want 60 s of training added to a copy", l, run.Status.Goodput)
 	}
@@ -124,7 +124,7 @@ func TestLedgerCountsTheQueue(t *testing.T) {
 		l = Advance(l, t0, false, before, w.next, at(w.at))
 		before = w.next
 	}
-	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(20)), Queued: sec(5 + 3), Starting: sec(2), Training: sec(10)}
+	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(20)), Queued: sec(5 + 3), Scheduling: sec(2), Training: sec(10)}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("the ledger (-want +got):\n%s", diff)
 	}
@@ -138,11 +138,11 @@ func progressing(s *v1alpha1.TrainingRunStatus, first float64) *v1alpha1.Trainin
 }
 
 // TestLedgerStartsUntilTheGangsFirstProgress: where progress is watched, a Running attempt
-// is still starting until its gang's first progress (the write that finds it splits at it,
-// no further back than the last write), a restart's next attempt starts again until its own
-// (attempt 2 never progresses), and a failure before any progress is starting until it
-// began and detection after; where progress is not watched, the same writes train from
-// Running.
+// is starting (after its scheduling) until its gang's first progress (the write that finds
+// it splits at it, no further back than the last write), a restart's next attempt starts
+// again until its own (attempt 2 never progresses), and a failure before any progress is
+// starting until it began and detection after; where progress is not watched, the same
+// writes train from Running.
 func TestLedgerStartsUntilTheGangsFirstProgress(t *testing.T) {
 	writes := []struct {
 		at   float64
@@ -162,9 +162,9 @@ func TestLedgerStartsUntilTheGangsFirstProgress(t *testing.T) {
 		want    *v1alpha1.GoodputLedger
 	}{
 		{true, &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(150)),
-			Starting: sec(2 + 8 + 20 + 30), Training: sec(60), Detection: sec(10 + 10), Teardown: sec(10)}},
+			Scheduling: sec(2 + 8), Starting: sec(5 + 15 + 30), Training: sec(60), Detection: sec(10 + 10), Teardown: sec(10)}},
 		{false, &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(150)),
-			Starting: sec(2 + 8), Training: sec(80 + 30), Detection: sec(10 + 10), Teardown: sec(10)}},
+			Scheduling: sec(2 + 8), Training: sec(80 + 30), Detection: sec(10 + 10), Teardown: sec(10)}},
 	} {
 		before := &v1alpha1.TrainingRunStatus{}
 		var l *v1alpha1.GoodputLedger
@@ -229,8 +229,8 @@ func TestLedgerCountsTheWorkRedone(t *testing.T) {
 		before = w.next
 	}
 	want := &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(at(50)),
-		Starting: sec(10 + 5), // the run's creation, and attempt 2's start since its open
-		Training: sec(31.25 - 10.75), Redone: sec(10.75), Detection: sec(43.5 - 41.25), Teardown: sec(1.5)}
+		Scheduling: sec(10 + 5), // the run's creation, and attempt 2's start since its open
+		Training:   sec(31.25 - 10.75), Redone: sec(10.75), Detection: sec(43.5 - 41.25), Teardown: sec(1.5)}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("the ledger (-want +got):\n%s", diff)
 	}

@@ -26,7 +26,7 @@ var budgetDesc = prometheus.NewDesc(MetricBudgetRemaining,
 const MetricRunTime = "faultline_run_time_seconds"
 
 var runTimeDesc = prometheus.NewDesc(MetricRunTime,
-	"A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung, teardown and redone; its goodput is the training's share of the sum.",
+	"A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, scheduling, starting, detection, hung, teardown and redone; its goodput is the training's share of the sum.",
 	[]string{"namespace", "run", "part"}, nil)
 
 // Lister lists the runs to report: the controller's client, of its namespace or the cluster.

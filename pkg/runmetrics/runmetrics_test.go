@@ -65,17 +65,18 @@ func TestRunTimes(t *testing.T) {
 	llm := run("llm", v1alpha1.PhaseRunning, v1alpha1.RestartBudgets{}, v1alpha1.RestartCounts{})
 	llm.CreationTimestamp = metav1.NewTime(created)
 	llm.Status.Goodput = &v1alpha1.GoodputLedger{Through: metav1.NewMicroTime(created.Add(10 * time.Second)),
-		Starting: metav1.Duration{Duration: 4 * time.Second}, Training: metav1.Duration{Duration: 6 * time.Second}}
+		Scheduling: metav1.Duration{Duration: 4 * time.Second}, Training: metav1.Duration{Duration: 6 * time.Second}}
 	old := run("old", v1alpha1.PhaseRunning, v1alpha1.RestartBudgets{}, v1alpha1.RestartCounts{})
 	c := Collector{List: func(context.Context) ([]v1alpha1.TrainingRun, error) { return []v1alpha1.TrainingRun{llm, old}, nil },
 		Now: func() time.Time { return created.Add(30 * time.Second) }}
-	exp := `# HELP faultline_run_time_seconds A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, starting, detection, hung, teardown and redone; its goodput is the training's share of the sum.
+	exp := `# HELP faultline_run_time_seconds A TrainingRun's wall-clock time since its creation, by part of its goodput ledger (status.goodput as of the scrape): training, and the time lost to queued, scheduling, starting, detection, hung, teardown and redone; its goodput is the training's share of the sum.
 # TYPE faultline_run_time_seconds gauge
 faultline_run_time_seconds{namespace="ml",part="detection",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="hung",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="queued",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="redone",run="llm"} 0
-faultline_run_time_seconds{namespace="ml",part="starting",run="llm"} 4
+faultline_run_time_seconds{namespace="ml",part="scheduling",run="llm"} 4
+faultline_run_time_seconds{namespace="ml",part="starting",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="teardown",run="llm"} 0
 faultline_run_time_seconds{namespace="ml",part="training",run="llm"} 26
 `

@@ -73,12 +73,12 @@ func TestE2EGoodputLedgerAddsUp(t *testing.T) {
 	rec := restarted.Status.Attempts[0]
 	firstStart := rec.RunningTime.Sub(restarted.CreationTimestamp.Time)
 	// Attempt 1's start, to the second the record keeps, and attempt 2's, the trace's.
-	if got, want := l.Starting.Duration+l.Queued.Duration, firstStart+tr.RunningAt.Sub(tr.CreatedAt.Time); (got - want).Abs() > 1100*time.Millisecond {
-		t.Errorf("the ledger's starting and queued come to %s, the attempts' starts to %s", got, want)
+	if got, want := l.Scheduling.Duration+l.Queued.Duration, firstStart+tr.RunningAt.Sub(tr.CreatedAt.Time); (got - want).Abs() > 1100*time.Millisecond {
+		t.Errorf("the ledger's scheduling and queued come to %s, the attempts' starts to %s", got, want)
 	}
-	t.Logf("at attempt 2 Running: %s of %s trained; detection %s (trace %s), teardown %s (trace %s), starting %s, queued %s",
+	t.Logf("at attempt 2 Running: %s of %s trained; detection %s (trace %s), teardown %s (trace %s), scheduling %s, queued %s",
 		l.Training.Duration, goodput.Wall(l, restarted.CreationTimestamp.Time), l.Detection.Duration, tr.DecidedAt.Sub(tr.DetectedAt.Time),
-		l.Teardown.Duration, tr.CreatedAt.Sub(tr.DecidedAt.Time), l.Starting.Duration, l.Queued.Duration)
+		l.Teardown.Duration, tr.CreatedAt.Sub(tr.DecidedAt.Time), l.Scheduling.Duration, l.Queued.Duration)
 
 	// The shutdown is called off: the agent takes its lock again and withdraws its marks
 	// from attempt 2's workers. Then a bug: one of them exits 1, and the run fails.
@@ -161,8 +161,8 @@ func TestE2EGoodputSurvivesAControllerRestart(t *testing.T) {
 	if trained := after.Training.Duration - before.Training.Duration; trained < away-time.Second {
 		t.Errorf("training grew by %s across a controller away for %s: the ledger did not go on from the status", trained, away)
 	}
-	if after.Starting != before.Starting || after.Queued != before.Queued {
-		t.Errorf("the second controller changed what the first counted: starting %s → %s, queued %s → %s",
-			before.Starting.Duration, after.Starting.Duration, before.Queued.Duration, after.Queued.Duration)
+	if after.Scheduling != before.Scheduling || after.Queued != before.Queued {
+		t.Errorf("the second controller changed what the first counted: scheduling %s → %s, queued %s → %s",
+			before.Scheduling.Duration, after.Scheduling.Duration, before.Queued.Duration, after.Queued.Duration)
 	}
 }
