@@ -2,16 +2,11 @@ package nodeagent
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
@@ -58,12 +53,7 @@ func TestFirstLine(t *testing.T) {
 }
 
 func progressingCond(p *corev1.Pod) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == v1alpha1.PodConditionProgressing {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
+	return podCond(p, v1alpha1.PodConditionProgressing)
 }
 
 // The watch writes a worker's first progress once per incarnation, when it has written a
@@ -74,18 +64,7 @@ func TestProgressWatchSaysTheFirstProgressOnce(t *testing.T) {
 	quiet := makePod("quiet").worker("60", started).obj()
 	off := makePod("off").worker("", started).obj()
 	w, client := newTestWriter(t, false, quiet, off)
-	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, p := range []*corev1.Pod{quiet, off} {
-		if err := indexer.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clock := clocktesting.NewFakePassiveClock(started)
-	watch, err := NewProgressWatch(ProgressConfig{Node: node, Pods: corelisters.NewPodLister(indexer), Writer: w, LogDir: dir,
-		Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch, clock := newTestWatch(t, w, dir, started, quiet, off)
 	check := func(at time.Time) {
 		t.Helper()
 		clock.SetTime(at)

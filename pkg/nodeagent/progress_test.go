@@ -74,12 +74,36 @@ func logFile(t *testing.T, dir string, pod *corev1.Pod, content string, at time.
 }
 
 func noProgressCond(p *corev1.Pod) *corev1.PodCondition {
+	return podCond(p, v1alpha1.PodConditionNoProgress)
+}
+
+// podCond is the pod's condition of type typ, nil if it has none.
+func podCond(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == v1alpha1.PodConditionNoProgress {
+		if p.Status.Conditions[i].Type == typ {
 			return &p.Status.Conditions[i]
 		}
 	}
 	return nil
+}
+
+// newTestWatch is a progress watch of the writer w over pods, with the logs under dir, its
+// clock at start.
+func newTestWatch(t *testing.T, w *Writer, dir string, start time.Time, pods ...*corev1.Pod) (*ProgressWatch, *clocktesting.FakePassiveClock) {
+	t.Helper()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		if err := indexer.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock := clocktesting.NewFakePassiveClock(start)
+	watch, err := NewProgressWatch(ProgressConfig{Node: node, Pods: corelisters.NewPodLister(indexer), Writer: w, LogDir: dir,
+		Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return watch, clock
 }
 
 // The watch says once that a worker has been silent for its deadline, with when it last
@@ -93,18 +117,7 @@ func TestProgressWatch(t *testing.T) {
 	off := makePod("off").worker("", t0).obj()
 	other := makePod("other").worker("60", t0).onNode("gpu-8").obj()
 	w, client := newTestWriter(t, false, silent, chatty, mute, off, other)
-	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, p := range []*corev1.Pod{silent, chatty, mute, off, other} {
-		if err := indexer.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clock := clocktesting.NewFakePassiveClock(t0)
-	watch, err := NewProgressWatch(ProgressConfig{Node: node, Pods: corelisters.NewPodLister(indexer), Writer: w, LogDir: dir,
-		Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch, clock := newTestWatch(t, w, dir, t0, silent, chatty, mute, off, other)
 	check := func(at time.Time) {
 		t.Helper()
 		clock.SetTime(at)

@@ -366,6 +366,20 @@ func TestRealCheckpointThatNeverAcksStillMoves(t *testing.T) {
 	}
 }
 
+// secondWorkersGPU waits for attempt 1 of run's two workers to run and returns index 1's node
+// and its GPU's UUID, as its kubelet's PodResources has it.
+func secondWorkersGPU(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run string) (*cluster.RealNode, string) {
+	t.Helper()
+	waitRun(ctx, t, c, ns, run, "attempt 1 Running", runningAttempt(1))
+	faulty := waitWorkers(ctx, t, c, ns, run, 1, 2)[1]
+	node := c.Real.Node(faulty.Spec.NodeName)
+	uuid := gpusOf(ctx, t, node, ns)[faulty.Name]
+	if uuid == "" {
+		t.Fatalf("PodResources gives %s no GPU", faulty.Name)
+	}
+	return node, uuid
+}
+
 // TestRealUnplannedFaultAsksForNoCheckpoint: a 2-worker run with spec.checkpoint, one worker
 // on each real node, each with a GPU; a fatal XID (79, fallen off the bus) on one worker's
 // GPU. An unplanned fault gives no notice to use: the gang restarts at once on the node
@@ -376,14 +390,7 @@ func TestRealUnplannedFaultAsksForNoCheckpoint(t *testing.T) {
 	run := createRun(ctx, t, c, ns, realRun("unplanned", 2, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
 		"--log-every", "100ms", "--checkpoint-dir", "/ckpt", "--save-on-usr1"},
 		withGPUs(1), withCheckpoint(v1alpha1.CheckpointPolicy{TimeoutSeconds: 60}, checkpointDir(t, ns)), withCommand(cluster.WorkerProgram)))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
-	faulty := workers[1]
-	node := c.Real.Node(faulty.Spec.NodeName)
-	uuid := gpusOf(ctx, t, node, ns)[faulty.Name]
-	if uuid == "" {
-		t.Fatalf("PodResources gives %s no GPU", faulty.Name)
-	}
+	node, uuid := secondWorkersGPU(ctx, t, c, ns, run.Name)
 	start := time.Now()
 	injectFatalXID(t, c, node.Name, uuid)
 	got := waitRun(ctx, t, c, ns, run.Name, "attempt 2 Running", attemptRunningOrOver(2))

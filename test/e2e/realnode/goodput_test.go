@@ -119,14 +119,7 @@ func TestRealGoodputCountsTheWorkRedone(t *testing.T) {
 	run := createRun(ctx, t, c, ns, realRun("redone", 2, []string{"--heartbeats-only", "--heartbeat-timeout", "10s",
 		"--log-every", "200ms", "--checkpoint-dir", "/ckpt", "--save-every", "50", "--say-saves", "--save-on-usr1"},
 		withGPUs(1), withCheckpoint(v1alpha1.CheckpointPolicy{TimeoutSeconds: 60}, checkpointDir(t, ns)), withCommand(cluster.WorkerProgram)))
-	waitRun(ctx, t, c, ns, run.Name, "attempt 1 Running", runningAttempt(1))
-	workers := waitWorkers(ctx, t, c, ns, run.Name, 1, 2)
-	faulty := workers[1]
-	node := c.Real.Node(faulty.Spec.NodeName)
-	uuid := gpusOf(ctx, t, node, ns)[faulty.Name]
-	if uuid == "" {
-		t.Fatalf("PodResources gives %s no GPU", faulty.Name)
-	}
+	node, uuid := secondWorkersGPU(ctx, t, c, ns, run.Name)
 
 	// Index 0's first save (step 50, 10 s after the gang met), then the fault a second after.
 	var savedAt time.Time
