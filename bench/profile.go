@@ -19,29 +19,24 @@ import (
 var profileSeconds = 30
 
 // profiled runs fn, and when it is a faultline system's first node-shutdown restart of the
-// profiled gang size, takes the API server's CPU profile meanwhile, and for the recreate
-// path the controller's too: the profiles are kept next to the report, the controller's top
-// entries and the share of the API server's CPU that admission policies took go into it.
+// profiled gang size, takes the controller's and the API server's CPU profiles meanwhile:
+// the profiles are kept next to the report, the controller's top entries and the share of
+// the API server's CPU that admission policies took go into it.
 func (b *bench) profiled(ctx context.Context, s system, n int, first bool, fn func() error) error {
 	if !first || n != b.cfg.profileWorkers || (s.name() != sysFaultline && s.name() != sysFaultlineInPlace) {
 		return fn()
 	}
 	length := time.Duration(profileSeconds) * time.Second
-	var ctrl *cpuProfile
-	if s.name() == sysFaultline {
-		ctrl = b.startProfile(ctx, length)
-	}
+	ctrl := b.startProfile(ctx, length)
 	api := b.startAPIServerProfile(ctx, length)
 	if err := fn(); err != nil {
 		return err
 	}
-	if ctrl != nil {
-		top, err := ctrl.save(ctx, fmt.Sprintf("%s-controller-%d-workers-qps%d.pprof", b.cfg.stem, n, b.results.qps))
-		if err != nil {
-			return err
-		}
-		b.results.profile += fmt.Sprintf("Controller CPU profile during faultline's %d-worker node-shutdown restart (%s):\n\n%s\n\n", n, length, top)
+	top, err := ctrl.save(ctx, fmt.Sprintf("%s-controller-%s-%d-workers-qps%d.pprof", b.cfg.stem, slug(s.name()), n, b.results.qps))
+	if err != nil {
+		return err
 	}
+	b.results.profile += fmt.Sprintf("Controller CPU profile during %s's %d-worker node-shutdown restart (%s):\n\n%s\n\n", s.name(), n, length, top)
 	share, err := api.admissionShare(fmt.Sprintf("%s-apiserver-%s-%d-workers-qps%d.pprof", b.cfg.stem, slug(s.name()), n, b.results.qps))
 	if err != nil {
 		return err

@@ -34,19 +34,6 @@ type Runs interface {
 // runsSyncTimeout bounds the first reads of the TrainingRuns.
 const runsSyncTimeout = 20 * time.Second
 
-// inPlaceWorkers is how many of the node's pods the agent syncs at once: a stop waits for the
-// old worker to exit, and the node's other pods must not wait behind it.
-const inPlaceWorkers = 4
-
-// inPlaceWorkersRecordsOnHeartbeat is inPlaceWorkers where the barrier records are on the
-// heartbeat (heartbeat.Records): each sync of a barrier in the worker container waits for its
-// record, and the records asked for while one write is in flight go in the next, whatever
-// their number, so the more syncs wait together the fewer writes. At four, the 32 opens of
-// the node left by a 32-worker restart went in eight writes one after another, each a list of
-// the node's pods and a Lease update on a loaded API server: 3.6 s from the first open to the
-// gang Running (2026-12-04).
-const inPlaceWorkersRecordsOnHeartbeat = 32
-
 // runInPlace carries the runs' in-place decisions out on the node's pods until ctx is done:
 // read-only watches of the runs with pods on the node (runwatch), the loop of package
 // inplace over the node's pod informer, and the pod and run events that queue pods into it;
@@ -107,11 +94,8 @@ func runInPlace(ctx context.Context, runs Runs, restarter *inplace.Restarter, po
 	if err := watched.Start(ctx, runsSyncTimeout); err != nil {
 		return nil, err
 	}
-	workers := inPlaceWorkers
-	if _, ok := restarter.Records.(*heartbeat.Records); ok {
-		workers = inPlaceWorkersRecordsOnHeartbeat
-	}
-	go loop.Run(ctx, workers)
+	_, onHeartbeat := restarter.Records.(*heartbeat.Records)
+	go loop.Run(ctx, inplace.SyncWorkers(onHeartbeat))
 	go exits.Run(ctx)
 	return ck, nil
 }

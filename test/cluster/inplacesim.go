@@ -114,8 +114,12 @@ func (c *Cluster) SimulateInPlaceWith(ctx context.Context, namespace string, sim
 		return fmt.Errorf("simulated in-place agent: caches of %s did not sync: %w", namespace, ctx.Err())
 	}
 	// One process plays every node's agent and kubelet, each of which acts for its own pods
-	// side by side in a real cluster: simWorkers syncs at a time.
-	go loop.Run(ctx, simWorkers)
+	// side by side in a real cluster: as many syncs at a time as the nodes' agents make.
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("simulated in-place agent: list the nodes: %w", err)
+	}
+	go loop.Run(ctx, simWorkers(len(nodes.Items), sim.RecordsOnHeartbeat))
 	return nil
 }
 
@@ -131,12 +135,17 @@ func podChanged(loop *inplace.Loop, obj any) {
 	}
 }
 
-// simWorkers is how many pods the simulated node side syncs at a time, for the whole
-// cluster. Each sync is one status write. The first version (16 at a time, a label and a
-// kwok stage per step, 4 writes a pod) moved ~27 pods a second at 2,048 workers, and 1,028 at
-// once swamped the API server (2026-11-26-s15-in-place.md, in bench/results/README.md's
-// older reports).
-const simWorkers = 64
+// simWorkers is how many pods the simulated node side syncs at a time, for the whole cluster
+// of nodes: what the nodes' agents sync at once side by side (inplace.SyncWorkers each).
+// Until 2026-12-07 it was 64 for any cluster, which played a 257-node cluster's agents as if
+// eight did the work: the opens of a 2,048-worker gang, each waiting for its node's heartbeat
+// write, took 19.4 s one batch after another (2026-12-07-s30-in-place-2048.md). The first
+// version (16 at a time, a label and a kwok stage per step, 4 writes a pod) moved ~27 pods a
+// second at 2,048 workers (2026-11-26-s15-in-place.md, in bench/results/README.md's older
+// reports).
+func simWorkers(nodes int, recordsOnHeartbeat bool) int {
+	return max(nodes, 1) * inplace.SyncWorkers(recordsOnHeartbeat)
+}
 
 // SimulatedRuntimeVersion is the container runtime an in-place capable kwok node reports: the
 // real nodes' containerd (hack/tools).
