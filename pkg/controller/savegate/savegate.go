@@ -118,7 +118,11 @@ func OnShutdown(run *v1alpha1.TrainingRun, workers []*corev1.Pod, nodes map[stri
 // still save (up to the request's deadline): the workers of a node that shuts down save and
 // end first, and the attempt's end would stop the others' save. It holds only where every
 // worker that ended answered (saved, or said why not): one that ended without a word ended
-// by a fault, and the collective save it belonged to cannot complete.
+// by a fault, and the collective save it belonged to cannot complete. A worker of a node
+// that announced its shutdown is the exception for lateAnswer after its end: it saved on the
+// container's SIGTERM and then ended, and its answer, which its barrier keeps for the node
+// agent's request, can reach its record after its kubelet reported the end (seen in CI:
+// the request closed at once with the workers still saving counted missing).
 func Hold(run *v1alpha1.TrainingRun, workers []*corev1.Pod, nodes map[string]exitclass.NodeFacts, now time.Time) Step {
 	req := checkpoint.Current(run)
 	if req == nil || req.EndedAt != nil {
@@ -128,12 +132,42 @@ func Hold(run *v1alpha1.TrainingRun, workers []*corev1.Pod, nodes map[string]exi
 	if ev, ok := closeIfDone(run, req, p, now, v1alpha1.ActionRestart); ok {
 		return Step{Changed: true, Events: []Event{ev}} // the judgement's write carries it
 	}
+	wait := req.Deadline.Sub(now)
 	for _, w := range workers {
-		if exitclass.Failed(w, nodes, now) && checkpoint.AnswerOf(req, w) == nil {
+		if !exitclass.Failed(w, nodes, now) || checkpoint.AnswerOf(req, w) != nil {
+			continue
+		}
+		due, ok := answerDue(w, nodes)
+		if !ok || !now.Before(due) {
 			return Step{}
 		}
+		wait = min(wait, due.Sub(now))
 	}
-	return Step{Wait: true, After: req.Deadline.Sub(now), Changed: p.Update(req)}
+	return Step{Wait: true, After: wait, Changed: p.Update(req)}
+}
+
+// lateAnswer bounds the wait for the answer of a worker that ended in its node's shutdown:
+// the barrier keeps it 5 s for the agent's request (barrier.keptFor), and the agent's record
+// write follows.
+const lateAnswer = 10 * time.Second
+
+// answerDue is until when the answer of pod, which ended without one, may still come: where
+// its node announced a shutdown and its worker ended after that, lateAnswer after its end.
+func answerDue(pod *corev1.Pod, nodes map[string]exitclass.NodeFacts) (time.Time, bool) {
+	f, ok := nodes[pod.Spec.NodeName]
+	if !ok || f.ShutdownDetectedAt == nil {
+		return time.Time{}, false
+	}
+	var end time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(end) {
+			end = t.FinishedAt.Time
+		}
+	}
+	if end.IsZero() || end.Before(*f.ShutdownDetectedAt) {
+		return time.Time{}, false
+	}
+	return end.Add(lateAnswer), true
 }
 
 // request asks run's current attempt to save, at now, for notice, until the policy's timeout

@@ -107,6 +107,16 @@ func TestHoldWaitsOnlyBehindAnsweredFailures(t *testing.T) {
 	if st := Hold(run, pods, nil, t0.Add(2*time.Second)); st.Wait {
 		t.Errorf("held behind a worker that failed without a word: %+v", st)
 	}
+	// On a node that announced its shutdown, the worker saved on the container's SIGTERM and
+	// ended: its answer may reach its record after its end, for lateAnswer.
+	shutdown := t0.Add(-time.Second)
+	nodes := map[string]exitclass.NodeFacts{pods[1].Spec.NodeName: {ShutdownDetectedAt: &shutdown}}
+	if st := Hold(run, pods, nodes, t0.Add(2*time.Second)); !st.Wait || st.After != lateAnswer-time.Second {
+		t.Errorf("not held for the answer of a worker that ended in its node's shutdown: %+v", st)
+	}
+	if st := Hold(run, pods, nodes, t0.Add(time.Second+lateAnswer)); st.Wait {
+		t.Errorf("held past lateAnswer after its end: %+v", st)
+	}
 	answer(pods[1], &v1alpha1.BarrierCheckpoint{RequestedAt: checkpoint.Key(run.Status.Checkpoint), At: t0.Add(time.Second).Format(time.RFC3339Nano), Saved: true})
 	if st := Hold(run, pods, nil, t0.Add(2*time.Second)); !st.Wait {
 		t.Errorf("not held while index 0 saves and index 1 saved before it ended: %+v", st)
