@@ -289,7 +289,6 @@ func (s *supervisor) run(pid, attempt int) (status, stoppedFor int) {
 			}
 		case <-ck.tick:
 			if step, ok := s.doneFile(); ok {
-				s.heardSave(step, time.Now())
 				answer(fmt.Sprintf("%s %d %s", verbSaved, attempt, stepField(step)))
 			}
 		case <-ck.timeout:
@@ -486,11 +485,12 @@ func (c *checkpoint) answer(line string) (passTerm bool) {
 	return passTerm
 }
 
-// doneFile reads and removes the worker's done file: the step it holds (-1: none), and
-// whether it was there.
+// doneFile reads and removes the worker's done file, noted as its last save at the file's
+// time: the step it holds (-1: none), and whether it was there.
 func (s *supervisor) doneFile() (int64, bool) {
-	step, _, ok := s.readDone()
+	step, at, ok := s.readDone()
 	if ok {
+		s.heardSave(step, at)
 		os.Remove(filepath.Join(s.cfg.CheckpointDir, CheckpointDoneFile))
 	}
 	return step, ok

@@ -461,11 +461,7 @@ func (r *Reconciler) updateProgress(ctx context.Context, run *v1alpha1.TrainingR
 		if rec.RunningTime == nil {
 			rec.RunningTime = &now
 		}
-		if rec.ProgressingTime == nil && attempt.ProgressWatched(run) {
-			if at, ok := exitclass.GangProgressing(workers, obs.nodes); ok {
-				rec.ProgressingTime = &metav1.Time{Time: at}
-			}
-		}
+		goodput.NoteFirstProgress(run, rec, workers, obs.nodes)
 		st.Phase = v1alpha1.PhaseRunning
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllWorkersRunning, Message: fmt.Sprintf("%d/%d workers Running", ready, run.Spec.Workers)})
 		if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionInPlaceWaiting) {

@@ -232,6 +232,13 @@ func Failed(pod *corev1.Pod, nodes map[string]NodeFacts, now time.Time) bool {
 	return failed
 }
 
+// EndedAt is when pod's failing container ended (the one Failed and the verdict read); false
+// when none has, or its end is unknown.
+func EndedAt(pod *corev1.Pod) (time.Time, bool) {
+	term, _ := failingContainer(pod)
+	return term.finishedAt, term.found && !term.finishedAt.IsZero()
+}
+
 // LostAt is the earliest time after now at which one of pods, running on a node that is
 // unreachable now, will count as lost with it if nothing changes (see the package doc);
 // zero if none will. Nothing else wakes a caller then: no object changes when a toleration

@@ -176,7 +176,7 @@ func GangProgressing(pods []*corev1.Pod, nodes map[string]NodeFacts) (time.Time,
 		if !running || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			return time.Time{}, false
 		}
-		at, ok := firstProgress(p, start)
+		at, ok := FirstProgress(p, start)
 		_, watched := p.Annotations[v1alpha1.AnnotationProgressDeadline] // an attempt started before the deadline was set
 		if f, known := nodeOf(p, nodes); !watched || known && f.Agent == nil {
 			at, ok = start, true
@@ -192,9 +192,9 @@ func GangProgressing(pods []*corev1.Pod, nodes map[string]NodeFacts) (time.Time,
 	return last, n > 0
 }
 
-// firstProgress is the pod's Progressing condition's time where it is about the incarnation
+// FirstProgress is the pod's Progressing condition's time where it is about the incarnation
 // that began at start (to the second: not before start's second).
-func firstProgress(pod *corev1.Pod, start time.Time) (time.Time, bool) {
+func FirstProgress(pod *corev1.Pod, start time.Time) (time.Time, bool) {
 	for i := range pod.Status.Conditions {
 		c := &pod.Status.Conditions[i]
 		if c.Type != v1alpha1.PodConditionProgressing || c.Status != corev1.ConditionTrue {

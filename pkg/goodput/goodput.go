@@ -7,11 +7,14 @@ package goodput
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
 )
 
 // Part is where a stretch of the run's time went.
@@ -130,6 +133,18 @@ func RedoneOf(rec *v1alpha1.AttemptRecord, st *v1alpha1.TrainingRunStatus, watch
 // to what the status says the run is doing.
 func AsOf(run *v1alpha1.TrainingRun, now time.Time) *v1alpha1.GoodputLedger {
 	return Advance(run.Status.Goodput, run.CreationTimestamp.Time, attempt.ProgressWatched(run), &run.Status, &run.Status, now)
+}
+
+// NoteFirstProgress records on rec, the record of run's attempt whose workers are all
+// Running, its gang's first progress (exitclass.GangProgressing) once the workers showed it,
+// where run's progress is watched: where its starting ends.
+func NoteFirstProgress(run *v1alpha1.TrainingRun, rec *v1alpha1.AttemptRecord, workers []*corev1.Pod, nodes map[string]exitclass.NodeFacts) {
+	if rec.ProgressingTime != nil || !attempt.ProgressWatched(run) {
+		return
+	}
+	if at, ok := exitclass.GangProgressing(workers, nodes); ok {
+		rec.ProgressingTime = &metav1.Time{Time: at}
+	}
 }
 
 // progressed: the status's attempt has shown its gang's first progress.

@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/barrier"
+	"github.com/faultline-dev/faultline/pkg/exitclass"
+	"github.com/faultline-dev/faultline/pkg/nodeagent/termmsg"
 )
 
 // A worker's first progress: the goodput ledger counts an attempt as starting until its
@@ -50,7 +51,8 @@ func (w *ProgressWatch) firstProgress(ctx context.Context, pod *corev1.Pod, runn
 	look, known := w.first[pod.UID]
 	w.mu.Unlock()
 	if !known || !look.start.Equal(start) {
-		look = firstLook{start: start, written: progressingSince(pod, start)}
+		_, written := exitclass.FirstProgress(pod, start)
+		look = firstLook{start: start, written: written}
 	}
 	if look.written || !lastOutput.After(start) || look.scanned.Equal(lastOutput) {
 		w.rememberFirst(pod.UID, look)
@@ -77,17 +79,6 @@ func (w *ProgressWatch) rememberFirst(uid types.UID, look firstLook) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.first[uid] = look
-}
-
-// progressingSince: the pod carries a Progressing condition about the incarnation that began
-// at start (its time, to the second, not before start's second).
-func progressingSince(pod *corev1.Pod, start time.Time) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1alpha1.PodConditionProgressing && c.Status == corev1.ConditionTrue {
-			return !c.LastTransitionTime.Time.Before(start.Truncate(time.Second))
-		}
-	}
-	return false
 }
 
 // firstOutput is the earliest first line of the running containers' incarnations (name →
@@ -141,11 +132,16 @@ func FirstLine(r io.Reader, since time.Time) (time.Time, bool, error) {
 	marked := map[string]bool{}
 	anyMarker := false
 	for sc.Scan() {
-		at, stream, text, ok := criLine(sc.Bytes())
+		l, ok := termmsg.ParseCRILine(sc.Bytes())
 		if !ok {
 			continue
 		}
-		if _, marker := barrier.ParseAttemptMarker(text); marker {
+		at, err := time.Parse(time.RFC3339Nano, string(l.Time))
+		if err != nil {
+			continue
+		}
+		stream := l.Stream
+		if _, marker := barrier.ParseAttemptMarker(string(l.Content)); marker {
 			anyMarker, marked[stream] = true, true
 			delete(first, stream) // what came before was an earlier attempt's, or the barrier's
 			continue
@@ -170,24 +166,6 @@ func FirstLine(r io.Reader, since time.Time) (time.Time, bool, error) {
 		}
 	}
 	return out, !out.IsZero(), nil
-}
-
-// criLine splits one line of a CRI log: its time, stream and text.
-func criLine(line []byte) (at time.Time, stream, text string, ok bool) {
-	ts, rest, found := bytes.Cut(line, []byte{' '})
-	if !found {
-		return time.Time{}, "", "", false
-	}
-	at, err := time.Parse(time.RFC3339Nano, string(ts))
-	if err != nil {
-		return time.Time{}, "", "", false
-	}
-	st, rest, found := bytes.Cut(rest, []byte{' '})
-	if !found {
-		return time.Time{}, "", "", false
-	}
-	_, txt, _ := bytes.Cut(rest, []byte{' '}) // the tag: F (full) or P (partial)
-	return at, string(st), string(txt), true
 }
 
 // MarkProgressing puts the Progressing condition on pod (see ProgressWriter): its

@@ -158,13 +158,8 @@ func answerDue(pod *corev1.Pod, nodes map[string]exitclass.NodeFacts) (time.Time
 	if !ok || f.ShutdownDetectedAt == nil {
 		return time.Time{}, false
 	}
-	var end time.Time
-	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(end) {
-			end = t.FinishedAt.Time
-		}
-	}
-	if end.IsZero() || end.Before(*f.ShutdownDetectedAt) {
+	end, ok := exitclass.EndedAt(pod)
+	if !ok || end.Before(*f.ShutdownDetectedAt) {
 		return time.Time{}, false
 	}
 	return end.Add(lateAnswer), true

@@ -92,12 +92,12 @@ func logLines(path string, window int64) ([]string, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		tag, content, ok := parseLine(sc.Bytes())
+		l, ok := ParseCRILine(sc.Bytes())
 		if !ok {
 			continue
 		}
-		partial = append(partial, content...)
-		if tag == 'P' {
+		partial = append(partial, l.Content...)
+		if l.Partial {
 			continue
 		}
 		lines = append(lines, string(partial))

@@ -145,12 +145,12 @@ func LogTail(r io.Reader, lines, maxBytes int) (string, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		tag, content, ok := parseLine(sc.Bytes())
+		l, ok := ParseCRILine(sc.Bytes())
 		if !ok {
 			continue
 		}
-		partial = append(partial, content...)
-		if tag == 'P' {
+		partial = append(partial, l.Content...)
+		if l.Partial {
 			continue
 		}
 		tail = append(tail, append(partial, '\n'))
@@ -177,28 +177,42 @@ func joined(lines [][]byte) []byte {
 	return b
 }
 
-// parseLine splits one CRI log line: its tag (F or P) and its content.
-func parseLine(line []byte) (tag byte, content []byte, ok bool) {
+// CRILine is one line of a container log in the CRI format, as the kubelet keeps it
+// ("<time> <stream> <tags> <content>"): its time as written (RFC 3339 with nanoseconds, left
+// unparsed: the tail readers need none), stream, whether the runtime split it (tag P: more of
+// it follows) and content. Its slices are the line's.
+type CRILine struct {
+	Time    []byte
+	Stream  string
+	Partial bool
+	Content []byte
+}
+
+// ParseCRILine splits one CRI log line; false for a malformed one.
+func ParseCRILine(line []byte) (CRILine, bool) {
 	fields := bytes.SplitN(line, []byte{' '}, 4)
 	if len(fields) < 3 {
-		return 0, nil, false
+		return CRILine{}, false
 	}
-	if s := string(fields[1]); s != "stdout" && s != "stderr" {
-		return 0, nil, false
+	l := CRILine{Time: fields[0]}
+	switch s := string(fields[1]); s {
+	case "stdout", "stderr":
+		l.Stream = s
+	default:
+		return CRILine{}, false
 	}
 	// Tags are colon-separated; the first says full or partial.
 	switch {
 	case bytes.HasPrefix(fields[2], []byte("P")):
-		tag = 'P'
+		l.Partial = true
 	case bytes.HasPrefix(fields[2], []byte("F")):
-		tag = 'F'
 	default:
-		return 0, nil, false
+		return CRILine{}, false
 	}
 	if len(fields) == 4 {
-		content = fields[3]
+		l.Content = fields[3]
 	}
-	return tag, content, true
+	return l, true
 }
 
 // Message is the terminated state's message the kubelet writes: the runtime's, then the
