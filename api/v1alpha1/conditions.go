@@ -89,6 +89,12 @@ const (
 	// ReasonInPlaceFallback: a wait ran out (a worker that did not stop, a barrier nobody
 	// opened, a silent node agent): the pods it names moved to new pods elsewhere.
 	ReasonInPlaceFallback = "InPlaceFallback"
+	// ReasonSpareTookIndex (an event): warm spares took the indexes of an attempt that had
+	// no pod (spec.spares), each named with its index and node.
+	ReasonSpareTookIndex = "SpareTookIndex"
+	// ReasonSparesUnavailable (an event): the run's template cannot have warm spares (its
+	// barrier cannot supervise its worker), so the attempt makes none.
+	ReasonSparesUnavailable = "SparesUnavailable"
 	// ReasonBarrierOpen: every worker of the attempt runs it (InPlaceWaiting=False).
 	ReasonBarrierOpen = "BarrierOpen"
 	// ReasonBarrierImageUnpullable: a worker's barrier image cannot be pulled on its node:

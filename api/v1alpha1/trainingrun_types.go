@@ -99,6 +99,11 @@ const FrameworkNone = "none"
 // A checkpoint request reaches a worker through the barrier that supervises it, which only a
 // run that restarts in place has.
 // +kubebuilder:validation:XValidation:rule="!has(self.checkpoint) || ((!has(self.restartScope) || self.restartScope != 'Index') && (!has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'Recreate'))",message="spec.checkpoint asks each worker through the barrier of a run that restarts in place: it needs restartScope Gang and restartMode Auto or InPlace; remove spec.checkpoint or change them",fieldPath=".checkpoint"
+// Spares wait at the barrier that supervises each worker, which only a run that restarts in
+// place has, and take the indexes of a lost node at the next attempt's start.
+// +kubebuilder:validation:XValidation:rule="!has(self.spares) || self.spares == 0 || ((!has(self.restartScope) || self.restartScope != 'Index') && (!has(self.failurePolicy) || !has(self.failurePolicy.restartMode) || self.failurePolicy.restartMode != 'Recreate'))",message="spec.spares wait at the barrier of a run that restarts in place: they need restartScope Gang and restartMode Auto or InPlace; remove spec.spares or change them",fieldPath=".spares"
+// +kubebuilder:validation:XValidation:rule="!has(self.spares) || self.spares <= self.workers",message="spec.spares must not exceed spec.workers: a spare stands in for a worker of a lost node; lower spec.spares",fieldPath=".spares"
+// +kubebuilder:validation:XValidation:rule="!has(self.spares) || self.spares == 0 || !has(self.roles) || size(self.roles) == 0",message="spec.spares stand in for any index, and spec.roles give indexes different pods: remove one of them",fieldPath=".spares"
 type TrainingRunSpec struct {
 	// Framework names the plugin that adds the framework's rendezvous environment
 	// (tensorflow, jax, pytorch, or another installed plugin), or "none".
@@ -120,6 +125,17 @@ type TrainingRunSpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workers is immutable: create a new TrainingRun to change the gang size"
 	Workers int32 `json:"workers"`
+
+	// Spares is how many warm spare pods the run keeps beside its workers: pods of
+	// spec.template, scheduled and started up to their barrier, that hold no index and run
+	// nothing of the workers' program. When a node is lost or shut down, the next attempt
+	// gives its indexes to spares (each takes the index's address and identity) instead of
+	// waiting for new pods, and new spares are made once that attempt runs. Kueue counts
+	// them as workers. 0 (the default) keeps none (docs/in-place-restart.md).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.spares is immutable: create a new TrainingRun to change it"
+	// +optional
+	Spares int32 `json:"spares,omitempty"`
 
 	// RestartScope is Gang (a failure ends the attempt, a restart replaces every worker) or
 	// Index (only the failed index is replaced). Left unset, the framework's plugin chooses

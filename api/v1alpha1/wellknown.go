@@ -17,6 +17,12 @@ const (
 	// deleted and created again under the same name is another run, and its pods, still
 	// stopping, are leftovers of the earlier one, never the new run's workers.
 	LabelRunUID = GroupName + "/run-uid"
+	// LabelSpare marks a pod the controller made as a warm spare (spec.spares), with the
+	// spare's slot (0..spares-1) as value. A spare holds no index until the controller hands
+	// it one (the completion-index label and annotation, and the attempt it joins); it keeps
+	// this label after, which tells its node agent to name the index in the barrier's open,
+	// since the pod's own environment, made before it had one, has none.
+	LabelSpare = GroupName + "/spare"
 
 	// FinalizerAttemptJob holds every attempt's Job until faultline has seen the Job
 	// controller done with it after its deletion: its pods gone and its status written by a
@@ -31,6 +37,10 @@ const (
 	// rate, with the node exclusions of the moment, and without the Job controller's
 	// replacement backoff (docs/in-place-restart.md, "The Job across an in-place restart").
 	JobManagedBy = GroupName + "/trainingrun-controller"
+	// EndpointSliceManagedBy is the endpointslice.kubernetes.io/managed-by label of the
+	// EndpointSlice that names the indexes a run's warm spares hold: the endpoint slice
+	// controller leaves a slice managed by another alone. A label value: no slash.
+	EndpointSliceManagedBy = "trainingrun-controller." + GroupName
 
 	// AnnotationFaultEvidence holds the node agent's FaultEvidence as JSON on a pod.
 	AnnotationFaultEvidence = GroupName + "/fault-evidence"
@@ -126,6 +136,14 @@ const (
 	// duration): the container's SIGTERM (a node's shutdown) asks the worker to save first.
 	EnvCheckpointSignal  = "FAULTLINE_CHECKPOINT_SIGNAL"
 	EnvCheckpointTimeout = "FAULTLINE_CHECKPOINT_TIMEOUT"
+	// EnvIndexTemplates is set in the worker container of a warm spare (LabelSpare): the
+	// container's variables that depend on the index, as JSON ([{"name","value"}], each value
+	// with its $(VAR) references unexpanded), which its barrier expands with the index the
+	// open hands it before it starts the worker (barrier.IndexEnv).
+	EnvIndexTemplates = "FAULTLINE_INDEX_TEMPLATES"
+	// EnvCompletionIndex is the Job controller's variable of a pod's completion index, which
+	// faultline sets in the pods it makes as the Job controller would.
+	EnvCompletionIndex = "JOB_COMPLETION_INDEX"
 )
 
 // spec.checkpoint's defaults (the CRD's).

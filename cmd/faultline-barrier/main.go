@@ -51,7 +51,7 @@ const (
 type cli struct {
 	stderr    io.Writer
 	wait      func(context.Context, barrier.Config) (int, error)
-	open      func(context.Context, string, int) error
+	open      func(context.Context, string, int, int) error
 	supervise func(context.Context, barrier.Config, []string) (int, error)
 	stop      func(context.Context, string, int, time.Duration) error
 	// checkpoint and done: the request to save, and the worker's word that it saved.
@@ -89,6 +89,13 @@ func (c cli) run(ctx context.Context, args []string) int {
 		}
 		cfg.MadeFor = n
 	}
+	// Which index the worker is, or, in a warm spare, what waits for the index.
+	id, err := barrier.ReadIdentity(getenv)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return exitUsage
+	}
+	cfg.Identity = id
 	// How the run saves on notice (spec.checkpoint): the container's SIGTERM asks first.
 	if v := getenv(barrier.EnvCheckpointSignal); v != "" {
 		cfg.CheckpointSignal = v
@@ -102,6 +109,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.Socket, "socket", barrier.DefaultSocket, "where the waiting barrier listens for open")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", barrier.DefaultTerminationLog, "the container's termination message file")
 	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", barrier.CheckpointDir, "supervise: where the worker writes "+barrier.CheckpointDoneFile+" once it saved")
+	index := fs.Int("index", barrier.NoIndex, "open: the index it hands a warm spare's barrier (none: the pod's own)")
 	attempt := fs.Int("attempt", 0, "open, stop, checkpoint: the attempt the gang is to run (checkpoint: runs)")
 	timeout := fs.Duration("timeout", 10*time.Second, "open, stop: how long to wait for the barrier's answer (stop: beyond the grace period); checkpoint: for the worker to say it saved")
 	grace := fs.Duration("grace", 30*time.Second, "stop: how long the worker has after SIGTERM before SIGKILL")
@@ -109,7 +117,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 	step := fs.Int64("step", -1, "checkpoint-done: the step the worker saved (-1: none said)")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "usage: faultline-barrier [wait] [flags]\n"+
-			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]\n"+
+			"       faultline-barrier supervise [flags] -- COMMAND [ARG...]\n       faultline-barrier open --attempt N [--index I] [flags]\n       faultline-barrier stop --attempt N [--grace D] [flags]\n"+
 			"       faultline-barrier checkpoint --attempt N [--signal S] [--timeout D] [flags]\n       faultline-barrier checkpoint-done [--step N] [flags]  (in the worker: it saved)")
 		fs.PrintDefaults()
 	}
@@ -180,7 +188,7 @@ func (c cli) run(ctx context.Context, args []string) int {
 		}
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		err := c.open(ctx, cfg.Socket, *attempt)
+		err := c.open(ctx, cfg.Socket, *attempt, *index)
 		if errors.Is(err, barrier.ErrNotWaiting) && barrier.OpenedBefore(cfg.AttemptFile, *attempt) {
 			fmt.Fprintf(c.stderr, "opened for attempt %d before\n", *attempt)
 			return exitOpenedBefore

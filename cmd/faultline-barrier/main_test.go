@@ -59,7 +59,7 @@ func TestExitCodes(t *testing.T) {
 			c := cli{
 				stderr: &stderr,
 				wait:   func(context.Context, barrier.Config) (int, error) { return 1, tc.waitErr },
-				open:   func(context.Context, string, int) error { return tc.openErr },
+				open:   func(context.Context, string, int, int) error { return tc.openErr },
 				getenv: func(string) string { return tc.env },
 			}
 			if got := c.run(ctx, tc.args); got != tc.want {
@@ -112,7 +112,7 @@ func TestSuperviseWithACommandThatCannotRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		err := barrier.Open(ctx, socket, 2)
+		err := barrier.Open(ctx, socket, 2, barrier.NoIndex)
 		if err == nil {
 			break
 		}

@@ -337,12 +337,12 @@ func Pod(job *batchv1.Job, i int, o PodOptions) (*corev1.Pod, error) {
 		}
 	}
 	pod.Spec.Hostname = job.Name + "-" + index
-	env := corev1.EnvVar{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+	env := corev1.EnvVar{Name: v1alpha1.EnvCompletionIndex, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 		FieldPath: "metadata.labels['" + batchv1.JobCompletionIndexAnnotation + "']",
 	}}}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for j := range cs {
-			if !slices.ContainsFunc(cs[j].Env, func(e corev1.EnvVar) bool { return e.Name == completionIndexEnv }) {
+			if !slices.ContainsFunc(cs[j].Env, func(e corev1.EnvVar) bool { return e.Name == v1alpha1.EnvCompletionIndex }) {
 				cs[j].Env = append(cs[j].Env, env)
 			}
 		}
@@ -468,10 +468,6 @@ func excluded(spec *corev1.PodSpec, node string) bool {
 		})
 	})
 }
-
-// completionIndexEnv is the variable the Job controller gives every container of an Indexed
-// Job's pod; programs written for Indexed Jobs read it.
-const completionIndexEnv = "JOB_COMPLETION_INDEX"
 
 // PodName is the name of index i's pod of job made for attempt (0: the Job's own): the Job's
 // name and the index, as the Job controller's generated names start, then the first

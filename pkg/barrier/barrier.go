@@ -257,6 +257,9 @@ type Config struct {
 	// up to CheckpointTimeout (EnvCheckpointTimeout).
 	CheckpointSignal  string
 	CheckpointTimeout time.Duration
+	// Identity is the worker's index, and a warm spare's variables that wait for one
+	// (ReadIdentity): an open that leaves the worker without an index is refused.
+	Identity Identity
 }
 
 // Wait blocks until an Open hands it an attempt newer than the attempt file's, then writes
@@ -332,7 +335,8 @@ func serve(conn *net.UnixConn, cfg Config, start int) (attempt int, done bool, e
 		fmt.Fprintf(conn, "error bad request %q\n", req.line)
 		return 0, false, fmt.Errorf("bad request %q", req.line)
 	}
-	return answerOpen(conn, cfg, start, req.attempt)
+	attempt, _, done, err = answerOpen(conn, cfg, start, req)
+	return attempt, done, err
 }
 
 // request is one line a barrier's client sent: a verb and an attempt, and for a stop the
@@ -347,6 +351,8 @@ type request struct {
 	signal string
 	// step: a done's (-1: none said).
 	step int64
+	// index: the index an open hands a warm spare's barrier (NoIndex: none named).
+	index int
 }
 
 // readRequest reads one request from conn, within a deadline: a client that connects and
@@ -357,7 +363,7 @@ func readRequest(conn *net.UnixConn) (request, error) {
 	if err != nil {
 		return request{}, fmt.Errorf("read the request: %w", err)
 	}
-	req := request{line: line}
+	req := request{line: line, index: NoIndex}
 	fields := strings.Fields(line)
 	ok := len(fields) >= 2
 	if ok {
@@ -368,6 +374,10 @@ func readRequest(conn *net.UnixConn) (request, error) {
 	switch {
 	case ok && req.verb == verbOpen:
 		ok = len(fields) == 2
+		if len(fields) == 3 {
+			req.index, err = strconv.Atoi(fields[2])
+			ok = err == nil && req.index >= 0
+		}
 	case ok && req.verb == verbStop:
 		var ms int
 		ms, err = strconv.Atoi(fields[len(fields)-1])
@@ -391,18 +401,23 @@ func readRequest(conn *net.UnixConn) (request, error) {
 	return req, nil
 }
 
-// answerOpen judges an open of attempt for a barrier that started after start, and answers
-// it; done says it opened.
-func answerOpen(conn *net.UnixConn, cfg Config, start, attempt int) (int, bool, error) {
+// answerOpen judges an open (req) for a barrier that started after start, and answers it:
+// the attempt and the index its worker runs as (Identity.Take); done says it opened.
+func answerOpen(conn *net.UnixConn, cfg Config, start int, req request) (attempt, index int, done bool, err error) {
+	attempt = req.attempt
 	if Judge(start, attempt) == Stale {
 		fmt.Fprintf(conn, "%s %d %d\n", verbStale, attempt, start)
-		return 0, false, fmt.Errorf("attempt %d: %w (%d)", attempt, ErrStale, start)
+		return 0, NoIndex, false, fmt.Errorf("attempt %d: %w (%d)", attempt, ErrStale, start)
+	}
+	if index, err = cfg.Identity.Take(req.index); err != nil {
+		fmt.Fprintf(conn, "error %v\n", err)
+		return 0, NoIndex, false, err
 	}
 	// The file first: once the termination message is written and the barrier exits, the
 	// kubelet starts the workers, which read it.
 	if err := WriteAttempt(cfg.AttemptFile, attempt); err != nil {
 		fmt.Fprintf(conn, "error %v\n", err)
-		return 0, false, err
+		return 0, NoIndex, false, err
 	}
 	// A barrier that supervises the worker leaves the termination message to it.
 	var msgErr error
@@ -415,7 +430,7 @@ func answerOpen(conn *net.UnixConn, cfg Config, start, attempt int) (int, bool, 
 		}
 	}
 	fmt.Fprintf(conn, "%s %d\n", verbOpened, attempt)
-	return attempt, true, msgErr
+	return attempt, index, true, msgErr
 }
 
 // SocketAt is the path of the barrier's socket in its run directory open as descriptor dir,
@@ -432,8 +447,14 @@ var ErrUnreachable = errors.New("cannot reach the barrier's socket")
 // Open hands attempt to the barrier waiting on socket and returns once it answered: nil
 // when it opened, ErrStale when it refused the attempt, ErrNotWaiting when none listens,
 // ErrUnreachable when the socket cannot be connected to.
-func Open(ctx context.Context, socket string, attempt int) error {
-	verb, rest, err := ask(ctx, socket, fmt.Sprintf("%s %d", verbOpen, attempt), verbOpened)
+//
+// index is the index it hands a warm spare (NoIndex: none, for a pod made with its index).
+func Open(ctx context.Context, socket string, attempt, index int) error {
+	line := fmt.Sprintf("%s %d", verbOpen, attempt)
+	if index != NoIndex {
+		line += fmt.Sprintf(" %d", index)
+	}
+	verb, rest, err := ask(ctx, socket, line, verbOpened)
 	if verb == verbRunning {
 		return fmt.Errorf("%w: its worker runs attempt %s", ErrNotWaiting, rest)
 	}

@@ -157,11 +157,11 @@ func TestWaitOpensNoAttemptBeforeItsPods(t *testing.T) {
 	defer cancel()
 	cfg, done := barrierAt(t, ctx, t.TempDir(), 0, 3)
 	for _, stale := range []int{2, 1} {
-		if err := Open(ctx, cfg.Socket, stale); !errors.Is(err, ErrStale) {
+		if err := Open(ctx, cfg.Socket, stale, NoIndex); !errors.Is(err, ErrStale) {
 			t.Fatalf("Open(%d) in a pod made for attempt 3: %v, want ErrStale", stale, err)
 		}
 	}
-	if err := Open(ctx, cfg.Socket, 3); err != nil {
+	if err := Open(ctx, cfg.Socket, 3, NoIndex); err != nil {
 		t.Fatalf("Open(3): %v", err)
 	}
 	if r := <-done; r.err != nil || r.attempt != 3 {
@@ -177,7 +177,7 @@ func TestWaitOpensOnlyForANewerAttempt(t *testing.T) {
 	defer cancel()
 	cfg, done := barrierAt(t, ctx, t.TempDir(), 2)
 	for _, stale := range []int{2, 1} {
-		if err := Open(ctx, cfg.Socket, stale); !errors.Is(err, ErrStale) {
+		if err := Open(ctx, cfg.Socket, stale, NoIndex); !errors.Is(err, ErrStale) {
 			t.Fatalf("Open(%d) with attempt 2 in the file: %v, want ErrStale", stale, err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestWaitOpensOnlyForANewerAttempt(t *testing.T) {
 	if msg, _ := os.ReadFile(cfg.TerminationLog); len(msg) != 0 {
 		t.Errorf("termination message while waiting: %q, want none", msg)
 	}
-	if err := Open(ctx, cfg.Socket, 3); err != nil {
+	if err := Open(ctx, cfg.Socket, 3, NoIndex); err != nil {
 		t.Fatalf("Open(3): %v", err)
 	}
 	r := <-done
@@ -203,7 +203,7 @@ func TestWaitOpensOnlyForANewerAttempt(t *testing.T) {
 		t.Errorf("termination message %q, want attempt=3", msg)
 	}
 	// Opened and gone: a second open finds nobody, which the agent takes for done.
-	if err := Open(ctx, cfg.Socket, 3); !errors.Is(err, ErrNotWaiting) {
+	if err := Open(ctx, cfg.Socket, 3, NoIndex); !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("Open after the barrier opened: %v, want ErrNotWaiting", err)
 	}
 }
@@ -218,7 +218,7 @@ func TestWaitInANewPodAndOverAStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, done := barrierAt(t, ctx, dir, 0)
-	if err := Open(ctx, cfg.Socket, 1); err != nil {
+	if err := Open(ctx, cfg.Socket, 1, NoIndex); err != nil {
 		t.Fatalf("Open(1): %v", err)
 	}
 	if r := <-done; r.err != nil || r.attempt != 1 {
@@ -250,7 +250,7 @@ func TestWaitEndsWithItsContext(t *testing.T) {
 }
 
 func TestOpenWithNoBarrier(t *testing.T) {
-	err := Open(context.Background(), filepath.Join(t.TempDir(), "none.sock"), 1)
+	err := Open(context.Background(), filepath.Join(t.TempDir(), "none.sock"), 1, NoIndex)
 	if !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("Open with no socket: %v, want ErrNotWaiting", err)
 	}
@@ -265,7 +265,7 @@ func TestMain(m *testing.M) {
 		os.Exit(superviseHelper(dir))
 	}
 	if socket := os.Getenv(helperOpenEnv); socket != "" {
-		err := Open(context.Background(), socket, 2)
+		err := Open(context.Background(), socket, 2, NoIndex)
 		// Slow to exit after its answer, as a process may be: the barrier must wait.
 		time.Sleep(300 * time.Millisecond)
 		if err != nil {

@@ -68,11 +68,13 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 	}
 	for {
 		log.Info("waiting for the go signal", "after-attempt", start, "socket", cfg.Socket)
-		attempt, err := s.waitOpen(ctx, start)
+		attempt, index, err := s.waitOpen(ctx, start)
 		if err != nil {
 			return 128 + int(syscall.SIGTERM), err
 		}
-		log.Info("opened", "attempt", attempt)
+		// A spare holds the index it was handed for good (Identity.Take).
+		s.cfg.Identity.Index = index
+		log.Info("opened", "attempt", attempt, "index", index)
 		// The container's log holds every attempt's output: the marker says where each
 		// starts (`launcher logs --attempt`). On both streams: the runtime copies the
 		// container's stdout and stderr into its log apart, so a worker's first line on
@@ -81,7 +83,8 @@ func Supervise(ctx context.Context, cfg Config, argv []string) (int, error) {
 		marker := AttemptMarker(attempt)
 		fmt.Fprintln(os.Stdout, marker)
 		fmt.Fprintln(os.Stderr, marker)
-		pid, err := startWorker(argv)
+		env := s.cfg.Identity.Env(os.Environ(), index)
+		pid, err := startWorker(s.cfg.Identity.Argv(argv, env), env)
 		if err != nil {
 			var ee *ExecError
 			if errors.As(err, &ee) {
@@ -194,11 +197,11 @@ func (s *supervisor) reap() {
 // attempt, written to the attempt file. A stop finds nothing running and is answered so; a
 // stop for a later attempt than start raises start as a stop of a running worker does. An
 // open it refuses is answered stale, with the attempt it was stopped for (the agent logs it).
-func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
+func (s *supervisor) waitOpen(ctx context.Context, start int) (attempt, index int, err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, NoIndex, ctx.Err()
 		case <-s.signals: // no worker to pass it on to; SIGTERM ends ctx
 		case <-s.exits: // an orphan of a stopped worker, reaped late
 		case conn := <-s.conns:
@@ -228,13 +231,13 @@ func (s *supervisor) waitOpen(ctx context.Context, start int) (int, error) {
 				s.log.Warn("go signal refused: the worker was stopped for a later attempt", "attempt", req.attempt, "stopped-for", s.stoppedFor)
 				continue
 			}
-			attempt, done, err := answerOpen(conn, s.cfg, start, req.attempt)
+			attempt, index, done, err := answerOpen(conn, s.cfg, start, req)
 			conn.Close()
 			if err != nil {
 				s.log.Warn("go signal not taken", "error", err)
 			}
 			if done {
-				return attempt, nil
+				return attempt, index, nil
 			}
 		}
 	}
@@ -619,13 +622,13 @@ func children() []int {
 
 // startWorker starts argv as a child in its own process group, with the barrier's
 // environment and standard streams; it is reaped by reap, never waited for here.
-func startWorker(argv []string) (int, error) {
+func startWorker(argv, env []string) (int, error) {
 	path, err := lookPath(argv[0])
 	if err != nil {
 		return 0, err
 	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Env:   os.Environ(),
+		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})

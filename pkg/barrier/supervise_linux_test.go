@@ -121,11 +121,11 @@ while :; do sleep 1; done
 	if _, err := Stop(ctx, socket, 1, time.Second); err != nil {
 		t.Fatalf("a stop before any open: %v, want nothing to stop", err)
 	}
-	if err := Open(ctx, socket, 1); err != nil {
+	if err := Open(ctx, socket, 1, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	worker, detached := pidIn(t, dir, "worker.1"), pidIn(t, dir, "detached.1")
-	if err := Open(ctx, socket, 2); !errors.Is(err, ErrNotWaiting) {
+	if err := Open(ctx, socket, 2, NoIndex); !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("an open while the worker runs: %v, want ErrNotWaiting", err)
 	}
 	if _, err := Stop(ctx, socket, 1, time.Second); !errors.Is(err, ErrStale) {
@@ -141,7 +141,7 @@ while :; do sleep 1; done
 	if alive(worker) || alive(detached) {
 		t.Fatalf("after the stop: worker %d alive %v, its detached process %d alive %v; want neither", worker, alive(worker), detached, alive(detached))
 	}
-	if err := Open(ctx, socket, 2); err != nil {
+	if err := Open(ctx, socket, 2, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	again := pidIn(t, dir, "worker.2")
@@ -152,7 +152,7 @@ while :; do sleep 1; done
 	if n, _ := ReadAttempt(filepath.Join(dir, "attempt")); n != 2 {
 		t.Errorf("attempt file %d, want 2", n)
 	}
-	if err := Open(ctx, socket, 1); !errors.Is(err, ErrNotWaiting) {
+	if err := Open(ctx, socket, 1, NoIndex); !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("a late open of attempt 1: %v, want refused", err)
 	}
 }
@@ -166,7 +166,7 @@ func TestSuperviseEndsWithItsWorker(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(want), func(t *testing.T) {
 			dir, proc := supervised(t, script)
-			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
+			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1, NoIndex); err != nil {
 				t.Fatal(err)
 			}
 			err := proc.Wait()
@@ -189,7 +189,7 @@ func TestSupervisePassesSignalsOn(t *testing.T) {
 	for sig, want := range map[syscall.Signal]int{syscall.SIGTERM: 42, syscall.SIGUSR1: 43} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir, proc := supervised(t, `trap 'exit 42' TERM; trap 'exit 43' USR1; echo $$ > "$(dirname "$0")/worker"; while :; do sleep 0.1; done`)
-			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1); err != nil {
+			if err := Open(context.Background(), filepath.Join(dir, "b.sock"), 1, NoIndex); err != nil {
 				t.Fatal(err)
 			}
 			pidIn(t, dir, "worker")
@@ -212,14 +212,14 @@ func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	socket := filepath.Join(dir, "b.sock")
-	if err := Open(ctx, socket, 1); err != nil {
+	if err := Open(ctx, socket, 1, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.1")
 	if _, err := Stop(ctx, socket, 3, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	err := Open(ctx, socket, 2)
+	err := Open(ctx, socket, 2, NoIndex)
 	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 3") {
 		t.Fatalf("an open of attempt 2 after a stop for 3: %v, want ErrStale naming attempt 3", err)
 	}
@@ -230,10 +230,10 @@ func TestSupervisedBarrierRefusesAnOpenOfAnEarlierAttempt(t *testing.T) {
 	if _, err := Stop(ctx, socket, 5, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if err := Open(ctx, socket, 4); !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 5") {
+	if err := Open(ctx, socket, 4, NoIndex); !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "stopped for attempt 5") {
 		t.Fatalf("an open of attempt 4 after a stop for 5 while waiting: %v, want ErrStale naming attempt 5", err)
 	}
-	if err := Open(ctx, socket, 5); err != nil {
+	if err := Open(ctx, socket, 5, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.5")
@@ -260,7 +260,7 @@ while :; do sleep 0.05; done
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	socket := filepath.Join(dir, "b.sock")
-	if err := Open(ctx, socket, 1); err != nil {
+	if err := Open(ctx, socket, 1, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.1")
@@ -310,10 +310,10 @@ while :; do sleep 0.05; done
 	if err != nil || !a.Saved || a.Exit == nil || *a.Exit != 0 {
 		t.Fatalf("checkpoint by SIGTERM: %+v, %v; want the worker's exit 0", a, err)
 	}
-	if err := Open(ctx, socket, 1); !errors.Is(err, ErrStale) {
+	if err := Open(ctx, socket, 1, NoIndex); !errors.Is(err, ErrStale) {
 		t.Fatalf("open of attempt 1 again after its worker ended on the request: %v, want ErrStale", err)
 	}
-	if err := Open(ctx, socket, 2); err != nil {
+	if err := Open(ctx, socket, 2, NoIndex); err != nil {
 		t.Fatalf("open of attempt 2 after the worker ended on the request: %v", err)
 	}
 	pidIn(t, dir, "worker.2")
@@ -351,7 +351,7 @@ while :; do sleep 0.05; done
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	socket := filepath.Join(dir, "b.sock")
-	if err := Open(ctx, socket, 1); err != nil {
+	if err := Open(ctx, socket, 1, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.1")
@@ -394,14 +394,14 @@ while :; do sleep 0.05; done
 		}
 		return strconv.FormatInt(*s.Step, 10) + " at " + s.At.Format(time.RFC3339Nano)
 	}
-	if err := Open(ctx, socket, 1); err != nil {
+	if err := Open(ctx, socket, 1, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.1")
 	if s, err := Stop(ctx, socket, 2, time.Second); err != nil || s != nil {
 		t.Fatalf("stop of a worker that never saved: %s, %v; want no save", step(s), err)
 	}
-	if err := Open(ctx, socket, 2); err != nil {
+	if err := Open(ctx, socket, 2, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.2")
@@ -415,14 +415,14 @@ while :; do sleep 0.05; done
 	}
 	// Attempt 3 says nothing: the last save is still attempt 2's. Attempt 4 writes its done
 	// file (no request): that is its last save, at the file's time.
-	if err := Open(ctx, socket, 3); err != nil {
+	if err := Open(ctx, socket, 3, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.3")
 	if again, err := Stop(ctx, socket, 4, time.Second); err != nil || again == nil || *again.Step != 300 || !again.At.Equal(s.At) {
 		t.Fatalf("stop of an attempt that saved nothing: %s, %v; want attempt 2's save", step(again), err)
 	}
-	if err := Open(ctx, socket, 4); err != nil {
+	if err := Open(ctx, socket, 4, NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	pidIn(t, dir, "worker.4")

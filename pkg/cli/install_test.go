@@ -33,6 +33,7 @@ func TestManifests(t *testing.T) {
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' PodGroups
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the runs' ResourceClaimTemplates
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's runs
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the spares' addresses (EndpointSlices)
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's cordons
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the controller's Jobs
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", // the ServiceAccount of the controller's Jobs

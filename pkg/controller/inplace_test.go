@@ -159,15 +159,27 @@ func TestInPlaceFallbackResumesAfterACrash(t *testing.T) {
 // TestInPlaceMovedIndexWaitsForItsOldPod: before the gang's barrier opens, a moved index gets
 // its new pod only once its old pod can run nothing, wherever the old pod is: on a node the
 // attempt excludes (a node shutting down, where a hung worker may still run) as on one the new
-// pod may use. At most one bound pod per index; the gang's barrier stays shut meanwhile.
+// pod may use. At most one bound pod per index; the gang's barrier stays shut meanwhile. A
+// warm spare that took no index (not ready to) is no index's old pod: it holds nothing up.
 func TestInPlaceMovedIndexWaitsForItsOldPod(t *testing.T) {
 	for _, c := range []struct {
-		name     string
-		excluded bool
-	}{{"old pod on an excluded node", true}, {"old pod on a usable node", false}} {
+		name            string
+		excluded, spare bool
+	}{{"old pod on an excluded node", true, false}, {"old pod on a usable node", false, false}, {"beside a spare that took no index", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			r, cl, run, job, pods := fallbackFixture(t)
+			if c.spare {
+				sp := runningPods(t, job, 1)[0]
+				sp.Name, sp.UID = attempt.SparePodName(job, 0, 1), "uid-spare-0"
+				delete(sp.Labels, batchv1.JobCompletionIndexAnnotation)
+				delete(sp.Annotations, batchv1.JobCompletionIndexAnnotation)
+				sp.Labels[v1alpha1.LabelSpare] = "0"
+				sp.Status.Phase = corev1.PodPending // not ready: it takes no index
+				if err := cl.Create(ctx, sp); err != nil {
+					t.Fatal(err)
+				}
+			}
 			stored := &v1alpha1.TrainingRun{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(run), stored); err != nil {
 				t.Fatal(err)

@@ -78,7 +78,7 @@ func (r *Reconciler) finished(ctx context.Context, run *v1alpha1.TrainingRun, ob
 			}
 		}
 		var live []*corev1.Pod
-		for _, p := range append(obs.current, obs.older...) {
+		for _, p := range slices.Concat(obs.current, obs.older, obs.spares) {
 			if podLive(p) {
 				live = append(live, p)
 			}

@@ -36,6 +36,9 @@ type observed struct {
 	// attempt starts; leftovers are the pods of an earlier run of the same name, which hold
 	// the run's next Job as older ones do (see attempt.OfRun).
 	all, current, older, leftovers []*corev1.Pod
+	// spares are the current Job's warm spares that hold no index (attempt.Spare): no
+	// worker of the attempt, nothing it is judged on.
+	spares []*corev1.Pod
 	// superseded are pods of the current Job that an in-place restart moved: made for an
 	// earlier attempt, their index has (or is to get) a new pod. They stay the Job's until
 	// they are gone, and are no worker of the current attempt.
@@ -69,6 +72,12 @@ func (r *Reconciler) observe(ctx context.Context, run *v1alpha1.TrainingRun) (*o
 		case !ok || n > run.Status.Attempt:
 			// Not ours to judge (a label someone else wrote, or from a future we have not
 			// persisted: impossible unless status was rolled back).
+		case n >= attempt.JobAttempt(run) && attempt.Spare(p):
+			if o.job != nil && len(controlledBy([]*corev1.Pod{p}, o.job.UID)) == 1 {
+				o.spares = append(o.spares, p)
+			} else {
+				o.older = append(o.older, p) // another Job's: it goes before the next attempt
+			}
 		case n >= attempt.JobAttempt(run):
 			// The current attempt's, or, if it restarted in place, made for an earlier
 			// attempt of the same Job and restarted in place since; with the exit of a

@@ -36,6 +36,13 @@ package controller
 // the controller creates and gets as it does a PodGroup, after it gets the DeviceClass the
 // run names (to say it is missing rather than leave every worker Pending).
 //
+// A run with warm spares (spec.spares) gets one EndpointSlice of its Service, which gives the
+// indexes its spares hold their names (controller/spares.Endpoints); the controller writes it
+// by server-side apply (create and patch, no read), and deploy/admission/controller.yaml
+// keeps those writes to that slice: owned by a TrainingRun, of the Service named as the run,
+// managed by faultline. It hands a spare its index with one patch of the spare's labels and
+// annotation, which the same file and deploy/admission/identity.yaml allow on a spare only.
+//
 // Before an attempt of a run whose pods are laid out in roles, it reads (get only) the
 // MutatingAdmissionPolicy faultline-roles and its binding, which label those pods, to say
 // that they are missing rather than start pods without a role.
@@ -48,6 +55,7 @@ package controller
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;create;delete
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;create
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create

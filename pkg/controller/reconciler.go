@@ -87,6 +87,10 @@ type Reconciler struct {
 	forced    removals // removed at once (forceRemovePods)
 	deletions jobDeletions
 	creations podCreations
+	handed    removals // spares handed an index (handOver), until the cache shows it
+	// sparesWarned are the attempts (run UID/attempt) told they get no spare.
+	sparesWarned removals
+	published    publications
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
@@ -202,7 +206,14 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
 			excluded = rec.ExcludedNodes
 		}
-		if err := r.createPods(ctx, run, obs.job, obs.holders(), attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}); err != nil && !errors.Is(err, errPodRefused) {
+		o := attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: excluded}
+		if err := r.handOver(ctx, run, obs, obs.holders(), o); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.createPods(ctx, run, obs.job, obs.holders(), o); err != nil && !errors.Is(err, errPodRefused) {
+			return ctrl.Result{}, err
+		}
+		if err := r.keepSpares(ctx, run, obs, o); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -416,13 +416,21 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 	if err := r.forceRemovePods(ctx, s.ForceRemove); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.createPods(ctx, run, obs.job, s.Present, attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: attempt.Record(run).ExcludedNodes}); err != nil {
+	o := attempt.PodOptions{Attempt: run.Status.Attempt, ExcludedNodes: attempt.Record(run).ExcludedNodes}
+	if err := r.handOver(ctx, run, obs, s.Present, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.createPods(ctx, run, obs.job, s.Present, o); err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.Waiting {
 		res, err := r.waitingFor(ctx, run, obs)
 		res.RequeueAfter = earliest(res.RequeueAfter, s.RequeueAfter)
 		return res, err
+	}
+	// The indexes spares hold answer at their spares' addresses before any worker starts.
+	if err := r.publishSpares(ctx, run, v.Workers); err != nil {
+		return ctrl.Result{}, err
 	}
 	open, err := c.Open(ctx, run, v, s.Moved)
 	if err != nil || !open.Opened {

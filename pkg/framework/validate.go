@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/envexpand"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
-	"github.com/faultline-dev/faultline/pkg/framework/expansion"
 )
 
 // Limits on what a plugin may answer. They are far above what a framework needs and low
@@ -105,7 +105,7 @@ func validateRendezvous(r Rendezvous, workers int32) error {
 				errs = append(errs, fmt.Errorf("env[%d] %s: %w", i, e.Name, err))
 			}
 		default:
-			for _, ref := range expansion.References(e.Value) {
+			for _, ref := range envexpand.References(e.Value) {
 				if !defined.Has(ref) {
 					errs = append(errs, fmt.Errorf("env[%d] %s refers to $(%s), which is not defined before it (the kubelet would leave it unexpanded)", i, e.Name, ref))
 				}

@@ -24,8 +24,8 @@ type Role struct {
 }
 
 // PodSets are the pod sets of run's Workload, which is what Kueue counts against quota. A
-// run without spec.roles has one, PodSetWorkers, of spec.workers pods shaped as its
-// template. A run with spec.roles has one per role of its framework's layout (roles, in
+// run without spec.roles has one, PodSetWorkers, of spec.workers + spec.spares pods shaped
+// as its template. A run with spec.roles has one per role of its framework's layout (roles, in
 // index order), named as the role and shaped as that role's pods (spec.template with what
 // spec.roles sets for it, as pkg/attempt makes them): a parameter server that asks for no
 // GPU and a worker that asks for eight are counted so, and Kueue chooses each role's flavor
@@ -40,7 +40,8 @@ func PodSets(run *v1alpha1.TrainingRun, roles []Role) ([]PodSet, error) {
 	// DeviceClass to a quota resource (docs/kueue.md).
 	gpuclaim.Apply(&base.Spec, run)
 	if len(run.Spec.Roles) == 0 {
-		return []PodSet{{Name: v1alpha1.PodSetWorkers, Count: run.Spec.Workers, Template: *base}}, nil
+		// A warm spare holds a worker's resources from its start: Kueue counts it as one.
+		return []PodSet{{Name: v1alpha1.PodSetWorkers, Count: run.Spec.Workers + run.Spec.Spares, Template: *base}}, nil
 	}
 	if len(roles) == 0 {
 		return nil, fmt.Errorf("spec.roles: framework %q lays out no roles, so no pod has a role to count: remove spec.roles", run.Spec.Framework)

@@ -387,8 +387,8 @@ func waitWorkers(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, run 
 	pods, err := c.WaitPods(ctx, ns, attemptSelector(run, attemptN), func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			if !cluster.PodLive(p) {
-				continue
+			if !cluster.PodLive(p) || attempt.Spare(p) {
+				continue // a warm spare is no worker
 			}
 			if !cluster.PodRunning(p) {
 				return false, nil

@@ -236,9 +236,10 @@ func (c *Coordinator) Open(ctx context.Context, run *v1alpha1.TrainingRun, v Vie
 		return Open{}, err
 	}
 	if exitclass.LiveCount(list, func(p *metav1.PartialObjectMetadata) bool {
+		// A pod without an index (a warm spare) is no index's old pod.
 		k, _ := attempt.Number(p)
-		i, _ := attempt.Index(p)
-		return attempt.OfRun(p, run) && k < n && slices.Contains(moved, int32(i))
+		i, ok := attempt.Index(p)
+		return ok && attempt.OfRun(p, run) && k < n && slices.Contains(moved, int32(i))
 	}, v.All, v.Nodes) > 0 {
 		return Open{RequeueAfter: recheck}, nil
 	}

@@ -56,6 +56,43 @@ func TestOpenWaitsForTheAPIServerAndTheBackoff(t *testing.T) {
 	}
 }
 
+// TestOpenIsNotHeldByASpare: a warm spare that took no index (none was ready for a hand-over:
+// the moved index got a new pod) is no old pod of a moved index, whatever index its missing
+// one would read as: the barrier opens beside it.
+func TestOpenIsNotHeldByASpare(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	run := &v1alpha1.TrainingRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml", UID: "uid-llm"},
+		Spec:       v1alpha1.TrainingRunSpec{Workers: 2, Spares: 1},
+		Status: v1alpha1.TrainingRunStatus{Attempt: 2, Phase: v1alpha1.PhaseRestarting,
+			Attempts: []v1alpha1.AttemptRecord{{Attempt: 1}, {Attempt: 2, RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, MovedIndexes: []int32{0}}}},
+	}
+	own := map[string]string{v1alpha1.LabelRun: "llm", v1alpha1.LabelRunUID: "uid-llm"}
+	labels := func(extra map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range own {
+			out[k] = v
+		}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	atServer := []metav1.PartialObjectMetadata{
+		{ObjectMeta: metav1.ObjectMeta{Name: "llm-0-a2", UID: "uid-0-2", Labels: labels(map[string]string{v1alpha1.LabelAttempt: "2"}),
+			Annotations: map[string]string{"batch.kubernetes.io/job-completion-index": "0"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "llm-1-a1", UID: "uid-1-1", Labels: labels(map[string]string{v1alpha1.LabelAttempt: "1"}),
+			Annotations: map[string]string{"batch.kubernetes.io/job-completion-index": "1"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "llm-spare0-1", UID: "uid-spare", Labels: labels(map[string]string{v1alpha1.LabelAttempt: "1", v1alpha1.LabelSpare: "0"})}},
+	}
+	c := &Coordinator{Clock: clocktesting.NewFakePassiveClock(now)}
+	v := View{At: func(context.Context) ([]metav1.PartialObjectMetadata, error) { return atServer, nil }}
+	if o, err := c.Open(ctx, run, v, []int32{0}); err != nil || !o.Opened {
+		t.Fatalf("a spare without an index beside the gang: %+v (%v), want the barrier open", o, err)
+	}
+}
+
 // TestStartingIsTheBarrierNotOpen: an attempt restarting in place starts until its barrier
 // opens; a recreated attempt never does.
 func TestStartingIsTheBarrierNotOpen(t *testing.T) {

@@ -30,7 +30,8 @@ var Default = cache.TransformStripManagedFields()
 // nobody here: the containers' environment carries the framework's rendezvous (TF_CONFIG
 // lists every worker, so the cache would grow with the gang's square), the affinity every
 // excluded node (up to 1,000 names in each pod), and volumes, probes, commands, images and
-// addresses are the kubelet's business (but for where the barrier is: attempt.KeepBarrier).
+// addresses are the kubelet's business (but for where the barrier is: attempt.KeepBarrier,
+// and the pod's IP, where a warm spare is reached under the index it takes).
 func Pod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -48,10 +49,13 @@ func Pod(obj any) (any, error) {
 	}
 	attempt.KeepBarrier(&spec, &p.Spec) // where its barrier is
 	p.Status = corev1.PodStatus{
-		Phase:                 p.Status.Phase,
-		Reason:                p.Status.Reason,
-		Message:               p.Status.Message,
-		StartTime:             p.Status.StartTime,
+		Phase:     p.Status.Phase,
+		Reason:    p.Status.Reason,
+		Message:   p.Status.Message,
+		StartTime: p.Status.StartTime,
+		// A warm spare's address, which the index it takes is published at
+		// (controller/spares.Endpoints).
+		PodIP:                 p.Status.PodIP,
 		Conditions:            p.Status.Conditions,
 		InitContainerStatuses: slimContainerStatuses(p.Status.InitContainerStatuses),
 		ContainerStatuses:     slimContainerStatuses(p.Status.ContainerStatuses),

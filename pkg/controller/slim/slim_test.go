@@ -65,6 +65,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 				},
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}},
 			}},
+			PodIP:    "10.0.0.9",
 			PodIPs:   []corev1.PodIP{{IP: "10.0.0.9"}},
 			QOSClass: corev1.PodQOSBestEffort,
 		},

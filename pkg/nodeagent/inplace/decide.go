@@ -79,6 +79,8 @@ func Decide(pod *corev1.Pod, attemptN int, barrierOpen bool) Decision {
 		return Decision{Action: ActionNone, Reason: fmt.Sprintf("the pod ended (%s)", pod.Status.Phase)}
 	case b.Place == attempt.NoBarrier:
 		return Decision{Action: ActionNone, Reason: "the pod has no " + v1alpha1.BarrierContainer + ": it does not restart in place"}
+	case attempt.Spare(pod):
+		return Decision{Action: ActionNone, Reason: "a warm spare: it holds no index, and its barrier starts nothing before the controller hands it one"}
 	}
 	made, _ := attempt.Number(pod)
 	restarting := int(made) <= attemptN

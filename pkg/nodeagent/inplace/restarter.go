@@ -404,7 +404,7 @@ func (r *Restarter) OpenBarrier(ctx context.Context, pod *corev1.Pod, n int) (bo
 				return opened, err
 			}
 		}
-		ok, via, why, err := r.open(ctx, pod, c.Id, n, barrierBinary(place))
+		ok, via, why, err := r.open(ctx, pod, c.Id, n, attempt.HandedIndex(pod), barrierBinary(place))
 		if err != nil {
 			return opened, err
 		}
@@ -496,11 +496,12 @@ func barrierBinary(place attempt.BarrierPlace) string {
 // open gives the go signal of attempt to barrier container id, through its socket or else
 // an exec of binary's open, and says whether it opened, how, and why by exec. A barrier
 // that opened for attempt before (one in the worker container, which runs on as the
-// worker) is not opened again: ok is false, with no error.
-func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attempt int, binary string) (ok bool, via, why string, err error) {
+// worker) is not opened again: ok is false, with no error. index is the index the open
+// hands a warm spare (attempt.HandedIndex).
+func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attempt, index int, binary string) (ok bool, via, why string, err error) {
 	err = fmt.Errorf("%w: no /proc to reach it through", errNoSocket)
 	if r.ProcRoot != "" {
-		err = r.openBySocket(ctx, id, attempt)
+		err = r.openBySocket(ctx, id, attempt, index)
 	}
 	switch {
 	case err == nil:
@@ -530,13 +531,16 @@ func (r *Restarter) open(ctx context.Context, pod *corev1.Pod, id string, attemp
 		r.log.Debug("giving a barrier its go signal by exec", "pod", podRef(pod), "container", id, "reason", err)
 	}
 	why = err.Error()
-	ok, err = r.openByExec(ctx, pod, id, attempt, binary)
+	ok, err = r.openByExec(ctx, pod, id, attempt, index, binary)
 	return ok, ViaExec, why, err
 }
 
 // openByExec gives the go signal by an exec of the barrier's open (binary) in its container.
-func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, attempt int, binary string) (bool, error) {
+func (r *Restarter) openByExec(ctx context.Context, pod *corev1.Pod, id string, attempt, index int, binary string) (bool, error) {
 	cmd := []string{binary, "open", "--attempt", strconv.Itoa(attempt)}
+	if index >= 0 {
+		cmd = append(cmd, "--index", strconv.Itoa(index))
+	}
 	resp, err := r.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(r.ExecTimeout / time.Second)})
 	switch {
 	case err == nil && resp.ExitCode == 0:

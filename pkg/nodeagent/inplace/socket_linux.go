@@ -26,7 +26,7 @@ import (
 // the runtime names no process for the container, procRoot is not the node's PID namespace
 // (the process there is not the container's), the kernel lacks openat2 (before 5.6), or the
 // agent may not connect.
-func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) error {
+func (r *Restarter) openBySocket(ctx context.Context, id string, attempt, index int) error {
 	// As an exec's: a barrier answers in milliseconds; one that took the connection and
 	// never answered must not hold the agent's loop.
 	ctx, cancel := context.WithTimeout(ctx, r.ExecTimeout)
@@ -37,7 +37,7 @@ func (r *Restarter) openBySocket(ctx context.Context, id string, attempt int) er
 		// again, for up to listenWait.
 		until := time.Now().Add(listenWait)
 		for {
-			err := openIn(ctx, dir, attempt)
+			err := openIn(ctx, dir, attempt, index)
 			if errors.Is(err, barrier.ErrNotWaiting) && openedFor(dir, attempt) {
 				// A barrier in the worker container that opened before: it runs that
 				// attempt's worker, and answers that it does (barrier.Open: not waiting).
@@ -146,8 +146,8 @@ func alive(proc int) bool {
 // volume is writable to a worker whose barrier is its entrypoint, and a link its program
 // planted there (left for the next container's barrier, before it listens) must not lead the
 // agent to another socket of the node. Anything but a socket there is nobody waiting yet.
-func openIn(ctx context.Context, dir, attempt int) error {
-	return viaSocketIn(dir, func(socket string) error { return barrier.Open(ctx, socket, attempt) })
+func openIn(ctx context.Context, dir, attempt, index int) error {
+	return viaSocketIn(dir, func(socket string) error { return barrier.Open(ctx, socket, attempt, index) })
 }
 
 // viaSocketIn calls talk with the path of the barrier's socket in the run directory dir,

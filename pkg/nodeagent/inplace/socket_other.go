@@ -12,7 +12,7 @@ import (
 
 // openBySocket reaches a container's root through Linux's /proc only: elsewhere the agent
 // execs.
-func (r *Restarter) openBySocket(context.Context, string, int) error {
+func (r *Restarter) openBySocket(context.Context, string, int, int) error {
 	return fmt.Errorf("%w: not on Linux", errNoSocket)
 }
 

@@ -459,8 +459,8 @@ func (e *env) waitWorkers(run string, n int32, workers int) map[int]*corev1.Pod 
 	pods, err := e.c.WaitPods(e.ctx, e.ns, attemptSelector(run, n), func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			if !cluster.PodLive(p) {
-				continue
+			if !cluster.PodLive(p) || attempt.Spare(p) {
+				continue // a warm spare is no worker
 			}
 			if !cluster.PodRunning(p) {
 				return false, nil

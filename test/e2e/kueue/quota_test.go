@@ -193,3 +193,38 @@ func TestKueueQueueLabelIsFixedWhileAdmitted(t *testing.T) {
 		t.Errorf("the admitted run: label %q, attempt %d; want queue %s, attempt 1", r.Labels[v1alpha1.LabelQueueName], r.Status.Attempt, e.queue)
 	}
 }
+
+// TestE2ESparesAreCountedByKueue: a run's warm spares hold a worker's resources each, so its
+// Workload's workers pod set counts spec.workers + spec.spares pods: two one-GPU workers and
+// one spare are not admitted by a queue of 2 GPUs (Kueue says so), and are by a queue of 3.
+func TestE2ESparesAreCountedByKueue(t *testing.T) {
+	t.Parallel()
+	withSpare := func(e *env, name string) *v1alpha1.TrainingRun {
+		r := e.newRun(name, 2)
+		r.Spec.Spares = 1
+		return r
+	}
+	t.Run("over quota", func(t *testing.T) {
+		t.Parallel()
+		e := scenario(t, queueSpec{gpus: 2})
+		run := e.createRun(withSpare(e, "spare"))
+		wl := e.waitWorkload(kueue.WorkloadName(run), "QuotaReserved False, Kueue's reason given", func(w *kueue.Workload) bool {
+			c := w.Condition(kueue.ConditionQuotaReserved)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Message != ""
+		})
+		if len(wl.Spec.PodSets) != 1 || wl.Spec.PodSets[0].Name != v1alpha1.PodSetWorkers || wl.Spec.PodSets[0].Count != 3 {
+			t.Errorf("Workload pod sets %+v, want one, %s, of 3 pods (2 workers and a spare)", wl.Spec.PodSets, v1alpha1.PodSetWorkers)
+		}
+		e.requireRunStays(run.Name, 2*podsReadyRecoveryTimeout, "no attempt over quota", func(r *v1alpha1.TrainingRun) bool {
+			return r.Status.Attempt > 0
+		})
+	})
+	t.Run("within quota", func(t *testing.T) {
+		t.Parallel()
+		e := scenario(t, queueSpec{gpus: 3})
+		run := e.createRun(withSpare(e, "spare"))
+		e.waitRun(run.Name, "attempt 1 Running", runningAttempt(1))
+		usage := e.recordReservation(3)
+		usage.stop()
+	})
+}

@@ -43,7 +43,7 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 			b.Fatalf("-real-bench-workers %q: want gang sizes of 2 or more", *benchWorkers)
 		}
 		took := map[string]time.Duration{}
-		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceSupervised, string(v1alpha1.RestartModeRecreate), floor} {
+		for _, mode := range []string{string(v1alpha1.RestartModeInPlace), inPlaceSupervised, inPlaceSpares, string(v1alpha1.RestartModeRecreate), floor} {
 			name := "mode=" + mode
 			if mode == floor {
 				name = floor
@@ -52,15 +52,18 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 				var r restartResult
 				for i := range b.N {
 					short := strings.ToLower(mode)
-					if mode == inPlaceSupervised {
+					switch mode {
+					case inPlaceSupervised:
 						short = "supervised"
+					case inPlaceSpares:
+						short = "spares"
 					}
 					gang := fmt.Sprintf("bench-%d-%s-%d", workers, short, i)
 					var one restartResult
 					switch mode {
 					case floor:
 						one = replaceLostPods(b, gang, workers)
-					case inPlaceSupervised:
+					case inPlaceSupervised, inPlaceSpares:
 						one = shutdownRestart(b, gang, workers, v1alpha1.RestartModeInPlace, mode)
 					default:
 						one = shutdownRestart(b, gang, workers, v1alpha1.RestartMode(mode), "")
@@ -75,10 +78,11 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 				b.ReportMetric(float64(r.inPlace)/float64(b.N), "in-place")
 			})
 		}
-		if re := took[string(v1alpha1.RestartModeRecreate)]; re > 0 {
-			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker supervising it %.2f×; the floor (only the lost node's pods replaced) %.2f× recreate",
+		if re, fl := took[string(v1alpha1.RestartModeRecreate)], took[floor]; re > 0 && fl > 0 {
+			b.Logf("%d workers: in place %.2f× recreate, with the barrier in the worker supervising it %.2f× (%.2f× the floor), with warm spares %.2f× (%.2f× the floor); the floor (only the lost node's pods replaced) %.2f× recreate",
 				workers, took[string(v1alpha1.RestartModeInPlace)].Seconds()/re.Seconds(),
-				took[inPlaceSupervised].Seconds()/re.Seconds(), took[floor].Seconds()/re.Seconds())
+				took[inPlaceSupervised].Seconds()/re.Seconds(), took[inPlaceSupervised].Seconds()/fl.Seconds(),
+				took[inPlaceSpares].Seconds()/re.Seconds(), took[inPlaceSpares].Seconds()/fl.Seconds(), fl.Seconds()/re.Seconds())
 		}
 	}
 }
@@ -97,6 +101,11 @@ const floor = "floor"
 // container.
 const inPlaceSupervised = "InPlace,barrier=supervise"
 
+// inPlaceSpares is inPlaceSupervised with as many warm spares as workers (spec.spares): spread
+// over both nodes as the workers are, the node left holds as many spares as the lost node
+// held workers, and the lost indexes go to them rather than to new pods.
+const inPlaceSpares = "InPlace,spares"
+
 type restartResult struct {
 	took             time.Duration
 	created, inPlace int
@@ -109,9 +118,14 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	ctx, c, ns := scenario(b, 5*time.Minute)
 	var args []string
 	opts := []runOption{withRestartMode(mode)}
-	if barrier == inPlaceSupervised {
+	if barrier == inPlaceSupervised || barrier == inPlaceSpares {
 		args = append(args, "--barrier-in-worker")
 		opts = append(opts, withCommand(cluster.WorkerProgram))
+	}
+	spares := 0
+	if barrier == inPlaceSpares {
+		spares = workers
+		opts = append(opts, withSpares(int32(spares)))
 	}
 	ctrl := startController(b, c, ns, args...)
 	defer ctrl.Stop()
@@ -125,6 +139,9 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	// opened it, and a task that dies during the rendezvous fails the others (their
 	// coordination service's error, exit 1), which would restart their containers.
 	registeredTasks(ctx, b, c, ns, run.Name, 1, workers)
+	if spares > 0 {
+		waitSpares(ctx, b, c, ns, run.Name, spares)
+	}
 	up := c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
 	var down *cluster.RealNode
 	for _, n := range c.Real.Nodes {

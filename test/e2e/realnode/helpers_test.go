@@ -288,7 +288,7 @@ func waitIndexes(ctx context.Context, t testing.TB, c *cluster.Cluster, ns strin
 	pods, err := c.WaitPodsWithRecords(ctx, ns, selector, func(pods []*corev1.Pod) (bool, error) {
 		byIndex = map[int]*corev1.Pod{}
 		for _, p := range pods {
-			if keep(p) {
+			if keep(p) && !attempt.Spare(p) { // a warm spare is no worker
 				byIndex[attempt.IndexOrNone(p)] = p
 			}
 		}

@@ -308,5 +308,5 @@ func openThrough(ctx context.Context, dir string, attempt int) error {
 	defer unix.Close(fd)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return barrier.Open(ctx, barrier.SocketAt(fd), attempt)
+	return barrier.Open(ctx, barrier.SocketAt(fd), attempt, barrier.NoIndex)
 }
