@@ -103,7 +103,7 @@ func main() {
 			gpusPerNode: *steadyGPUs, schedulerQPS: *steadySchedulerQPS}}
 	for _, s := range cfg.systems {
 		if _, ok := systemDescriptions[s]; !ok {
-			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineInPlace, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
+			fail(2, fmt.Errorf("-systems: unknown system %q (want %s, %s, %s, %s, %s, %s or %s)", s, flagFaultline, flagFaultlineInPlace, flagFaultlineSpares, flagFaultlineKueue, flagJob, flagJobSet, flagJobSetDefault))
 		}
 	}
 	for _, h := range strings.Split(*fleetHangs, ",") {
@@ -181,6 +181,7 @@ func fail(code int, err error) {
 var systemDescriptions = map[string]string{
 	flagFaultline:        "faultline (TrainingRun, default failure policy, restartMode Recreate, node agent with simulated hardware)",
 	flagFaultlineInPlace: "faultline (in place): the same TrainingRun with restartMode InPlace on nodes that can; the bench plays each node's agent (its own decisions) and kubelet: the agent's two container-runtime calls become the pod status the kubelet writes after each, one write per step, 2 per restarted pod (a real kubelet writes at least as many); kwok starts new pods, as for every system",
+	flagFaultlineSpares:  "faultline (spares): faultline (in place) with the barrier supervising each worker and spec.spares as many as a node holds workers (8): the spares wait on the one node the gang leaves free, and the lost node's indexes go to them (no new pod)",
 	flagFaultlineKueue:   "the same TrainingRun in a Kueue v0.19.2 LocalQueue whose ClusterQueue holds every GPU of the cluster (Kueue a local process, default WaitForPodsReady)",
 	flagJob:              "a bare Indexed Job (podReplacementPolicy Failed, backoffLimitPerIndex 3, podFailurePolicy: Ignore DisruptionTarget, FailJob on exit code 1)",
 	flagJobSet:           "JobSet v0.12.0 at its best for application errors (maxRestarts 3, backoffLimit 0, a Job FailJob rule on exit code 1 and a FailJobSet rule on PodFailurePolicy)",
@@ -222,7 +223,7 @@ func render(sessions []*session, cfg config, path string, took time.Duration) (s
 	if cfg.measuresFloor() {
 		b.WriteString(" The floor: a bare Indexed Job of the same pods, from create to all Running.")
 	}
-	if slices.Contains(cfg.systems, flagFaultline) || slices.Contains(cfg.systems, flagFaultlineInPlace) {
+	if slices.Contains(cfg.systems, flagFaultline) || cfg.inPlace() {
 		fmt.Fprintf(&b, " faultline's controller: client rate limit QPS %d, burst %d.", cfg.controllerQPS, cfg.controllerBurst())
 	}
 	if cfg.gpuQuota {

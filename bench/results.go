@@ -170,7 +170,7 @@ func (r *session) sizes() []int {
 
 func (r *session) systems(scenario string) []string {
 	var out []string
-	for _, name := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineKueue, sysJob, sysJobSet, sysJobSetDefault} {
+	for _, name := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineSpares, sysFaultlineKueue, sysJob, sysJobSet, sysJobSetDefault} {
 		if slices.ContainsFunc(r.samples, func(s sample) bool { return s.system == name && s.scenario == scenario }) {
 			out = append(out, name)
 		}
@@ -289,7 +289,7 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 		"| workers | system | round | time-to-restart |" + cells(restartPhases) + " pods created first / last, bound |\n" +
 		"| ---: | --- | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
 	for _, n := range r.sizes() {
-		for _, sys := range []string{sysFaultline, sysFaultlineInPlace} {
+		for _, sys := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineSpares} {
 			ss := r.pick(sys, scenario, n)
 			if len(ss) == 0 {
 				continue

@@ -30,6 +30,7 @@ const (
 	flagFaultline        = "faultline"
 	flagFaultlineKueue   = "faultline-kueue"
 	flagFaultlineInPlace = "faultline-inplace"
+	flagFaultlineSpares  = "faultline-spares"
 	flagJob              = "job"
 	flagJobSet           = "jobset"
 	flagJobSetDefault    = "jobset-default"
@@ -65,6 +66,12 @@ type config struct {
 	// stem is the report's path without its extension: the plots and profiles are named
 	// after it, so that a run never overwrites another run's files.
 	stem string
+}
+
+// inPlace: a system that restarts in place is measured (in place, or with warm spares), so
+// the nodes can, the bench plays their agents, and the controller has a barrier image.
+func (c config) inPlace() bool {
+	return slices.Contains(c.systems, flagFaultlineInPlace) || slices.Contains(c.systems, flagFaultlineSpares)
 }
 
 // controllerBurst is the burst of faultline's controller's client: twice its QPS, as the
@@ -226,7 +233,7 @@ func session1(ctx context.Context, cfg config, bin binaries, shape sessionShape,
 			return nil, err
 		}
 	}
-	if slices.Contains(cfg.systems, flagFaultlineInPlace) {
+	if cfg.inPlace() {
 		for i := range nodes {
 			if err := c.MakeInPlaceCapable(ctx, cluster.NodeName(i)); err != nil {
 				return nil, err
@@ -269,7 +276,7 @@ func (b *bench) startController(ctx context.Context) error {
 	b.ctrl = exec.CommandContext(ctx, b.bin.launcher, "controller", "--kubeconfig", b.c.Kubeconfig, "--namespace", namespace,
 		"--leader-elect=false", "--metrics-bind-address", metrics, "--health-probe-bind-address", "0", "--pprof-bind-address", b.pprof,
 		"--kube-api-qps", strconv.Itoa(b.cfg.controllerQPS), "--kube-api-burst", strconv.Itoa(b.cfg.controllerBurst()))
-	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+	if b.cfg.inPlace() {
 		// No container runs it: kwok plays the kubelet (stages/pod-*-barrier.yaml).
 		b.ctrl.Args = append(b.ctrl.Args, "--barrier-image", benchBarrierImage)
 	}
@@ -293,6 +300,9 @@ func (b *bench) systems() []system {
 			out = append(out, faultlineKueue{faultline{runs: b.runs}})
 		case flagFaultlineInPlace:
 			out = append(out, faultlineInPlace{faultline: faultline{runs: b.runs, mode: v1alpha1.RestartModeInPlace}, supervise: b.cfg.inPlaceSupervise})
+		case flagFaultlineSpares:
+			// As many spares as a node holds workers: the lost node's indexes all find one.
+			out = append(out, faultlineSpares{faultlineInPlace{faultline: faultline{runs: b.runs, mode: v1alpha1.RestartModeInPlace}, supervise: true}})
 		case flagJob:
 			out = append(out, bareJob{c: b.c})
 		case flagJobSet:
@@ -364,7 +374,7 @@ func (b *bench) agentOn(ctx context.Context, node string) (*cluster.Agent, error
 	if err != nil {
 		return nil, err
 	}
-	if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+	if b.cfg.inPlace() {
 		// The agent wrote, before it was ready, that it has no container runtime (simulated
 		// hardware); the bench plays its runtime (cluster.SimulateInPlace).
 		if err := b.c.MakeInPlaceCapable(ctx, node); err != nil {

@@ -50,9 +50,23 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 	if err != nil {
 		return nil, err
 	}
+	if sp, ok := s.(interface{ sparesOf(n int) int }); ok {
+		// The spares are made once the gang runs: the fault comes once they all wait.
+		if _, err := b.waitPods(ctx, s, name, func(ps []*corev1.Pod) (bool, error) {
+			waiting := 0
+			for _, p := range ps {
+				if attempt.Spare(p) && cluster.PodRunning(p) {
+					waiting++
+				}
+			}
+			return waiting == sp.sparesOf(n), nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	byIndex := map[int]*corev1.Pod{}
 	for _, p := range pods {
-		if cluster.PodRunning(p) {
+		if cluster.PodRunning(p) && !attempt.Spare(p) {
 			byIndex[attempt.IndexOrNone(p)] = p
 		}
 	}
@@ -62,7 +76,12 @@ func (b *bench) start(ctx context.Context, s system, name string, n int) (map[in
 // waitPods waits until cond holds for the gang's pods, read with their nodes' barrier
 // records where s keeps them on the heartbeats.
 func (b *bench) waitPods(ctx context.Context, s system, name string, cond func([]*corev1.Pod) (bool, error)) ([]*corev1.Pod, error) {
-	if in, ok := s.(faultlineInPlace); ok && in.supervise {
+	switch in := s.(type) {
+	case faultlineInPlace:
+		if in.supervise {
+			return b.c.WaitPodsWithRecords(ctx, namespace, s.selector(name), cond)
+		}
+	case faultlineSpares:
 		return b.c.WaitPodsWithRecords(ctx, namespace, s.selector(name), cond)
 	}
 	return b.c.WaitPods(ctx, namespace, s.selector(name), cond)
@@ -512,7 +531,7 @@ func (b *bench) resetNode(ctx context.Context, node string) error {
 	if a, ok := b.agents[node]; ok {
 		a.Stop()
 		delete(b.agents, node)
-		if slices.Contains(b.cfg.systems, flagFaultlineInPlace) {
+		if b.cfg.inPlace() {
 			// The stopped agent's heartbeat and readiness were its own: the node goes back to
 			// the simulated agent's, or a later in-place restart finds the node's agent
 			// silent and moves its pods at once.

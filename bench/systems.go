@@ -48,6 +48,7 @@ const (
 	sysFaultline        = "faultline"
 	sysFaultlineKueue   = "faultline (Kueue)"
 	sysFaultlineInPlace = "faultline (in place)"
+	sysFaultlineSpares  = "faultline (spares)"
 	sysJob              = "Indexed Job"
 	sysJobSet           = "JobSet (FailJobSet)"
 	sysJobSetDefault    = "JobSet (default)"
@@ -155,9 +156,31 @@ func (faultlineInPlace) current(p *corev1.Pod, restarts int) bool {
 	return ok && int(n) == restarts+1
 }
 
+// faultlineSpares: faultline (in place) with warm spares (spec.spares, docs/in-place-restart.md):
+// as many as a node holds workers, made once the gang runs; the lost node's indexes go to
+// them. The measurement starts once they all wait.
+type faultlineSpares struct{ faultlineInPlace }
+
+func (faultlineSpares) name() string { return sysFaultlineSpares }
+
+func (s faultlineSpares) create(ctx context.Context, name string, n int) error {
+	run := s.run(name, n)
+	run.Spec.Template.Spec.Containers[0].Command = []string{"/train"}
+	run.Spec.Spares = int32(s.sparesOf(n))
+	return s.runs.Create(ctx, run)
+}
+
+// sparesOf is a gang of n's spares: what a node holds.
+func (faultlineSpares) sparesOf(n int) int { return min(n, gpusPerNode) }
+
+// current: a spare that holds no index is no worker of any generation.
+func (s faultlineSpares) current(p *corev1.Pod, restarts int) bool {
+	return !attempt.Spare(p) && s.faultlineInPlace.current(p, restarts)
+}
+
 // isFaultline: the faultline systems run the node agent and report their restarts' phases.
 func isFaultline(s system) bool {
-	return s.name() == sysFaultline || s.name() == sysFaultlineKueue || s.name() == sysFaultlineInPlace
+	return s.name() == sysFaultline || s.name() == sysFaultlineKueue || s.name() == sysFaultlineInPlace || s.name() == sysFaultlineSpares
 }
 
 // bareJob: an Indexed Job as the Kubernetes documentation suggests for this workload: at

@@ -79,12 +79,23 @@ func (r *Reconciler) handOver(ctx context.Context, run *v1alpha1.TrainingRun, ob
 	if err := r.publishSpares(ctx, run, slices.Concat(holders, handed)); err != nil {
 		return err
 	}
+	// Side by side, as createPods makes pods: a node's worth of indexes moves at once, and
+	// each patch waits on the API server.
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
 	for k, h := range hs {
-		if err := r.Patch(ctx, handed[k], client.MergeFrom(h.Pod)); err != nil {
-			return fmt.Errorf("hand index %d to spare %s: %w", h.Index, h.Pod.Name, err)
-		}
-		r.handed.add(h.Pod.UID, now)
-		r.creations.created(obs.job.UID, h.Index, now)
+		wg.Go(func() {
+			if err := r.Patch(ctx, handed[k], client.MergeFrom(h.Pod)); err != nil {
+				errs[k] = fmt.Errorf("hand index %d to spare %s: %w", h.Index, h.Pod.Name, err)
+				return
+			}
+			r.handed.add(h.Pod.UID, now)
+			r.creations.created(obs.job.UID, h.Index, now)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	names := make([]string, len(hs))
 	for k, h := range hs {

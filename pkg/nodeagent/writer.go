@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/tracing"
 )
 
@@ -112,7 +113,10 @@ func (w *Writer) MarkPod(ctx context.Context, ref types.NamespacedName, ev v1alp
 	if err != nil {
 		return false, err
 	}
-	if _, ok := pod.Labels[v1alpha1.LabelRun]; !ok {
+	if _, ok := pod.Labels[v1alpha1.LabelRun]; !ok || attempt.Spare(pod) {
+		// No run's, or a warm spare's: it holds no index and runs no worker, and nothing
+		// judges it (its node's facts keep it from taking an index); a write for it would
+		// only delay those of the workers its node's fault ends.
 		return false, nil
 	}
 	if finishedBefore(pod, detectedAt) {

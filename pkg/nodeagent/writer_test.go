@@ -49,6 +49,12 @@ func (b *podBuilder) run(r string) *podBuilder {
 	return b
 }
 
+// spare makes the pod a warm spare that holds no index.
+func (b *podBuilder) spare() *podBuilder {
+	b.p.Labels[v1alpha1.LabelSpare] = "0"
+	return b
+}
+
 func (b *podBuilder) onNode(n string) *podBuilder {
 	b.p.Spec.NodeName = n
 	return b
@@ -197,6 +203,9 @@ func TestMarkPodDecisions(t *testing.T) {
 		},
 		"pod of no run: left alone": {
 			pod: makePod("p").obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),
+		},
+		"a warm spare, which holds no index: left alone": {
+			pod: makePod("p").run("r").spare().obj(), ev: ShutdownEvidence(node, t0),
 		},
 		"pod that failed before the fault: left alone": {
 			pod: makePod("p").run("r").failedAt(t0.Add(-time.Minute)).obj(), ev: xidEvidence("GPU-a", 79, v1alpha1.CauseGPUFault),

@@ -34,6 +34,9 @@ const (
 type Pod struct {
 	UID, Name         string
 	InPlace, InWorker bool
+	// Spare: a moved index that a warm spare took (spec.spares), whose barrier waited long
+	// before the restart: no creation, scheduling or start of the kubelet's is its.
+	Spare bool
 	// API: a moved index's moments as a watch of the API saw them (zero for a pod restarted
 	// in place, or where no watch ran).
 	API APIMoments
@@ -48,6 +51,8 @@ type Pod struct {
 // written on the pod, the old pod gone, its new pod made and bound to a node.
 type APIMoments struct {
 	OldExitReported, OldStopped, OldStopWritten, OldGone, Made, Bound time.Time
+	// Handed: a spare's hand-over of the index (its index label seen).
+	Handed time.Time
 }
 
 // PodTimes are the moments of one pod's way back, zero when not seen.
@@ -154,6 +159,10 @@ func Breakdown(spans []otlp.Span, traceID string, pods []Pod) (Episode, error) {
 		}
 		slices.SortFunc(calls, func(a, b otlp.Span) int { return a.End().Compare(b.End()) })
 		switch {
+		case p.Spare:
+			// Its barrier waited since long before: it is the index's pod, to be opened, once
+			// handed the index.
+			t.BarrierStarting, t.BarrierStarted = p.API.Handed, p.API.Handed
 		case !p.InPlace:
 			for _, sync := range syncs[p.UID] {
 				if t.Synced.IsZero() || sync.Start().Before(t.Synced) {
@@ -273,8 +282,11 @@ func of(keep func(PodTimes) bool, hop func(Episode, PodTimes) (time.Duration, bo
 // The pods a hop is of: restarted in place, new (a moved index), and those whose barrier is
 // an init container (one in the worker's container starts the worker as its open ends).
 var (
-	inPlace     = func(t PodTimes) bool { return t.InPlace }
-	newPod      = func(t PodTimes) bool { return !t.InPlace }
+	inPlace = func(t PodTimes) bool { return t.InPlace }
+	newPod  = func(t PodTimes) bool { return !t.InPlace && !t.Spare }
+	// moved: a moved index, on a new pod or a spare; spare: on a spare.
+	moved       = func(t PodTimes) bool { return !t.InPlace }
+	spare       = func(t PodTimes) bool { return t.Spare }
 	initBarrier = func(t PodTimes) bool { return !t.InWorker }
 	// stoppedBySocket: a worker its barrier stopped and waits again (it supervises it).
 	stoppedBySocket = func(t PodTimes) bool { return t.InPlace && t.StopVia == inplace.ViaSocket }
@@ -302,6 +314,7 @@ var (
 	oldGone        = func(_ Episode, t PodTimes) time.Time { return t.API.OldGone }
 	made           = func(_ Episode, t PodTimes) time.Time { return t.API.Made }
 	bound          = func(_ Episode, t PodTimes) time.Time { return t.API.Bound }
+	handed         = func(_ Episode, t PodTimes) time.Time { return t.API.Handed }
 )
 
 // Hops are a restart in place's hops, in order. The gang's barrier opens once no old
@@ -317,14 +330,16 @@ var Hops = []Hop{
 	{"stopped by its barrier → the gang's barrier open", "the agent's record of the stop, controller (every pod), API", of(stoppedBySocket, between(stopped, barrierOpen))},
 	{"decision → a moved index's barrier started (new pod)", "faultline, API, scheduler, kubelet (the three hops below)", of(newPod, between(decided, barrierStarted))},
 	{"decision → the new pod at its kubelet", "faultline (creates it), scheduler, API (the kubelet's watch)", of(newPod, between(decided, synced))},
-	{"·· decision → the old pod's exit reported", "the node shutting down: its kubelet's kill, its agent's report", of(newPod, between(decided, oldExit))},
-	{"·· decision → the old pod's kill began", "the node shutting down: its kubelet", of(newPod, between(decided, oldKillBegan))},
-	{"·· kill began → its containers stopped", "its kubelet (StopContainer), the runtime, the worker", of(newPod, between(oldKillBegan, oldKilled))},
-	{"·· containers stopped → its sandbox stopped", "its kubelet (StopPodSandbox), the runtime, CNI", of(newPod, between(oldKilled, oldSandbox))},
-	{"·· decision → the old pod's sandbox stopped", "the node shutting down: its kubelet's kill", of(newPod, between(decided, oldStopped))},
-	{"·· sandbox stopped → the stop on the old pod", "its node agent (the runtime's event, a patch), API", of(newPod, between(oldStopped, oldStopWritten))},
-	{"·· the stop on the old pod → the old pod gone", "controller (its watch, the removal), API", of(newPod, between(oldStopWritten, oldGone))},
+	{"decision → a moved index handed to a spare", "faultline (the old pod gone, the index's address, the patch), API", of(spare, between(decided, handed))},
+	{"·· decision → the old pod's exit reported", "the node shutting down: its kubelet's kill, its agent's report", of(moved, between(decided, oldExit))},
+	{"·· decision → the old pod's kill began", "the node shutting down: its kubelet", of(moved, between(decided, oldKillBegan))},
+	{"·· kill began → its containers stopped", "its kubelet (StopContainer), the runtime, the worker", of(moved, between(oldKillBegan, oldKilled))},
+	{"·· containers stopped → its sandbox stopped", "its kubelet (StopPodSandbox), the runtime, CNI", of(moved, between(oldKilled, oldSandbox))},
+	{"·· decision → the old pod's sandbox stopped", "the node shutting down: its kubelet's kill", of(moved, between(decided, oldStopped))},
+	{"·· sandbox stopped → the stop on the old pod", "its node agent (the runtime's event, a patch), API", of(moved, between(oldStopped, oldStopWritten))},
+	{"·· the stop on the old pod → the old pod gone", "controller (its watch, the removal), API", of(moved, between(oldStopWritten, oldGone))},
 	{"·· the old pod gone → the new pod made", "Job controller (its watch, the creation), API", of(newPod, between(oldGone, made))},
+	{"·· the old pod gone → handed to a spare", "controller (its watch, the address, the patch), API", of(spare, between(oldGone, handed))},
 	{"·· made → bound", "scheduler, API", of(newPod, between(made, bound))},
 	{"·· bound → at its kubelet", "API (the kubelet's watch), kubelet", of(newPod, between(bound, synced))},
 	{"at its kubelet → its sandbox ready", "kubelet, runtime (sandbox, network)", of(newPod, between(synced, sandboxReady))},

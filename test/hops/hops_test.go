@@ -154,19 +154,19 @@ func TestBreakdown(t *testing.T) {
 		Hops[5].Name:  3700 * time.Millisecond, // stopped by its barrier → the gang's barrier open
 		Hops[6].Name:  3600 * time.Millisecond, // the new pod's barrier
 		Hops[7].Name:  2 * s,                   // decision → the new pod at its kubelet
-		Hops[18].Name: 800 * time.Millisecond,  // its sandbox
-		Hops[19].Name: 800 * time.Millisecond,  // sandbox → its barrier
-		Hops[20].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
-		Hops[22].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
+		Hops[20].Name: 800 * time.Millisecond,  // its sandbox
+		Hops[21].Name: 800 * time.Millisecond,  // sandbox → its barrier
+		Hops[22].Name: 300 * time.Millisecond,  // the in-place pod's: from the open (later than its barrier's start)
+		Hops[24].Name: 1100 * time.Millisecond, // opened → worker started, the new pod's
 	}
 	for _, st := range stats {
 		if w, ok := want[st.Name]; ok && st.Worst != w {
 			t.Errorf("hop %q: worst %s, want %s", st.Name, st.Worst, w)
 		}
 	}
-	if stats[0].Pods != 4 || stats[5].Pods != 1 || stats[6].Pods != 1 || stats[18].Pods != 1 || stats[20].Pods != 5 || stats[22].Pods != 3 || stats[23].Pods != 5 {
+	if stats[0].Pods != 4 || stats[5].Pods != 1 || stats[6].Pods != 1 || stats[20].Pods != 1 || stats[22].Pods != 5 || stats[24].Pods != 3 || stats[25].Pods != 5 {
 		t.Errorf("pods per hop %d, %d, %d, %d, %d, %d, %d; want 4 in place, 1 stopped by its barrier, 1 moved, 1 moved, 5 in all, 3 with the init container, 5 in all",
-			stats[0].Pods, stats[5].Pods, stats[6].Pods, stats[18].Pods, stats[20].Pods, stats[22].Pods, stats[23].Pods)
+			stats[0].Pods, stats[5].Pods, stats[6].Pods, stats[20].Pods, stats[22].Pods, stats[24].Pods, stats[25].Pods)
 	}
 	if table := Table(ep); !strings.Contains(table, "| ·· made → bound | scheduler, API | 1 | 300ms | 300ms |") || strings.Contains(table, "| 0 |") {
 		t.Errorf("the table lacks the moved index's hop through the scheduler, or has a hop no pod has:\n%s", table)
@@ -182,6 +182,42 @@ func TestBreakdown(t *testing.T) {
 	}
 	if _, err := Breakdown(sp.list, hexOf("zz"), nil); err == nil {
 		t.Error("a trace without the controller's spans: want an error")
+	}
+}
+
+// A moved index a warm spare took: no kubelet work of its own, its barrier waiting since
+// before the restart; it is handed the index once its old pod is gone, then opened, its
+// worker started as the open ends (the barrier supervises it).
+func TestBreakdownOfASpare(t *testing.T) {
+	var sp spans
+	tr := "aa"
+	sp.add(tracing.ServiceController, tr, "c1", "r", tracing.SpanClassify, 0, 1*s)
+	sp.add(tracing.ServiceController, tr, "c2", "r", tracing.SpanTeardown, 1*s, 2*s)
+	sp.add(tracing.ServiceController, tr, "c3", "r", tracing.SpanRunning, 2*s, 3*s)
+	sp.add(tracing.ServiceAgent, tr, "a1", "r", tracing.SpanInPlaceOpen, 2100*time.Millisecond, 2400*time.Millisecond, string(tracing.KeyPodUID), "spare", string(tracing.KeyBarrierSignal), "socket")
+	moved := APIMoments{OldGone: t0.Add(1500 * time.Millisecond), Handed: t0.Add(1700 * time.Millisecond)}
+	ep, err := Breakdown(sp.list, hexOf(tr), []Pod{{UID: "spare", Name: "r-spare0-1", InWorker: true, Spare: true, API: moved, OldUID: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ep.Complete() {
+		t.Fatalf("every moment of the spare is there, Complete says not: %+v", ep.Pods)
+	}
+	got := map[string]Stat{}
+	for _, st := range Stats(ep) {
+		got[st.Name] = st
+	}
+	for name, want := range map[string]time.Duration{
+		"decision → a moved index handed to a spare":           700 * time.Millisecond,
+		"·· the old pod gone → handed to a spare":              200 * time.Millisecond,
+		"barrier open and started → the agent opens":           100 * time.Millisecond,
+		"the agent's open (confirmation, go signal)":           300 * time.Millisecond,
+		"decision → the new pod at its kubelet":                0,
+		"decision → a moved index's barrier started (new pod)": 0,
+	} {
+		if st := got[name]; want == 0 && st.Pods != 0 || want != 0 && (st.Pods != 1 || st.Worst != want) {
+			t.Errorf("hop %q: %d pods, worst %s; want %s", name, st.Pods, st.Worst, want)
+		}
 	}
 }
 

@@ -75,8 +75,9 @@ type HandOver struct {
 // Assign gives the indexes of missing, in order, the spares that are ready, in slot order,
 // as many as there are: a ready spare waits at its barrier (Running, its container
 // running), is not being deleted, and its node is not one the attempt keeps off (excluded),
-// nor unhealthy (gone, out of service, not Ready, unreachable, shutting down, or cordoned),
-// and does not hold one of skip (spares handed an index that the cache does not show yet).
+// nor unhealthy (gone, out of service, not Ready, unreachable, shutting down, cordoned, or
+// its GPUs unhealthy), and is not one of skip (spares handed an index that the cache does
+// not show yet).
 func Assign(missing []int, spares []*corev1.Pod, nodes map[string]exitclass.NodeFacts, excluded []string, skip func(*corev1.Pod) bool) []HandOver {
 	ready := slices.DeleteFunc(slices.Clone(spares), func(p *corev1.Pod) bool { return !Ready(p, nodes, excluded) || skip(p) })
 	slices.SortFunc(ready, func(a, b *corev1.Pod) int {
@@ -101,7 +102,7 @@ func Ready(p *corev1.Pod, nodes map[string]exitclass.NodeFacts, excluded []strin
 	}
 	f, ok := nodes[p.Spec.NodeName]
 	return ok && !f.Gone && !f.OutOfService && !f.NotReady && !f.Unreachable && f.ShutdownDetectedAt == nil &&
-		!f.Unschedulable && f.DisruptionTaint == ""
+		!f.Unschedulable && f.DisruptionTaint == "" && f.GPUUnhealthyReason == ""
 }
 
 // Endpoints is the EndpointSlice that gives the indexes spares hold their addresses, as the

@@ -73,7 +73,7 @@ func TestKeepMakesTheMissingSlotsOnceTheAttemptRuns(t *testing.T) {
 // on a healthy node the attempt does not keep off, in slot order; never to one that holds an
 // index, is going, or whose hand-over the cache does not show yet.
 func TestAssignTakesOnlyReadySpares(t *testing.T) {
-	nodes := map[string]exitclass.NodeFacts{"a": {}, "b": {}, "c": {}, "down": {NotReady: true}, "ending": {ShutdownDetectedAt: &time.Time{}}}
+	nodes := map[string]exitclass.NodeFacts{"a": {}, "b": {}, "c": {}, "down": {NotReady: true}, "ending": {ShutdownDetectedAt: &time.Time{}}, "xid": {GPUUnhealthyReason: "Xid79"}}
 	spares := []*corev1.Pod{
 		pod("s5", 5, -1, "c"),
 		pod("s1", 1, -1, "a"),
@@ -84,6 +84,7 @@ func TestAssignTakesOnlyReadySpares(t *testing.T) {
 		pod("s7", 7, -1, "a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
 		pod("s8", 8, 2, "a"),  // holds index 2
 		pod("s9", 9, -1, "b"), // handed a moment ago
+		pod("s0", 0, -1, "xid"),
 	}
 	got := Assign([]int{1, 3, 0}, spares, nodes, []string{"excluded"}, func(p *corev1.Pod) bool { return p.Name == "s9" })
 	if len(got) != 2 || got[0].Pod.Name != "s1" || got[0].Index != 1 || got[1].Pod.Name != "s5" || got[1].Index != 3 {

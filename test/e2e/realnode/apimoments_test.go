@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
+	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/test/cluster"
 	"github.com/faultline-dev/faultline/test/hops"
 )
@@ -29,6 +30,7 @@ type apiWatch struct {
 type apiSeen struct {
 	listed                                       bool // there before the watch began: no Made or Bound
 	made, bound, exitReported, stopWritten, gone time.Time
+	handed                                       time.Time // a spare seen holding an index
 	stoppedAt                                    time.Time // the agent's podStoppedAt, its clock
 }
 
@@ -69,6 +71,9 @@ func watchAPIMoments(ctx context.Context, c *cluster.Cluster, ns, run string) (*
 				s.stoppedAt, _ = time.Parse(time.RFC3339Nano, fe.PodStoppedAt)
 			}
 		}
+		if _, held := attempt.Index(p); held && attempt.MadeAsSpare(p) && s.handed.IsZero() {
+			s.handed = now
+		}
 		if gone && s.gone.IsZero() {
 			s.gone = now
 		}
@@ -104,7 +109,7 @@ func (w *apiWatch) moved(newPod types.UID, old *corev1.Pod) hops.APIMoments {
 	if n == nil || o == nil || n == o {
 		return hops.APIMoments{}
 	}
-	m := hops.APIMoments{OldExitReported: o.exitReported, OldStopped: o.stoppedAt, OldStopWritten: o.stopWritten, OldGone: o.gone}
+	m := hops.APIMoments{OldExitReported: o.exitReported, OldStopped: o.stoppedAt, OldStopWritten: o.stopWritten, OldGone: o.gone, Handed: n.handed}
 	if !n.listed {
 		m.Made, m.Bound = n.made, n.bound
 	}

@@ -33,8 +33,9 @@ var benchWorkers = flag.String("real-bench-workers", "8,32", "comma-separated ga
 //
 //	go test -run '^$' -bench RealNodeShutdownRestart -benchtime 1x ./test/e2e/realnode/ -real-bench-workers 8,32
 //
-// Metrics: s/restart (the time to restart), pods-created (the new pods of the next attempt)
-// and in-place (the workers that restarted in their own pods; the floor: those left alone).
+// Metrics: s/restart (the time to restart), pods-created (the new pods of the next attempt),
+// in-place (the workers that restarted in their own pods; the floor: those left alone) and,
+// with warm spares, spares-used (the indexes spares took).
 // Each size ends with the ratios to recreating.
 func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 	for _, w := range strings.Split(*benchWorkers, ",") {
@@ -71,11 +72,15 @@ func BenchmarkRealNodeShutdownRestart(b *testing.B) {
 					r.took += one.took
 					r.created += one.created
 					r.inPlace += one.inPlace
+					r.spares += one.spares
 				}
 				took[mode] = r.took / time.Duration(b.N)
 				b.ReportMetric(r.took.Seconds()/float64(b.N), "s/restart")
 				b.ReportMetric(float64(r.created)/float64(b.N), "pods-created")
 				b.ReportMetric(float64(r.inPlace)/float64(b.N), "in-place")
+				if mode == inPlaceSpares {
+					b.ReportMetric(float64(r.spares)/float64(b.N), "spares-used")
+				}
 			})
 		}
 		if re, fl := took[string(v1alpha1.RestartModeRecreate)], took[floor]; re > 0 && fl > 0 {
@@ -107,8 +112,10 @@ const inPlaceSupervised = "InPlace,barrier=supervise"
 const inPlaceSpares = "InPlace,spares"
 
 type restartResult struct {
-	took             time.Duration
-	created, inPlace int
+	took time.Duration
+	// created: the next attempt's pods made for it; inPlace: its workers that restarted in
+	// their own pods; spares: its indexes that warm spares took.
+	created, inPlace, spares int
 }
 
 // shutdownRestart runs one measurement of BenchmarkRealNodeShutdownRestart.
@@ -139,8 +146,11 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	// opened it, and a task that dies during the rendezvous fails the others (their
 	// coordination service's error, exit 1), which would restart their containers.
 	registeredTasks(ctx, b, c, ns, run.Name, 1, workers)
+	wasSpare := map[string]bool{}
 	if spares > 0 {
-		waitSpares(ctx, b, c, ns, run.Name, spares)
+		for _, p := range waitSpares(ctx, b, c, ns, run.Name, spares) {
+			wasSpare[string(p.UID)] = true
+		}
 	}
 	up := c.Real.Node(first[0].Spec.NodeName) // the coordinator's node stays up
 	var down *cluster.RealNode
@@ -173,14 +183,17 @@ func shutdownRestart(b *testing.B, name string, workers int, mode v1alpha1.Resta
 	r.took = took
 	after := waitWorkers(ctx, b, c, ns, run.Name, 2, workers)
 	for _, p := range after {
-		if before[string(p.UID)] {
+		switch {
+		case before[string(p.UID)]:
 			r.inPlace++
-		} else {
+		case wasSpare[string(p.UID)]:
+			r.spares++
+		default:
 			r.created++
 		}
 	}
-	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d new pods (attempt 2's record: %s); %s",
-		workers, mode, took.Round(time.Millisecond), r.inPlace, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
+	b.Logf("%d workers, %s: announcement -> attempt 2 Running in %s; %d in place, %d on spares, %d new pods (attempt 2's record: %s); %s",
+		workers, mode, took.Round(time.Millisecond), r.inPlace, r.spares, r.created, got.Status.Attempts[len(got.Status.Attempts)-1].RestartMode, phases(got, announced))
 	if mode == v1alpha1.RestartModeInPlace && traces != nil {
 		// A pod's moment the spans lack (a worker that exited on its own before its stop:
 		// the kubelet restarted it first) leaves its hop out of the table, not the run.

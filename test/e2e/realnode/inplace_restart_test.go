@@ -157,7 +157,8 @@ func waitBreakdown(run *v1alpha1.TrainingRun, before, after map[int]*corev1.Pod,
 	for i, p := range after {
 		old := before[i]
 		_, place := attempt.BarrierContainer(&p.Spec)
-		hp := hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID, InWorker: place == attempt.BarrierInWorker}
+		hp := hops.Pod{UID: string(p.UID), Name: p.Name, InPlace: old != nil && old.UID == p.UID, InWorker: place == attempt.BarrierInWorker,
+			Spare: attempt.MadeAsSpare(p)}
 		if old != nil && !hp.InPlace {
 			hp.OldUID = string(old.UID)
 			if w != nil {
