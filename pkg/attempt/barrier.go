@@ -432,6 +432,18 @@ func (b Barrier) StoppedWorker() bool {
 	return current && b.Status.State.Terminated != nil
 }
 
+// EndedBeforeRecord reports whether the status shows the end of a worker container older than
+// the one its node agent's record names (the record's restart above the status's restart
+// count): the worker ended on its own, the kubelet started the pod's next container, and the
+// agent recorded that one's open before the kubelet's status showed its start. That end is
+// an earlier container's, never a failure of the attempt the record opened (seen on the
+// real nodes: a kept worker that died of its coordinator's loss just before its agent's stop
+// failed the attempt it was restarted for).
+func (b Barrier) EndedBeforeRecord() bool {
+	return b.Place == BarrierInWorker && b.Record != nil && b.Status != nil && b.Status.State.Terminated != nil &&
+		b.Status.RestartCount < b.Record.Restart
+}
+
 // OpenedFor reports whether the barrier has opened for attempt n (or later) and its workers
 // run: for a barrier in the worker container, the recorded container runs.
 func (b Barrier) OpenedFor(n int32) bool {

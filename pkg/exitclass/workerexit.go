@@ -88,7 +88,8 @@ func reportCounts(pod *corev1.Pod, ex v1alpha1.WorkerExit) (int, bool) {
 // withoutStoppedWorker is pod as the controller judges it while its status still shows the
 // end of a worker that its node agent stopped for a later attempt (attempt.Barrier's
 // StoppedWorker): the gang's barrier may open on the agent's record of the stop, before the
-// kubelet restarts the pod, and that exit (the agent's SIGTERM) ended the attempt before.
+// kubelet restarts the pod, and that exit (the agent's SIGTERM) ended the attempt before; or
+// the end of a container older than the one the agent's record names (EndedBeforeRecord).
 // The view shows the container waiting, as the kubelet's next status will: exitclass judges
 // no exit of it. Pure; pod is not modified. Every reconcile asks it of every worker: a pod
 // that shows no ended container is returned before its record is read.
@@ -97,14 +98,17 @@ func withoutStoppedWorker(pod *corev1.Pod) *corev1.Pod {
 		return pod
 	}
 	b := attempt.BarrierOf(pod)
-	if !b.StoppedWorker() {
+	message := "its node agent stopped it for a restart in place; the kubelet restarts the pod"
+	switch {
+	case b.EndedBeforeRecord():
+		message = "an earlier container's end: its node agent opened the next one, which the kubelet's status does not show yet"
+	case !b.StoppedWorker():
 		return pod
 	}
 	out := pod.DeepCopy()
 	for i := range out.Status.ContainerStatuses {
 		if cs := &out.Status.ContainerStatuses[i]; cs.Name == b.Status.Name {
-			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reasonStoppedInPlace,
-				Message: "its node agent stopped it for a restart in place; the kubelet restarts the pod"}}
+			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reasonStoppedInPlace, Message: message}}
 		}
 	}
 	return out

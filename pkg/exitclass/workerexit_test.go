@@ -154,10 +154,11 @@ func TestWithRestartedExit(t *testing.T) {
 
 // A worker its node agent stopped for a restart in place, whose end the status still shows,
 // is judged by no one: the gang's barrier may open on the agent's record of the stop before
-// the kubelet restarts the pod. Another container's end, or one the agent did not record
-// stopping, is judged as before.
+// the kubelet restarts the pod; nor is the end of a container older than the one the agent's
+// record names (opened before the kubelet's status showed it). Another container's end, or
+// one the agent did not record stopping, is judged as before.
 func TestWithoutStoppedWorker(t *testing.T) {
-	pod := func(id string, exit int32, rec v1alpha1.BarrierRecord) *corev1.Pod {
+	pod := func(id string, exit int32, rec v1alpha1.BarrierRecord, restarts ...int32) *corev1.Pod {
 		raw, _ := json.Marshal(rec)
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "r-1", Namespace: "ns", Labels: map[string]string{v1alpha1.LabelAttempt: "1"},
@@ -168,9 +169,13 @@ func TestWithoutStoppedWorker(t *testing.T) {
 				Volumes:    []corev1.Volume{{Name: v1alpha1.BarrierVolume, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "barrier"}}}},
 			},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", ContainerID: "containerd://" + id,
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error"}}}}},
+				RestartCount: append(restarts, 0)[0],
+				State:        corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error"}}}}},
 		}
 	}
+	// The worker of container c0 ended on its own (exit 1), the kubelet started c1, and the
+	// agent opened c1 for attempt 2 before the kubelet's status showed c1.
+	openedNext := v1alpha1.BarrierRecord{ContainerID: "c1", Restart: 1, Attempt: 2}
 	opened1 := v1alpha1.BarrierRecord{ContainerID: "c0", Attempt: 1}
 	stopped := opened1
 	stopped.StoppedFor = 2
@@ -181,6 +186,8 @@ func TestWithoutStoppedWorker(t *testing.T) {
 		"stopped for 2 by its agent, its end still shown": {pod("c0", 143, stopped), false},
 		"ended, no stop recorded":                         {pod("c0", 143, opened1), true},
 		"another container's end":                         {pod("cX", 1, stopped), true},
+		"an earlier container's end, the next one opened": {pod("c0", 1, openedNext), false},
+		"the opened container's own end":                  {pod("c1", 1, openedNext, 1), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()
