@@ -590,3 +590,15 @@ func merge(base, extra map[string]string) map[string]string {
 	}
 	return out
 }
+
+// ExcludedNodes are the nodes run's next attempt keeps off: those of faults, for the run's
+// lifetime, and those of a maintenance not over yet.
+func ExcludedNodes(run *v1alpha1.TrainingRun) []string {
+	out := slices.Clone(run.Status.ExcludedNodes)
+	for _, n := range run.Status.MaintenanceExcludedNodes {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -36,8 +36,7 @@ type observed struct {
 	// attempt starts; leftovers are the pods of an earlier run of the same name, which hold
 	// the run's next Job as older ones do (see attempt.OfRun).
 	all, current, older, leftovers []*corev1.Pod
-	// spares are the current Job's warm spares that hold no index (attempt.Spare): no
-	// worker of the attempt, nothing it is judged on.
+	// spares are the current Job's warm spares without an index (attempt.Spare): no workers.
 	spares []*corev1.Pod
 	// superseded are pods of the current Job that an in-place restart moved: made for an
 	// earlier attempt, their index has (or is to get) a new pod. They stay the Job's until

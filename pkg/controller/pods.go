@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
@@ -33,7 +31,7 @@ import (
 // o says what the pods of an attempt later than the Job's (an in-place restart's moved
 // indexes) differ in; for the Job's own attempt it changes nothing.
 func (r *Reconciler) createPods(ctx context.Context, run *v1alpha1.TrainingRun, job *batchv1.Job, workers []*corev1.Pod, o attempt.PodOptions) error {
-	missing := r.creations.missing(job, workers, int(run.Spec.Workers), r.Clock.Now())
+	missing := r.creations.Missing(job, workers, int(run.Spec.Workers), r.Clock.Now())
 	for round, batch := 0, 1; len(missing) > 0; round++ {
 		if round == 1 {
 			batch = creationProbe
@@ -64,7 +62,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *batchv1.Job, i int, o a
 	err = r.Create(ctx, pod)
 	switch {
 	case err == nil:
-		r.creations.created(job.UID, i, r.Clock.Now())
+		r.creations.Created(job.UID, i, r.Clock.Now())
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// The cache does not show it yet (this process made it before a restart, or
@@ -87,66 +85,6 @@ const creationProbe = 16
 
 // errPodRefused marks a pod the API server refused as it is.
 var errPodRefused = errors.New("refused by the API server")
-
-// creationTTL is how long a pod created by this process is taken to exist while the cache does
-// not show it. Past it, the index is asked for again: the API server answers AlreadyExists if
-// the pod is there, and creates it if it is gone (deleted before the cache saw it).
-const creationTTL = 30 * time.Second
-
-// podCreations remembers, per managed Job, the indexes whose pod this process created and
-// the cache did not show yet.
-type podCreations struct {
-	mu   sync.Mutex
-	jobs map[types.UID]map[int]time.Time
-}
-
-func (c *podCreations) created(job types.UID, i int, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.jobs == nil {
-		c.jobs = map[types.UID]map[int]time.Time{}
-	}
-	if c.jobs[job] == nil {
-		c.jobs[job] = map[int]time.Time{}
-	}
-	c.jobs[job][i] = at
-}
-
-// missing are the indexes below n of job that have no pod among workers, nor one created
-// less than creationTTL ago; the indexes the cache shows are forgotten.
-func (c *podCreations) missing(job *batchv1.Job, workers []*corev1.Pod, n int, now time.Time) []int {
-	have := make([]bool, n)
-	for _, p := range workers {
-		if i, ok := attempt.Index(p); ok && i < n {
-			have[i] = true
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pending := c.jobs[job.UID]
-	var out []int
-	for i := range n {
-		at, recent := pending[i]
-		switch {
-		case have[i]:
-			delete(pending, i)
-		case recent && now.Sub(at) < creationTTL:
-		default:
-			out = append(out, i)
-		}
-	}
-	if len(pending) == 0 {
-		delete(c.jobs, job.UID)
-	}
-	return out
-}
-
-// forget drops what is remembered of a Job that is gone.
-func (c *podCreations) forget(job types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.jobs, job)
-}
 
 // managedSucceeded reports whether every index of a managed Job has a pod that succeeded:
 // the Job controller's Complete, which nobody writes on a Job it does not manage.

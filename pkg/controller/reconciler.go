@@ -28,10 +28,12 @@ import (
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/attempt"
 	"github.com/faultline-dev/faultline/pkg/controller/admission"
+	"github.com/faultline-dev/faultline/pkg/controller/creations"
 	"github.com/faultline-dev/faultline/pkg/controller/episode"
 	"github.com/faultline-dev/faultline/pkg/controller/inplace"
 	"github.com/faultline-dev/faultline/pkg/controller/plannedmove"
 	"github.com/faultline-dev/faultline/pkg/controller/savegate"
+	"github.com/faultline-dev/faultline/pkg/controller/spares"
 	"github.com/faultline-dev/faultline/pkg/exitclass"
 	"github.com/faultline-dev/faultline/pkg/framework"
 	"github.com/faultline-dev/faultline/pkg/goodput"
@@ -86,11 +88,8 @@ type Reconciler struct {
 	removed   removals
 	forced    removals // removed at once (forceRemovePods)
 	deletions jobDeletions
-	creations podCreations
-	handed    removals // spares handed an index (handOver), until the cache shows it
-	// sparesWarned are the attempts (run UID/attempt) told they get no spare.
-	sparesWarned removals
-	published    publications
+	creations creations.Creations
+	spares    spares.Keeper
 }
 
 // Reconcile moves one run one step (or several, when nothing needs to wait) further.
@@ -202,7 +201,7 @@ func (r *Reconciler) track(ctx context.Context, run *v1alpha1.TrainingRun, obs *
 		if err := r.removePods(ctx, obs.supersededPods(), true); err != nil {
 			return ctrl.Result{}, err
 		}
-		excluded := excludedNodes(run)
+		excluded := attempt.ExcludedNodes(run)
 		if rec := attempt.Record(run); rec != nil && rec.RestartMode == v1alpha1.RestartModeInPlace {
 			excluded = rec.ExcludedNodes
 		}

@@ -48,7 +48,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 			st.ExcludedNodes = slices.Clone(st.ExcludedNodes[over:]) // the oldest are forgotten (transitioned says so)
 		}
 	}
-	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: excludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
+	next := v1alpha1.AttemptRecord{Attempt: st.Attempt + 1, ExcludedNodes: attempt.ExcludedNodes(run), RestartMode: v1alpha1.RestartModeRecreate}
 	// The node of an infrastructure fault is left, excluded or not (a node shutting down
 	// comes back later, but its pods end now).
 	faulty := next.ExcludedNodes
@@ -60,7 +60,7 @@ func (r *Reconciler) restart(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		next.RestartMode, next.JobAttempt, next.MovedIndexes, next.ExcludedNodes = v1alpha1.RestartModeInPlace, attempt.JobAttempt(run), moved, slices.Compact(slices.Sorted(slices.Values(faulty)))
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionInPlaceWaiting, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStoppingOldWorkers,
 			Message: fmt.Sprintf("attempt %d restarts in place: its barrier opens once every worker of attempt %d has stopped, each pod's within its grace period and %s of the decision (the last by %s); a pod whose node agent is silent moves to a new pod at once",
-				st.Attempt+1, st.Attempt, inplacegate.StopMargin, now.Add(maxGrace(obs.workers())+inplacegate.StopMargin).UTC().Format(time.RFC3339))})
+				st.Attempt+1, st.Attempt, inplacegate.StopMargin, now.Add(inplacegate.MaxGrace(obs.workers())+inplacegate.StopMargin).UTC().Format(time.RFC3339))})
 	}
 	st.Attempt++
 	appendRecord(run, next)
@@ -243,7 +243,7 @@ func (r *Reconciler) createAttempt(ctx context.Context, run *v1alpha1.TrainingRu
 		Attempt:         run.Status.Attempt,
 		BarrierImage:    image,
 		BarrierInWorker: inWorker,
-		ExcludedNodes:   excludedNodes(run),
+		ExcludedNodes:   attempt.ExcludedNodes(run),
 		Env:             fw.Env,
 		Ports:           fw.Ports,
 		Traceparent:     run.Annotations[v1alpha1.AnnotationTraceparent],
@@ -382,18 +382,6 @@ func (r *Reconciler) pluginNotReady(ctx context.Context, run *v1alpha1.TrainingR
 	return ctrl.Result{RequeueAfter: pluginRetry}, nil
 }
 
-// excludedNodes are the nodes the next attempt keeps off: those of faults, for the run's
-// lifetime, and those of a maintenance not over yet.
-func excludedNodes(run *v1alpha1.TrainingRun) []string {
-	out := slices.Clone(run.Status.ExcludedNodes)
-	for _, n := range run.Status.MaintenanceExcludedNodes {
-		if !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // coordinator coordinates the gang restarts in place, reading through the reconciler's
 // cache and API reader.
 func (r *Reconciler) coordinator() *inplace.Coordinator {
@@ -429,7 +417,7 @@ func (r *Reconciler) inPlace(ctx context.Context, run *v1alpha1.TrainingRun, obs
 		return res, err
 	}
 	// The indexes spares hold answer at their spares' addresses before any worker starts.
-	if err := r.publishSpares(ctx, run, v.Workers); err != nil {
+	if err := r.spares.Publish(ctx, r.Client, run, v.Workers); err != nil {
 		return ctrl.Result{}, err
 	}
 	open, err := c.Open(ctx, run, v, s.Moved)
@@ -481,14 +469,4 @@ func (r *Reconciler) barrierUnpullable(ctx context.Context, run *v1alpha1.Traini
 	// the barrier, once none is left.
 	res, err := r.teardown(ctx, run, &observed{job: obs.job, older: append(obs.older, obs.current...), all: obs.all, nodes: obs.nodes})
 	return res, true, err
-}
-
-// maxGrace is the longest termination grace period of pods: how long their workers may take
-// to stop.
-func maxGrace(pods []*corev1.Pod) time.Duration {
-	var g time.Duration
-	for _, p := range pods {
-		g = max(g, inplacegate.Grace(p))
-	}
-	return g
 }

@@ -79,7 +79,7 @@ func (r *Reconciler) retire(ctx context.Context, job *batchv1.Job, pods []*corev
 		return false, err
 	}
 	r.deletions.forget(job.UID)
-	r.creations.forget(job.UID)
+	r.creations.Forget(job.UID)
 	return true, nil
 }
 

@@ -165,3 +165,13 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// MaxGrace is the longest termination grace period of pods (Grace): how long their workers
+// may take to stop.
+func MaxGrace(pods []*corev1.Pod) time.Duration {
+	var g time.Duration
+	for _, p := range pods {
+		g = max(g, Grace(p))
+	}
+	return g
+}

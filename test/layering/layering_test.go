@@ -55,7 +55,7 @@ var (
 	// the admission gate's, and so is every unstructured Workload.
 	reconcilerImportsNot = []string{module + "pkg/kueue", "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"}
 	// gates are the packages beside the reconciler.
-	gates = []string{"pkg/controller/admission", "pkg/controller/plannedmove", "pkg/controller/inplace", "pkg/controller/episode", "pkg/controller/slim", "pkg/controller/spares"}
+	gates = []string{"pkg/controller/admission", "pkg/controller/plannedmove", "pkg/controller/inplace", "pkg/controller/episode", "pkg/controller/slim", "pkg/controller/spares", "pkg/controller/creations"}
 )
 
 func TestReconcilerSeams(t *testing.T) {
