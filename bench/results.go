@@ -49,6 +49,8 @@ type sample struct {
 	podTimes                                bool // whether they were measured
 	// writes: the API server's writes over d (nil: not counted).
 	writes writeCounts
+	// work: faultline's controller's and the simulated node side's over d (nil: not read).
+	work *work
 }
 
 // session is one control plane at one controller-manager rate limit.
@@ -260,6 +262,7 @@ func (r *session) markdown(b *strings.Builder, plots map[string]string) {
 		b.WriteString("\n")
 		r.writesTable(b, sc)
 		r.phaseTable(b, sc)
+		r.workTable(b, sc)
 		if p := plots[sc]; p != "" {
 			fmt.Fprintf(b, "![time-to-restart, %s](%s)\n\n", sc, p)
 		}

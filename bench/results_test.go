@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,11 +177,13 @@ func TestParseLabelledHistogram(t *testing.T) {
 workqueue_queue_duration_seconds_bucket{controller="trainingrun",name="trainingrun",le="0.1"} %v
 workqueue_queue_duration_seconds_bucket{controller="trainingrun",name="trainingrun",le="+Inf"} %v
 workqueue_queue_duration_seconds_count{controller="trainingrun",name="trainingrun"} %v
+workqueue_queue_duration_seconds_sum{controller="trainingrun",name="trainingrun"} %v
 workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="1e-05"} 1000
 workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="0.1"} 1000
 workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="+Inf"} 1000
 workqueue_queue_duration_seconds_count{controller="other",name="other"} 1000
-`, fast, fast+slow, fast+slow, fast+slow)
+workqueue_queue_duration_seconds_sum{controller="other",name="other"} 1000
+`, fast, fast+slow, fast+slow, fast+slow, fast*1e-5+slow*0.05)
 	}
 	const series = `controller="trainingrun"`
 	before := parseHistogram(reading(10, 0), "workqueue_queue_duration_seconds", series)
@@ -191,6 +194,9 @@ workqueue_queue_duration_seconds_count{controller="other",name="other"} 1000
 	window := after.since(before)
 	if window.count != 4 || window.atMost(1e-5) != 0 {
 		t.Fatalf("window: count %v, ≤ 10 µs %v; want 4, 0", window.count, window.atMost(1e-5))
+	}
+	if math.Abs(window.sum-0.2) > 1e-9 {
+		t.Errorf("window: sum %v s, want 0.2 s (the four slow ones' 50 ms)", window.sum)
 	}
 	if got := window.quantile(0.5); got != "≤ 100 ms" {
 		t.Errorf("window p50 = %q, want ≤ 100 ms", got)

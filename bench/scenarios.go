@@ -290,6 +290,12 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 	if err != nil {
 		return err
 	}
+	var work0 workReading
+	if isFaultline(s) {
+		if work0, err = b.readWork(ctx); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	var victims []*corev1.Pod
 	var waited time.Duration // a framework's timeout the system would wait for, added
@@ -318,6 +324,13 @@ func (b *bench) timeToRestart(ctx context.Context, s system, scenario string, n,
 		return err
 	}
 	smp := sample{system: s.name(), workers: n, scenario: scenario, d: d, waited: waited, gaveUp: !restarted, writes: after.since(before)}
+	if isFaultline(s) {
+		work1, err := b.readWork(ctx)
+		if err != nil {
+			return err
+		}
+		smp.work = work1.since(work0)
+	}
 	if restarted && isFaultline(s) {
 		// The run's own account of the restart, once it has recorded the Running attempt.
 		run, err := waitOwner(ctx, s, name, func(o runtime.Object) bool {

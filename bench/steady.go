@@ -371,7 +371,7 @@ func sumSamples(metrics, prefix string) float64 {
 // histogram is a Prometheus histogram's cumulative buckets.
 type histogram struct {
 	les, counts []float64 // upper bounds (seconds) and cumulative counts, +Inf last
-	count       float64
+	count, sum  float64
 }
 
 // parseHistogram reads the histogram name from a metrics page. With labels (e.g.
@@ -401,6 +401,8 @@ func parseHistogram(metrics, name string, labels ...string) histogram {
 			h.les, h.counts = append(h.les, bound), append(h.counts, v)
 		case "_count":
 			h.count = v
+		case "_sum":
+			h.sum = v
 		}
 	}
 	return h
@@ -432,7 +434,7 @@ func (h histogram) since(before histogram) histogram {
 	if len(before.les) != len(h.les) {
 		return h
 	}
-	out := histogram{les: h.les, counts: make([]float64, len(h.counts)), count: h.count - before.count}
+	out := histogram{les: h.les, counts: make([]float64, len(h.counts)), count: h.count - before.count, sum: h.sum - before.sum}
 	for i := range h.counts {
 		out.counts[i] = h.counts[i] - before.counts[i]
 	}

@@ -155,7 +155,7 @@ func (o *observed) jobPods() []*corev1.Pod {
 	return controlledBy(o.current, o.job.UID)
 }
 
-// nodeFacts reads what exitclass needs to know about the nodes of pods.
+// nodeFacts reads what exitclass needs to know about the nodes of pods: the cache's, not copied.
 func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[string]exitclass.NodeFacts {
 	facts := map[string]exitclass.NodeFacts{}
 	for _, p := range pods {
@@ -167,7 +167,7 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 			continue
 		}
 		node := &corev1.Node{}
-		if err := r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if err := r.Get(ctx, client.ObjectKey{Name: name}, node, client.UnsafeDisableDeepCopy); err != nil {
 			if apierrors.IsNotFound(err) {
 				facts[name] = exitclass.NodeFacts{Gone: true}
 			}
@@ -186,7 +186,7 @@ func (r *Reconciler) nodeFacts(ctx context.Context, pods []*corev1.Pod) map[stri
 // pods' toleration), with what it says of its GPU monitoring.
 func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass.Heartbeat {
 	l := &coordinationv1.Lease{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	hb := agentlease.Heartbeat(l, node)
@@ -203,7 +203,7 @@ func (r *Reconciler) agentHeartbeat(ctx context.Context, node string) *exitclass
 func (r *Reconciler) withNodeRecords(ctx context.Context, pods []*corev1.Pod) []*corev1.Pod {
 	return agentlease.WithRecords(pods, func(node string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l); err != nil {
+		if err := r.Get(ctx, client.ObjectKey{Namespace: agentlease.Namespace, Name: agentlease.Name(node)}, l, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		return l

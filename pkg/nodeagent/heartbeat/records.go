@@ -56,6 +56,9 @@ type Records struct {
 	node string
 	pods corelisters.PodLister
 	log  *slog.Logger
+	// gather is how long a write asked for when none is in flight waits for others
+	// (recordsGather).
+	gather time.Duration
 
 	mu sync.Mutex
 	// written are the records on the Lease as last written or read; loaded: read once.
@@ -85,7 +88,7 @@ type recordAsk struct {
 
 // NewRecords keeps the records of node's pods (pods: the agent's informer) on hb's Lease.
 func NewRecords(hb *Heartbeat, kube Pods, node string, pods corelisters.PodLister, log *slog.Logger) *Records {
-	return &Records{hb: hb, kube: kube, node: node, pods: pods, log: log, written: map[types.UID]v1alpha1.BarrierRecord{}}
+	return &Records{hb: hb, kube: kube, node: node, pods: pods, log: log, gather: recordsGather, written: map[types.UID]v1alpha1.BarrierRecord{}}
 }
 
 // Load reads the records on the Lease, once: those an agent before this one wrote (a restart
@@ -182,8 +185,20 @@ func (r *Records) ask(ctx context.Context, a *recordAsk) error {
 // recordsWriteTimeout bounds one write of the records (a confirmation and a Lease update).
 const recordsWriteTimeout = 30 * time.Second
 
+// recordsGather is how long a write asked for when none is in flight waits for the others
+// asked for with it: the stops, then the opens, of a node's pods are decided together (one
+// change of their run queues them all) and asked for within a few milliseconds of each
+// other. Without it the first went alone and the node's others in a second write: at 2,048
+// workers on 256 nodes of 8, four Lease writes and two lists of the node's pods a node and
+// restart where one worker a node took two and one (2026-12-07-s32-in-place-2048-audit.md).
+// It is little beside one write on a loaded API server, which every record waits for.
+const recordsGather = 20 * time.Millisecond
+
 // writeAll writes what is pending, and again while more came meanwhile.
 func (r *Records) writeAll(ctx context.Context) {
+	if r.gather > 0 {
+		<-r.hb.cfg.Clock.After(r.gather)
+	}
 	for {
 		r.mu.Lock()
 		batch := r.pending

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/faultline-dev/faultline/api/v1alpha1"
 	"github.com/faultline-dev/faultline/pkg/agentlease"
@@ -77,7 +78,9 @@ func TestRecordsOnTheHeartbeat(t *testing.T) {
 	if err := r.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The first write held until every stop is asked for: they wait for it, then go in one.
+	// Without the gather window (TestRecordsGatherANodesAsksInOneWrite), the first write
+	// held until every stop is asked for: they wait for it, then go in one.
+	r.gather = 0
 	api.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -148,6 +151,67 @@ func TestRecordsOnTheHeartbeat(t *testing.T) {
 	}
 	if got := again.Record(pods[3].UID); got == nil || got.StoppedFor != 2 {
 		t.Errorf("an agent started again reads pod w-3's record as %+v, want its stop for 2", got)
+	}
+}
+
+// TestRecordsGatherANodesAsksInOneWrite: the opens of a node's pods, asked for within the
+// gather window of the first, go in one write: one list of the node's pods to confirm them,
+// one update of the Lease.
+func TestRecordsGatherANodesAsksInOneWrite(t *testing.T) {
+	ctx := context.Background()
+	const n = 8
+	r, api, pods, _, client := recordsFixture(t, n)
+	clk := testclock.NewFakeClock(time.Now())
+	r.hb.cfg.Clock = clk
+	if err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, p := range pods {
+		wg.Go(func() {
+			next := *attempt.BarrierRecord(p)
+			next.Attempt = 2
+			errs <- r.RecordBarrier(ctx, p, next)
+		})
+	}
+	// Every open asked for, the write waiting out its window: then the window ends.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		asked := len(r.pending)
+		r.mu.Unlock()
+		if asked == n && clk.HasWaiters() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d opens pending, a write waiting for others: %v; want all %d pending while one waits", asked, n, clk.HasWaiters(), n)
+		}
+	}
+	clk.Step(recordsGather)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if writes := len(api.writes); writes != 1 {
+		t.Errorf("%d writes of the Lease for %d opens asked for together: want 1", writes, n)
+	}
+	lists := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" {
+			lists++
+		}
+	}
+	if lists != 1 {
+		t.Errorf("%d lists of the node's pods for %d opens asked for together: want 1", lists, n)
+	}
+	for _, p := range pods {
+		if got := r.Record(p.UID); got == nil || got.Attempt != 2 {
+			t.Errorf("pod %s's record: %+v, want attempt 2's", p.Name, got)
+		}
 	}
 }
 
