@@ -82,6 +82,12 @@ func (b *runBuilder) restarts(infra, app, unknown int32) *runBuilder {
 	return b
 }
 
+// spares gives the run n warm spares (spec.spares).
+func (b *runBuilder) spares(n int32) *runBuilder {
+	b.run.Spec.Spares = n
+	return b
+}
+
 func (b *runBuilder) excluded(nodes ...string) *runBuilder {
 	b.run.Status.ExcludedNodes = nodes
 	return b
@@ -178,7 +184,7 @@ func inPlaceRun() *v1alpha1.TrainingRun {
 		attempt(v1alpha1.AttemptRecord{Attempt: 2, StartTime: at(32), RunningTime: at(33), ExcludedNodes: []string{"gpu-node-3"},
 			RestartMode: v1alpha1.RestartModeInPlace, JobAttempt: 1, MovedIndexes: []int32{6, 7}, BarrierOpenedAt: at(32)}).
 		condition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAllWorkersRunning, "16/16 workers Running", 33).
-		obj()
+		spares(2).obj()
 }
 
 // succeededRun: one attempt, all workers completed.

@@ -54,6 +54,9 @@ func describeSpec(p *pw, run *v1alpha1.TrainingRun) {
 		success = v1alpha1.SuccessPolicyAllWorkers
 	}
 	p.kv(1, "Workers", fmt.Sprintf("%d (restart scope %s, success policy %s)", s.Workers, scope, success))
+	if s.Spares > 0 {
+		p.kv(1, "Spares", fmt.Sprintf("%d warm, waiting at their barrier without an index: a lost node's indexes go to them at the next attempt", s.Spares))
+	}
 	if scope == v1alpha1.RestartScopeIndex {
 		p.kv(1, "Per-index limits", fmt.Sprintf("backoffLimitPerIndex %d, maxFailedIndexes %s",
 			ptr.Deref(s.BackoffLimitPerIndex, 0), ptrOrNone(s.MaxFailedIndexes)))
