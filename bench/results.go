@@ -292,7 +292,7 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 		"| workers | system | round | time-to-restart |" + cells(restartPhases) + " pods created first / last, bound |\n" +
 		"| ---: | --- | ---: | ---: |" + strings.Repeat(" ---: |", len(restartPhases)+1) + "\n")
 	for _, n := range r.sizes() {
-		for _, sys := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineSpares} {
+		for _, sys := range restartTraced {
 			ss := r.pick(sys, scenario, n)
 			if len(ss) == 0 {
 				continue
@@ -308,6 +308,10 @@ func (r *session) phaseTable(b *strings.Builder, scenario string) {
 	}
 	b.WriteString("\n")
 }
+
+// restartTraced are the systems whose restarts have faultline's phases and controller: the
+// phase and work tables' rows.
+var restartTraced = []string{sysFaultline, sysFaultlineInPlace, sysFaultlineSpares}
 
 // phaseRow writes one row of the phase table: s's time to restart, phases and pod times.
 func phaseRow(b *strings.Builder, n int, sys, label string, s sample) {

@@ -123,17 +123,12 @@ func (b *bench) steadyState(ctx context.Context) error {
 			return err
 		}
 	}
-	cpu0, err := procstat.CPUTime(pid)
+	work0, err := b.readWork(ctx)
 	if err != nil {
 		return err
 	}
-	metrics, err := b.controllerMetrics(ctx)
-	if err != nil {
-		return err
-	}
-	req0 := sumSamples(metrics, "rest_client_requests_total{")
-	wait0, rec0 := parseHistogram(metrics, queueWaitMetric, trainingRunController), parseHistogram(metrics, reconcileTimeMetric, trainingRunController)
-	reads0 := runReads(metrics)
+	req0 := sumSamples(work0.metrics, "rest_client_requests_total{")
+	reads0 := runReads(work0.metrics)
 	sched0, err := procstat.ReadSched(pid)
 	if err != nil {
 		return err
@@ -173,10 +168,11 @@ func (b *bench) steadyState(ctx context.Context) error {
 		time.Sleep(rest) // the window is a fixed length, so that rates compare across runs
 	}
 	elapsed := time.Since(windowStart)
-	cpu1, err := procstat.CPUTime(pid)
+	work1, err := b.readWork(ctx)
 	if err != nil {
 		return err
 	}
+	w := work1.since(work0)
 	sched1, err := procstat.ReadSched(pid)
 	if err != nil {
 		return err
@@ -189,7 +185,7 @@ func (b *bench) steadyState(ctx context.Context) error {
 	if res.profile, err = profile.save(ctx, b.cfg.stem+"-controller-steady.pprof"); err != nil {
 		return err
 	}
-	metrics, err = b.controllerMetrics(ctx)
+	metrics, err := b.controllerMetrics(ctx)
 	if err != nil {
 		return err
 	}
@@ -199,13 +195,12 @@ func (b *bench) steadyState(ctx context.Context) error {
 		return err
 	}
 	res.inside = parseHistogram(metrics, controller.MetricDecisionSeconds)
-	res.queueWait = parseHistogram(metrics, queueWaitMetric, trainingRunController).since(wait0)
-	res.reconcile = parseHistogram(metrics, reconcileTimeMetric, trainingRunController).since(rec0)
+	res.queueWait, res.reconcile = w.queueWait, w.reconcile
 	res.reads = runReads(metrics)
 	for source, n := range reads0 {
 		res.reads[source] -= n
 	}
-	res.cpu = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	res.cpu = w.controllerCPU.Seconds() / elapsed.Seconds()
 	res.apiRPS = (req1 - req0) / elapsed.Seconds()
 	if res.rssEnd, err = rss(pid); err != nil {
 		return err

@@ -58,7 +58,7 @@ func (w workReading) since(before workReading) *work {
 func (r *session) workTable(b *strings.Builder, scenario string) {
 	var rows strings.Builder
 	for _, n := range r.sizes() {
-		for _, sys := range []string{sysFaultline, sysFaultlineInPlace, sysFaultlineSpares} {
+		for _, sys := range restartTraced {
 			for i, s := range r.pick(sys, scenario, n) {
 				if s.work == nil {
 					continue

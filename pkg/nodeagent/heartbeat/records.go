@@ -191,7 +191,9 @@ const recordsWriteTimeout = 30 * time.Second
 // other. Without it the first went alone and the node's others in a second write: at 2,048
 // workers on 256 nodes of 8, four Lease writes and two lists of the node's pods a node and
 // restart where one worker a node took two and one (2026-12-07-s32-in-place-2048-audit.md).
-// It is little beside one write on a loaded API server, which every record waits for.
+// It is little beside one write on a loaded API server, which every record waits for. (On
+// kwok, where one process plays every node's agent on two starved cores, a node's asks
+// spread wider than this and the writes did not fall: 2026-12-08-s34-controller-work-kwok.md.)
 const recordsGather = 20 * time.Millisecond
 
 // writeAll writes what is pending, and again while more came meanwhile.
